@@ -1,0 +1,36 @@
+#!/usr/bin/env python
+"""Django's command-line utility, with the embedded servers started on demand.
+
+With no DATABASE_URL (or REDIS_URL), a command such as `migrate` or
+`create_token` starts the embedded server it needs when it is not running, and
+stops it again afterwards; `up` manages the servers itself.
+"""
+import os
+import sys
+
+# Commands that manage the embedded servers themselves, or need none.
+SELF_MANAGED = {"up", "help", "version", "--help", "-h", "--version", "check", "makemigrations"}
+
+
+def main():
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "yardstick.settings")
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+    from django.core.management import execute_from_command_line
+
+    try:
+        settings.DATA_DIR  # reading settings checks every variable once
+    except ImproperlyConfigured as err:
+        sys.exit(f"Configuration error: {err}")
+    command = sys.argv[1] if len(sys.argv) > 1 else "help"
+    if command in SELF_MANAGED:
+        execute_from_command_line(sys.argv)
+        return
+    from yardstick.services import embedded_services_for_command
+
+    with embedded_services_for_command():
+        execute_from_command_line(sys.argv)
+
+
+if __name__ == "__main__":
+    main()

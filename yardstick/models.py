@@ -1,0 +1,61 @@
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from yardstick.auth import hash_token
+
+
+class ApiToken(models.Model):
+    """A bearer token for scripts. Only its SHA-256 is stored; the token is shown once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, default="cli")
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8, help_text="first characters, to tell tokens apart")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    def __str__(self):
+        return f"{self.prefix}… ({self.user}, {self.name})"
+
+    @classmethod
+    def issue(cls, user, name="cli"):
+        token = "ys_" + secrets.token_urlsafe(32)
+        row = cls.objects.create(user=user, name=name, key_hash=hash_token(token), prefix=token[:8])
+        return token, row
+
+    @classmethod
+    def authenticate(cls, token):
+        """Return the active user owning `token`, or None when it is unknown, revoked or inactive."""
+        row = (
+            cls.objects.select_related("user")
+            .filter(key_hash=hash_token(token), revoked=False, user__is_active=True)
+            .first()
+        )
+        if row is None:
+            return None
+        now = timezone.now()
+        # Write at most once a minute per token, not on every request.
+        if row.last_used_at is None or (now - row.last_used_at).total_seconds() > 60:
+            cls.objects.filter(pk=row.pk).update(last_used_at=now)
+        return row.user
+
+
+class Heartbeat(models.Model):
+    """The last time a periodic component (beat) proved it was alive."""
+
+    name = models.CharField(max_length=50, primary_key=True)
+    at = models.DateTimeField()
+
+    @classmethod
+    def beat(cls, name):
+        cls.objects.update_or_create(name=name, defaults={"at": timezone.now()})
+
+    @classmethod
+    def age_s(cls, name):
+        """Seconds since the last beat of `name`, or None when it never beat."""
+        row = cls.objects.filter(name=name).first()
+        return None if row is None else (timezone.now() - row.at).total_seconds()

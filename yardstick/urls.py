@@ -1,0 +1,16 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from yardstick.auth import has_role
+
+# The Django admin is for the admin role (prices, nodes, users), not for is_staff.
+admin.site.has_permission = lambda request: request.user.is_active and has_role(request.user, "admin")
+admin.site.site_header = "Yardstick administration"
+
+urlpatterns = [
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("", include("dashboard.urls")),
+]
