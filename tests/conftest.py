@@ -30,6 +30,14 @@ def embedded_services():
 def django_db_setup(embedded_services, django_db_setup):
     """pytest-django's test database, on servers that are certainly up."""
     yield
+    # Server threads and subprocesses of browser tests may still hold a session;
+    # end them so the test database can be dropped.
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
 
 @pytest.fixture

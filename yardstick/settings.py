@@ -87,7 +87,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Long training runs get their own queue and workers so upkeep never starves.
-CELERY_TASK_ROUTES = {"trainer.tasks.*": {"queue": "jobs"}}
+CELERY_TASK_ROUTES = {"trainer.tasks.run_job": {"queue": "jobs"}}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "beat-tick": {"task": "yardstick.tasks.beat_tick", "schedule": 10.0},

@@ -1,0 +1,40 @@
+"""Log in through the real login page in headless Chromium."""
+
+import pytest
+
+from tests.browser import page  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.browser
+
+
+def test_a_user_logs_in_through_the_form_and_sees_the_health_header(live_server, page, transactional_db, django_user_model):  # noqa: F811
+    from django.contrib.auth.models import Group
+
+    user = django_user_model.objects.create_user("lena", password="a-long-password")
+    user.groups.add(Group.objects.get(name="operator"))
+
+    page.goto(live_server.url + "/")
+    assert "/accounts/login/" in page.url, "an anonymous visitor is sent to the login page"
+    page.fill("#id_username", "lena")
+    page.fill("#id_password", "wrong")
+    page.click("button[type=submit]")
+    assert page.get_by_role("alert").inner_text().startswith("Your username and password didn't match")
+
+    page.fill("#id_username", "lena")
+    page.fill("#id_password", "a-long-password")
+    page.click("button[type=submit]")
+    page.wait_for_url(live_server.url + "/")
+    assert page.locator("h1").inner_text() == "Fleet"
+    assert "lena" in page.locator(".who").inner_text()
+    assert "operator" in page.locator(".role").inner_text()
+
+    # The header shows every part's health once /healthz has answered.
+    page.wait_for_selector("#health[data-ok]")
+    dots = page.locator("#health .dot")
+    assert dots.count() == 5
+    for i in range(5):
+        dot = dots.nth(i)
+        assert dot.get_attribute("class").split()[-1] in ("ok", "bad")
+        assert ":" in dot.get_attribute("title"), "each dot says what it found"
+    db_dot = page.locator('#health .dot[data-check="database"]')
+    assert "ok" in db_dot.get_attribute("class").split()
