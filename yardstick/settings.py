@@ -69,7 +69,8 @@ else:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, engine="django.db.backends.postgresql")}
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 DATABASES["default"].setdefault("OPTIONS", {})
-DATABASES["default"]["TEST"] = {"NAME": os.environ.get("YARDSTICK_TEST_DB", "test_yardstick")}
+# A test database per test process: two suites on one server never drop each other's.
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("YARDSTICK_TEST_DB") or f"test_yardstick_{os.getpid()}"}
 
 # -- Redis: Celery broker and Channels layer ----------------------------------
 
