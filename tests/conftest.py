@@ -27,14 +27,14 @@ def embedded_services():
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(embedded_services, django_db_setup):
+def django_db_setup(embedded_services, django_db_setup, django_db_blocker):
     """pytest-django's test database, on servers that are certainly up."""
     yield
     # Server threads and subprocesses of browser tests may still hold a session;
     # end them so the test database can be dropped.
     from django.db import connection
 
-    with connection.cursor() as cur:
+    with django_db_blocker.unblock(), connection.cursor() as cur:
         cur.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
@@ -60,14 +60,31 @@ def connection_dsn(cfg):
 
 
 @pytest.fixture
-def embedded_pg_factory(tmp_path_factory):
+def service_dir():
+    """A throwaway data dir for embedded servers, removed afterwards.
+
+    Not under pytest's tmp_path: PostgreSQL runs as another user and must
+    traverse the path, and every pytest session resets /tmp/pytest-of-<user>
+    to mode 0700.
+    """
+    import shutil
+    import uuid
+
+    path = ROOT / "var" / "test-services" / uuid.uuid4().hex[:12]
+    path.mkdir(parents=True)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def embedded_pg_factory(service_dir):
     """Make throwaway embedded PostgreSQL servers (each in its own folder); stops them at the end."""
     from yardstick.embedded import EmbeddedPostgres
 
     servers = []
 
     def make(path=None):
-        server = EmbeddedPostgres(path or tmp_path_factory.mktemp("pg"))
+        server = EmbeddedPostgres(path or service_dir / f"pg{len(servers)}")
         servers.append(server)
         return server
 
@@ -82,7 +99,8 @@ def _user(username, group):
 
     user = get_user_model().objects.create_user(username, password="pw-" + username)
     if group:
-        user.groups.add(Group.objects.get(name=group))
+        # get_or_create: a transactional test before this one flushed the migration's rows.
+        user.groups.add(Group.objects.get_or_create(name=group)[0])
     return user
 
 

@@ -175,7 +175,7 @@ class Runner:
             return None
         password = secrets.token_urlsafe(12)
         user = User.objects.create_superuser("admin", email="", password=password)
-        user.groups.add(Group.objects.get(name="admin"))
+        user.groups.add(Group.objects.get_or_create(name="admin")[0])
         path = self.settings.DATA_DIR / "admin-password"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:

@@ -11,7 +11,7 @@ def test_a_user_logs_in_through_the_form_and_sees_the_health_header(live_server,
     from django.contrib.auth.models import Group
 
     user = django_user_model.objects.create_user("lena", password="a-long-password")
-    user.groups.add(Group.objects.get(name="operator"))
+    user.groups.add(Group.objects.get_or_create(name="operator")[0])
 
     page.goto(live_server.url + "/")
     assert "/accounts/login/" in page.url, "an anonymous visitor is sent to the login page"

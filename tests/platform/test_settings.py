@@ -54,21 +54,21 @@ def test_envurl_checks_the_scheme_and_host():
         ("ALLOWED_HOSTS", ",", "ALLOWED_HOSTS must be a comma-separated list"),
     ],
 )
-def test_a_bad_variable_stops_start_up_with_its_name_and_value(tmp_path, name, value, message):
-    result = manage("migrate", env={name: value, "YARDSTICK_DATA_DIR": str(tmp_path)}, timeout=60)
+def test_a_bad_variable_stops_start_up_with_its_name_and_value(service_dir, name, value, message):
+    result = manage("migrate", env={name: value, "YARDSTICK_DATA_DIR": str(service_dir)}, timeout=60)
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
-    assert not (tmp_path / "postgres").exists(), "nothing may start on a bad configuration"
+    assert not (service_dir / "postgres").exists(), "nothing may start on a bad configuration"
 
 
-def test_a_generated_secret_key_is_kept_private_and_reused(tmp_path):
-    env = {"YARDSTICK_DATA_DIR": str(tmp_path), "SECRET_KEY": ""}
+def test_a_generated_secret_key_is_kept_private_and_reused(service_dir):
+    env = {"YARDSTICK_DATA_DIR": str(service_dir), "SECRET_KEY": ""}
     code = "from django.conf import settings; print(settings.SECRET_KEY)"
     first = manage("shell", "-c", code, env=env, timeout=60)
     second = manage("shell", "-c", code, env=env, timeout=60)
     assert first.returncode == 0, first.stderr
-    key_file = tmp_path / "secret-key"
+    key_file = service_dir / "secret-key"
     assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
     first_key, second_key = first.stdout.split()[-1], second.stdout.split()[-1]
     assert first_key == second_key == key_file.read_text().strip()

@@ -1,0 +1,142 @@
+"""The agent: ticks, writes, spools while PostgreSQL is away, replays every sample exactly once."""
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from collector.agent import schema
+from collector.agent.runner import Agent
+from collector.agent.sources.sim import SimSource
+from collector.agent.spool import Spool
+
+ROOT = Path(__file__).resolve().parents[2]
+DOWN_DSN = "host=127.0.0.1 port=9 dbname=nothing user=nobody connect_timeout=1"
+
+
+def counts(dsn):
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT count(*), count(DISTINCT ts), count(DISTINCT device_id) FROM telemetry_sample").fetchone()
+
+
+def wait_for(predicate, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_it_writes_one_sample_per_device_per_tick(telemetry_dsn, tmp_path):
+    agent = Agent(SimSource(gpus=4), telemetry_dsn, Spool(tmp_path), interval_s=0.01, labels={"team": "rl"})
+
+    agent.run(ticks=5)
+
+    assert counts(telemetry_dsn) == (20, 5, 4)
+    assert agent.samples_written == 20
+
+
+def test_while_the_database_is_unreachable_it_spools_and_keeps_sampling(tmp_path, caplog):
+    spool = Spool(tmp_path)
+    agent = Agent(SimSource(gpus=2), DOWN_DSN, spool, interval_s=0.01)
+
+    agent.run(ticks=5)
+
+    written = []
+    spool.replay(written.append)
+    assert sum(len(b.rows) for b in written) == 10
+    assert caplog.text.count("database unreachable") == 1
+
+
+def test_a_spool_left_by_a_killed_agent_is_replayed_by_the_next_one(telemetry_dsn, tmp_path):
+    spool_dir = tmp_path / "spool"
+    cmd = [sys.executable, "-m", "collector.agent", "--dsn", DOWN_DSN, "--source", "sim", "--gpus", "2",
+           "--interval", "0.05", "--spool-dir", str(spool_dir)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert wait_for(lambda: Spool(spool_dir).segments() and sum(
+        p.read_bytes().count(b"\n") for p in Spool(spool_dir).segments()) >= 5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    spooled_ticks = sum(p.read_bytes().count(b"\n") for p in Spool(spool_dir).segments())
+
+    agent = Agent(SimSource(gpus=2), telemetry_dsn, Spool(spool_dir), interval_s=0.01)
+    agent.run(ticks=1)
+
+    total, distinct_ts, devices = counts(telemetry_dsn)
+    assert (total, distinct_ts, devices) == (2 * (spooled_ticks + 1), spooled_ticks + 1, 2)
+    assert Spool(spool_dir).is_empty()
+
+
+def test_postgres_stopped_and_restarted_under_a_running_agent_loses_and_doubles_nothing(embedded_pg_factory, tmp_path):
+    server = embedded_pg_factory(tmp_path / "pg")
+    server.start()
+    with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+        conn.execute(schema.CREATE_SQL)
+    dsn = server.dsn("postgres")
+    agent = Agent(SimSource(gpus=3, seed=5), dsn, Spool(tmp_path / "spool"), interval_s=0.05)
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: counts(dsn)[0] >= 15)
+        server.stop()
+        ticks_at_stop = agent.ticks
+        assert wait_for(lambda: agent.ticks >= ticks_at_stop + 20)  # sampling goes on into the spool
+        assert not agent.spool.is_empty()
+        server.start()
+        assert wait_for(lambda: agent.spool.is_empty() and agent.conn is not None, timeout=60)
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+    total, distinct_ts, devices = counts(dsn)
+    assert devices == 3
+    assert distinct_ts == agent.ticks  # every tick stored
+    assert total == 3 * agent.ticks  # and each sample once
+
+
+def test_the_agent_command_exits_cleanly_on_sigterm(telemetry_dsn, tmp_path):
+    cmd = [sys.executable, "-m", "collector.agent", "--dsn", telemetry_dsn, "--source", "sim", "--gpus", "2",
+           "--interval", "0.05", "--spool-dir", str(tmp_path), "--label", "team=rl"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_for(lambda: counts(telemetry_dsn)[0] >= 4)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+
+    assert proc.returncode == 0
+    assert "collecting from sim every 0.05s" in out
+    assert "stopped after" in out
+
+
+def test_an_unknown_source_or_bad_label_is_refused_with_the_reason():
+    proc = subprocess.run([sys.executable, "-m", "collector.agent", "--dsn", DOWN_DSN, "--source", "sim",
+                           "--label", "teamrl"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+
+    assert proc.returncode == 2
+    assert "must look like KEY=VALUE (e.g. team=rl), got 'teamrl'" in proc.stderr
+
+
+def test_without_a_gpu_driver_the_nvml_source_stops_with_one_clear_message(tmp_path):
+    import pynvml  # the real one: this checks its real exception on a machine with no driver
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError_LibraryNotFound:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has an NVIDIA driver")
+    proc = subprocess.run([sys.executable, "-m", "collector.agent", "--dsn", DOWN_DSN, "--source", "nvml",
+                           "--spool-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=30)
+
+    assert proc.returncode == 2
+    assert "NVML library (libnvidia-ml.so) not found: this machine has no NVIDIA driver" in proc.stdout

@@ -1,0 +1,98 @@
+"""The dcgm source, on real dcgm-exporter output and on a MIG-partitioned GPU."""
+
+from datetime import datetime, timezone
+
+from collector.agent import schema
+from collector.agent.sources.dcgm import DcgmSource, parse_metrics, readings_from_metrics
+
+TS = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+
+def values(reading):
+    return dict(zip(schema.SAMPLE_FIELDS, reading.values))
+
+
+def test_it_reads_every_gpu_of_the_real_h100_node_export(telemetry_data):
+    text = (telemetry_data / "dcgm_h100x8_sample.prom").read_text()
+    readings = DcgmSource("http://unused", fetch=lambda: text).read(TS)
+
+    assert len(readings) == 8
+    assert [r.device.index for r in readings] == list(range(8))
+    first = readings[0]
+    assert first.device.uuid == "GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005"
+    assert first.device.node == "gpu-node-1"
+    assert first.device.model == "NVIDIA H100 80GB HBM3"
+    assert first.device.source == "dcgm"
+    v = values(first)
+    assert v["power_w"] == 113.611
+    assert v["temp_c"] == 30.0
+    assert v["util_pct"] == 0.0
+    assert v["mem_util_pct"] == 0.0
+    # this export has no energy, memory or SM-activity fields
+    assert v["energy_j"] is None and v["mem_used_mib"] is None and v["sm_active_pct"] is None
+    assert values(readings[7])["power_w"] == 66.997
+
+
+def test_it_records_the_pod_holding_a_gpu(telemetry_data):
+    text = (telemetry_data / "dcgm_h100x8_sample.prom").read_text()
+    readings = readings_from_metrics(parse_metrics(text), "fallback")
+
+    assert [h.holder for h in readings[0].holders] == ["pod:dynamo-workload/vllm-agg-0-vllmdecodeworker-s65j5"]
+    assert all(not r.holders for r in readings[1:])
+
+
+MIG = """
+# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).
+# TYPE DCGM_FI_DEV_POWER_USAGE gauge
+DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-m",GPU_I_ID="1",GPU_I_PROFILE="3g.40gb",modelName="NVIDIA A100-SXM4-80GB",Hostname="mig-node"} 250.5
+DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-m",GPU_I_ID="2",GPU_I_PROFILE="1g.10gb",modelName="NVIDIA A100-SXM4-80GB",Hostname="mig-node"} 250.5
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-m",GPU_I_ID="1",GPU_I_PROFILE="3g.40gb",Hostname="mig-node"} 123456789
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-m",GPU_I_ID="2",GPU_I_PROFILE="1g.10gb",Hostname="mig-node"} 123456789
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-m",GPU_I_ID="1",GPU_I_PROFILE="3g.40gb",Hostname="mig-node"} 0.8
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-m",GPU_I_ID="2",GPU_I_PROFILE="1g.10gb",Hostname="mig-node"} 0.4
+DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-m",GPU_I_ID="1",GPU_I_PROFILE="3g.40gb",Hostname="mig-node"} 30000
+DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-m",GPU_I_ID="2",GPU_I_PROFILE="1g.10gb",Hostname="mig-node"} 5000
+DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-m",GPU_I_ID="1",GPU_I_PROFILE="3g.40gb",Hostname="mig-node"} 10000
+DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-m",GPU_I_ID="2",GPU_I_PROFILE="1g.10gb",Hostname="mig-node"} 5000
+"""
+
+
+def test_mig_instances_of_one_gpu_count_its_power_and_energy_once():
+    [reading] = readings_from_metrics(parse_metrics(MIG), "fallback")
+    v = values(reading)
+
+    assert reading.device.uuid == "GPU-m"
+    assert v["power_w"] == 250.5
+    assert v["energy_j"] == 123456.789  # mJ -> J, once
+    assert v["mem_used_mib"] == 35000 and v["mem_total_mib"] == 50000
+    # graphics-engine activity weighted by compute slices: (0.8*3 + 0.4*1) / 4
+    assert abs(v["sm_active_pct"] - 70.0) < 1e-9
+
+
+def test_sm_active_is_preferred_over_graphics_engine_activity():
+    text = (
+        'DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-x"} 0.25\n'
+        'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-x"} 0.9\n'
+        'DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-x"} 1980\n'
+    )
+    [reading] = readings_from_metrics(parse_metrics(text), "node-from-flag")
+
+    assert values(reading)["sm_active_pct"] == 25.0
+    assert values(reading)["sm_clock_mhz"] == 1980
+    assert reading.device.node == "node-from-flag"
+
+
+def test_labels_with_escaped_quotes_and_commas_parse():
+    [(name, labels, value)] = parse_metrics('DCGM_FI_DEV_GPU_TEMP{UUID="GPU-1",pod="a,\\"b\\""} 41 1700000000000\n')
+
+    assert (name, labels["pod"], value) == ("DCGM_FI_DEV_GPU_TEMP", 'a,"b"', 41.0)
+
+
+def test_an_exporter_that_does_not_answer_yields_no_readings_and_one_message(caplog):
+    def refuse():
+        raise ConnectionRefusedError("connection refused")
+
+    source = DcgmSource("http://127.0.0.1:9/metrics", fetch=refuse)
+
+    assert source.read(TS) == [] and source.read(TS) == []
+    assert caplog.text.count("does not answer") == 1

@@ -1,0 +1,49 @@
+"""The host source: this machine's CPU as a device, power estimated and flagged."""
+
+from datetime import datetime, timezone
+
+import pytest
+
+from collector.agent import schema
+from collector.agent.sources.host import IDLE_SHARE, HostSource
+
+TS = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+
+def test_it_measures_utilization_and_memory_and_flags_power_as_estimated():
+    [reading] = HostSource("this-host", cpu_tdp_w=100).read(TS)
+    v = dict(zip(schema.SAMPLE_FIELDS, reading.values))
+
+    assert reading.device.source == "host"
+    assert reading.device.power_estimated is True
+    assert reading.device.simulated is False
+    assert reading.device.uuid.startswith("CPU-")
+    assert 0 <= v["util_pct"] <= 100
+    assert 0 < v["mem_used_mib"] <= v["mem_total_mib"]
+    assert IDLE_SHARE * 100 <= v["power_w"] <= 100
+
+
+def test_its_power_estimate_scales_between_idle_and_tdp():
+    source = HostSource("h", cpu_tdp_w=200)
+
+    assert source.power_w(0) == pytest.approx(200 * IDLE_SHARE)
+    assert source.power_w(100) == pytest.approx(200)
+
+
+def test_its_energy_counter_integrates_the_estimate_over_time():
+    times = iter([0.0, 10.0])
+    source = HostSource("h", cpu_tdp_w=100, clock=lambda: next(times))
+    first = dict(zip(schema.SAMPLE_FIELDS, source.read(TS)[0].values))
+    second = dict(zip(schema.SAMPLE_FIELDS, source.read(TS)[0].values))
+
+    assert first["energy_j"] == 0
+    assert second["energy_j"] == pytest.approx(10 * (first["power_w"] + second["power_w"]) / 2)
+
+
+def test_the_same_machine_keeps_the_same_device_uuid():
+    assert HostSource("h").info.uuid == HostSource("h").info.uuid
+
+
+def test_it_rejects_a_tdp_that_is_not_positive():
+    with pytest.raises(ValueError, match="cpu_tdp_w must be > 0, got -5"):
+        HostSource("h", cpu_tdp_w=-5)

@@ -1,0 +1,135 @@
+"""The nvml source, against a fake pynvml (no GPU on the test machines)."""
+
+import inspect
+import logging
+from datetime import datetime, timezone
+
+import fake_pynvml
+import pynvml
+import pytest
+from fake_pynvml import FakeGpu, FakeNvml
+
+from collector.agent import schema
+from collector.agent.sources import SourceError
+from collector.agent.sources.nvml import NvmlSource
+
+TS = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+
+def values(reading):
+    return dict(zip(schema.SAMPLE_FIELDS, reading.values))
+
+
+def test_the_fake_only_uses_names_and_codes_the_real_pynvml_has():
+    for name in dir(FakeNvml):
+        if name.startswith("nvml"):
+            assert callable(getattr(pynvml, name, None)), name
+    for name, value in vars(fake_pynvml).items():
+        if name.startswith("NVML_"):
+            if name != "NVML_ERROR_UNKNOWN":
+                assert getattr(pynvml, name) == value, name
+        elif name.startswith("NVMLError_"):
+            real = getattr(pynvml, name)
+            assert issubclass(real, pynvml.NVMLError)
+            assert real(0).value == value(0).value, name
+    params = inspect.signature(pynvml.nvmlDeviceGetTemperature).parameters
+    assert list(params) == ["handle", "sensor"]
+
+
+def test_it_converts_milliwatts_millijoules_and_bytes():
+    gpu = FakeGpu("GPU-a", power_mw=312_500, energy_mj=7_250_000, mem_used=3 * 2**30, mem_total=80 * 2**30,
+                  util_gpu=87, util_memory=31, temp_c=65, sm_clock_mhz=1755)
+    source = NvmlSource("node-a", nvml=FakeNvml([gpu]))
+
+    [reading] = source.read(TS)
+
+    assert values(reading) == {
+        "util_pct": 87.0, "mem_util_pct": 31.0, "power_w": 312.5, "energy_j": 7250.0,
+        "mem_used_mib": 3072, "mem_total_mib": 81920, "temp_c": 65.0, "sm_clock_mhz": 1755,
+        "sm_active_pct": None,
+    }
+    assert reading.device.uuid == "GPU-a"
+    assert reading.device.model == "NVIDIA H100 80GB HBM3"
+    assert reading.device.mem_total_mib == 81920
+    assert not reading.device.simulated and not reading.device.power_estimated
+
+
+def test_it_keeps_the_energy_counter_as_reported_even_when_it_resets():
+    gpu = FakeGpu("GPU-a", energy_mj=9_000_000)
+    source = NvmlSource("n", nvml=FakeNvml([gpu]))
+    first = values(source.read(TS)[0])["energy_j"]
+    gpu.energy_mj = 1_000  # driver reloaded: a new counter
+    second = values(source.read(TS)[0])["energy_j"]
+
+    assert (first, second) == (9000.0, 1.0)
+
+
+def test_it_records_the_processes_holding_each_gpu():
+    gpu = FakeGpu("GPU-a", processes=[(4242, 2 * 2**30), (77, None)])
+    [reading] = NvmlSource("n", nvml=FakeNvml([gpu])).read(TS)
+
+    assert [(h.holder, h.pid, h.used_mem_mib) for h in reading.holders] == [
+        ("pid:4242", 4242, 2048), ("pid:77", 77, None)]
+
+
+def test_it_reads_sm_activity_from_gpm_from_the_second_tick():
+    gpu = FakeGpu("GPU-a", gpm_sm_util=41.5)
+    source = NvmlSource("n", nvml=FakeNvml([gpu]))
+
+    first = values(source.read(TS)[0])["sm_active_pct"]
+    second = values(source.read(TS)[0])["sm_active_pct"]
+
+    assert (first, second) == (None, 41.5)
+
+
+def test_a_field_the_gpu_does_not_support_is_empty_and_the_rest_still_read(caplog):
+    gpu = FakeGpu("GPU-a", energy_mj=FakeGpu.NOT_SUPPORTED, temp_c=FakeGpu.NOT_SUPPORTED)
+    source = NvmlSource("n", nvml=FakeNvml([gpu]))
+
+    v = values(source.read(TS)[0])
+
+    assert v["energy_j"] is None and v["temp_c"] is None
+    assert v["power_w"] == 300.0
+
+
+def test_without_a_driver_it_says_so_clearly():
+    with pytest.raises(SourceError, match="NVML library .* not found: this machine has no NVIDIA driver"):
+        NvmlSource("n", nvml=FakeNvml([FakeGpu("GPU-a")], library_missing=True))
+
+
+def test_a_failing_gpu_is_reported_once_and_the_others_go_on(caplog):
+    good, bad = FakeGpu("GPU-good"), FakeGpu("GPU-bad")
+    source = NvmlSource("n", nvml=FakeNvml([good, bad]))
+    bad.lost = True
+
+    with caplog.at_level(logging.INFO, logger="collector.agent"):
+        first = source.read(TS)
+        second = source.read(TS)
+        bad.lost = False
+        third = source.read(TS)
+
+    assert [r.device.uuid for r in first] == ["GPU-good"]
+    assert [r.device.uuid for r in second] == ["GPU-good"]
+    assert [r.device.uuid for r in third] == ["GPU-good", "GPU-bad"]
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == ["GPU 1 (GPU-bad) failed to read: GPU is lost; skipping it until it answers again"]
+
+
+def test_a_gpu_that_cannot_be_opened_is_skipped_at_start(caplog):
+    broken = FakeGpu("GPU-broken")
+    broken.fail_on_open = True
+    source = NvmlSource("n", nvml=FakeNvml([FakeGpu("GPU-ok"), broken]))
+
+    assert [r.device.uuid for r in source.read(TS)] == ["GPU-ok"]
+    assert "GPU 1 cannot be read" in caplog.text
+
+
+def test_close_frees_gpm_samples_and_shuts_nvml_down():
+    nvml = FakeNvml([FakeGpu("GPU-a", gpm_sm_util=10.0)])
+    source = NvmlSource("n", nvml=nvml)
+    source.read(TS)
+    source.read(TS)
+    source.close()
+
+    assert nvml.freed == 2
+    assert not nvml.initialized

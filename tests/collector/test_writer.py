@@ -1,0 +1,118 @@
+"""The writer: binary COPY, idempotent on (device, ts), latest table, pending rollups, holders."""
+
+import logging
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from collector.agent.batch import Batch, DeviceInfo, Holder
+from collector.agent.writer import Writer
+from collector.models import Device, DeviceHolder, LatestSample, Node, Sample
+
+T0 = datetime(2025, 3, 1, 11, 58, tzinfo=timezone.utc)
+GPU0 = DeviceInfo("GPU-0", "node-a", 0, "NVIDIA H100 80GB HBM3", "nvml", mem_total_mib=81920)
+GPU1 = DeviceInfo("GPU-1", "node-a", 1, "NVIDIA H100 80GB HBM3", "nvml", mem_total_mib=81920)
+
+
+def rows(device, start_s, count, power=300.0):
+    return [
+        (device.uuid, T0 + timedelta(seconds=start_s + i), 50.0, 10.0, power, 1000.0 + i * power, 1024, 81920,
+         60.0, 1980, 40.0)
+        for i in range(count)
+    ]
+
+
+def pending(conn):
+    return conn.execute("SELECT device_id, hour, from_ts FROM telemetry_rollup_pending ORDER BY 1, 2").fetchall()
+
+
+def test_it_registers_the_node_and_devices_and_stores_every_sample(pg_conn):
+    result = Writer(pg_conn).write(
+        Batch([GPU0, GPU1], rows(GPU0, 0, 3) + rows(GPU1, 0, 3), labels={"team": "rl"}, interval_s=1.0)
+    )
+
+    assert (result.inserted, result.duplicates) == (6, 0)
+    node = Node.objects.get()
+    assert (node.name, node.labels, node.owner, node.interval_s) == ("node-a", {"team": "rl"}, "rl", 1.0)
+    assert list(Device.objects.values_list("uuid", "index", "source")) == [("GPU-0", 0, "nvml"), ("GPU-1", 1, "nvml")]
+    assert Sample.objects.count() == 6
+    sample = Sample.objects.get(device__uuid="GPU-0", ts=T0)
+    assert (sample.power_w, sample.energy_j, sample.sm_active_pct) == (300.0, 1000.0, 40.0)
+
+
+def test_a_replayed_batch_adds_nothing_and_new_rows_in_it_still_land(pg_conn):
+    writer = Writer(pg_conn)
+    writer.write(Batch([GPU0], rows(GPU0, 0, 5)))
+
+    again = writer.write(Batch([GPU0], rows(GPU0, 0, 5)))
+    overlapping = writer.write(Batch([GPU0], rows(GPU0, 3, 5)))
+
+    assert (again.inserted, again.duplicates) == (0, 5)
+    assert (overlapping.inserted, overlapping.duplicates) == (3, 2)
+    assert Sample.objects.count() == 8
+
+
+def test_the_latest_table_keeps_the_newest_sample_even_when_older_data_arrives_later(pg_conn):
+    writer = Writer(pg_conn)
+    writer.write(Batch([GPU0], rows(GPU0, 100, 1, power=700.0)))
+    writer.write(Batch([GPU0], rows(GPU0, 0, 10, power=200.0)))  # a spool replayed late
+
+    latest = LatestSample.objects.get(device__uuid="GPU-0")
+    assert latest.ts == T0 + timedelta(seconds=100)
+    assert latest.power_w == 700.0
+
+
+def test_it_marks_every_hour_a_batch_touched_for_the_rollup(pg_conn):
+    Writer(pg_conn).write(Batch([GPU0], rows(GPU0, 60, 180)))  # 11:59:00 .. 12:01:59
+    device_id = Device.objects.get().id
+
+    assert pending(pg_conn) == [
+        (device_id, T0.replace(minute=0), T0 + timedelta(seconds=60)),
+        (device_id, T0.replace(hour=12, minute=0), T0.replace(hour=12, minute=0)),
+    ]
+
+
+def test_it_rejects_samples_more_than_five_minutes_in_the_future(pg_conn, caplog):
+    now = T0
+    batch = Batch([GPU0], rows(GPU0, 0, 2) + rows(GPU0, 301, 1) + rows(GPU0, 3600, 1))
+
+    with caplog.at_level(logging.WARNING, logger="collector.agent"):
+        result = Writer(pg_conn).write(batch, now=now)
+
+    assert (result.inserted, result.rejected_future) == (2, 2)
+    assert "rejected 2 samples stamped more than 5 minutes in the future" in caplog.text
+
+
+def test_it_creates_the_partition_of_a_day_that_has_none(pg_conn):
+    old = DeviceInfo("GPU-old", "node-a", 0, "V100", "smi")
+    long_ago = datetime(2019, 6, 1, 12, tzinfo=timezone.utc)
+
+    Writer(pg_conn).write(Batch([old], [("GPU-old", long_ago, *([None] * 9))]))
+
+    assert pg_conn.execute("SELECT to_regclass('telemetry_sample_p20190601') IS NOT NULL").fetchone()[0]
+    assert Sample.objects.filter(ts=long_ago).count() == 1
+
+
+def test_it_records_who_holds_each_device_and_for_how_long(pg_conn):
+    writer = Writer(pg_conn)
+    writer.write(Batch([GPU0], rows(GPU0, 0, 1), holders=[("GPU-0", T0, Holder("pid:42", 42, 1000))]))
+    writer.write(Batch([GPU0], rows(GPU0, 5, 1), holders=[("GPU-0", T0 + timedelta(seconds=5), Holder("pid:42", 42, 3000))]))
+
+    holder = DeviceHolder.objects.get()
+    assert (holder.holder, holder.pid, holder.used_mem_mib) == ("pid:42", 42, 3000)
+    assert (holder.first_seen, holder.last_seen) == (T0, T0 + timedelta(seconds=5))
+
+
+def test_a_device_that_moves_to_another_node_is_re_registered(pg_conn):
+    writer = Writer(pg_conn)
+    writer.write(Batch([GPU0], rows(GPU0, 0, 1)))
+    moved = DeviceInfo("GPU-0", "node-b", 3, GPU0.model, "nvml")
+    writer.write(Batch([moved], rows(moved, 1, 1)))
+
+    device = Device.objects.select_related("node").get()
+    assert (device.node.name, device.index) == ("node-b", 3)
+
+
+def test_a_sample_for_an_unlisted_device_is_a_clear_error(pg_conn):
+    with pytest.raises(ValueError, match="sample for device 'GPU-1', which the batch does not list"):
+        Writer(pg_conn).write(Batch([GPU0], rows(GPU1, 0, 1)))
