@@ -93,6 +93,12 @@ def embedded_pg_factory(service_dir):
         server.stop()
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hasher(settings):
+    """Hashing a test user's password the production way costs ~0.3 s each."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def _user(username, group):
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group

@@ -87,7 +87,7 @@ class EmbeddedPostgres:
             proc = psutil.Process(pid)
             if proc.status() == psutil.STATUS_ZOMBIE or "postgres" not in proc.name():
                 return None
-        except psutil.Error:
+        except (psutil.Error, ValueError):  # ValueError: a negative pid while the file is rewritten
             return None
         return pid
 

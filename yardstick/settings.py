@@ -90,8 +90,12 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 # Long training runs get their own queue and workers so upkeep never starves.
 CELERY_TASK_ROUTES = {"trainer.tasks.run_job": {"queue": "jobs"}}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+# Periodic upkeep; each task sits beside the domain code it maintains.
 CELERY_BEAT_SCHEDULE = {
     "beat-tick": {"task": "yardstick.tasks.beat_tick", "schedule": 10.0},
+    "collector-roll-up": {"task": "collector.tasks.roll_up", "schedule": 60.0},
+    "collector-create-partitions": {"task": "collector.tasks.create_partitions", "schedule": 3600.0},
+    "collector-apply-retention": {"task": "collector.tasks.apply_retention", "schedule": 6 * 3600.0},
 }
 
 CHANNEL_LAYERS = {
@@ -107,6 +111,11 @@ CHANNEL_LAYERS = {
 BEAT_STALE_S = envint("YARDSTICK_BEAT_STALE_S", 60, minimum=1)
 # A newest sample older than this makes /healthz report collectors as down.
 COLLECTOR_STALE_S = envint("YARDSTICK_COLLECTOR_STALE_S", 60, minimum=1)
+
+# Telemetry retention in days (None keeps it forever).
+TELEMETRY_RAW_DAYS = envint("YARDSTICK_RAW_DAYS", 7, minimum=1)
+TELEMETRY_1M_DAYS = envint("YARDSTICK_1M_DAYS", 90, minimum=1)
+TELEMETRY_1H_DAYS = None
 
 # -- Django ------------------------------------------------------------------
 

@@ -13,4 +13,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("dashboard.urls")),
+    path("", include("collector.urls")),
+    path("", include("trainer.urls")),
+    path("", include("costs.urls")),
 ]

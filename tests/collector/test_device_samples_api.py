@@ -8,12 +8,9 @@ from collector import store
 from collector.agent.batch import Batch, DeviceInfo
 from collector.agent.writer import Writer
 
-pytestmark = pytest.mark.urls("collector_test_urls")
-
 T0 = datetime(2025, 4, 1, 9, 0, tzinfo=timezone.utc)
 GPU = DeviceInfo("GPU-s", "n", 0, "H100", "nvml")
 URL = "/api/devices/GPU-s/samples"
-
 
 @pytest.fixture
 def series(pg_conn):
@@ -22,10 +19,8 @@ def series(pg_conn):
     Writer(pg_conn).write(Batch([GPU], rows))
     store.roll_up()
 
-
 def get(client, **params):
     return client.get(URL, params)
-
 
 def test_raw_points_carry_the_energy_of_their_interval(client, viewer, series):
     client.force_login(viewer)
@@ -39,7 +34,6 @@ def test_raw_points_carry_the_energy_of_their_interval(client, viewer, series):
     assert [p["energy_j"] for p in points] == [None, 200.0, 200.0, 200.0, 200.0]
     assert points[1]["energy_counter_j"] == 10_200.0 and points[1]["energy_from"] == "counter"
 
-
 def test_minute_points_are_the_rollups(client, viewer, series):
     client.force_login(viewer)
 
@@ -49,14 +43,12 @@ def test_minute_points_are_the_rollups(client, viewer, series):
     assert [p["energy_j"] for p in points] == [59 * 200.0, 60 * 200.0, 60 * 200.0]
     assert points[0]["ts"] == "2025-04-01T09:00:00Z"
 
-
 def test_hour_points_sum_their_minutes(client, viewer, series):
     client.force_login(viewer)
 
     [point] = get(client, resolution="1h", **{"from": "1743498000", "to": "1743501600"}).json()["points"]
 
     assert point["energy_j"] == 179 * 200.0 and point["energy_from"] == "counter"
-
 
 @pytest.mark.parametrize(
     "params, message",
@@ -77,14 +69,12 @@ def test_bad_parameters_are_a_400_naming_the_parameter_and_what_is_accepted(clie
     assert response.status_code == 400
     assert message in response.json()["error"]
 
-
 def test_an_unknown_device_is_a_404(client, viewer, db):
     client.force_login(viewer)
 
     response = client.get("/api/devices/GPU-nope/samples")
 
     assert response.status_code == 404 and "GPU-nope" in response.json()["error"]
-
 
 def test_anonymous_callers_get_401(client, db):
     assert client.get(URL).status_code == 401

@@ -8,15 +8,11 @@ from django.utils import timezone
 from collector.agent.batch import Batch, DeviceInfo
 from collector.agent.writer import Writer
 
-pytestmark = pytest.mark.urls("collector_test_urls")
-
-
 def write(conn, device, ts, interval_s=1.0, labels=None):
     Writer(conn).write(
         Batch([device], [(device.uuid, ts, 90.0, 40.0, 650.5, 1234.5, 2048, 81920, 71.0, 1980, 55.0)],
               labels=labels or {}, interval_s=interval_s)
     )
-
 
 def test_it_lists_nodes_with_status_devices_flags_and_latest_samples(client, viewer, pg_conn):
     now = timezone.now()
@@ -46,12 +42,10 @@ def test_it_lists_nodes_with_status_devices_flags_and_latest_samples(client, vie
     assert flags == {"SIM-s": (True, False), "CPU-c": (False, True)}
     assert old["newest_sample_at"] is not None
 
-
 def test_a_script_with_a_token_may_read_it(client, viewer, api_token, pg_conn):
     response = client.get("/api/fleet", headers={"Authorization": f"Bearer {api_token(viewer)}"})
 
     assert response.status_code == 200 and response.json()["nodes"] == []
-
 
 def test_anonymous_callers_get_401_and_users_without_a_role_403(client, outsider, db):
     assert client.get("/api/fleet").status_code == 401

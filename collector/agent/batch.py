@@ -1,0 +1,90 @@
+"""What a source reports and what the writer stores: devices, readings, batches.
+
+A sample row is a tuple `(device_uuid, ts, *values)` with `values` in
+`schema.SAMPLE_FIELDS` order (util_pct, mem_util_pct, power_w, energy_j,
+mem_used_mib, mem_total_mib, temp_c, sm_clock_mhz, sm_active_pct); `ts` is an
+aware UTC datetime; a value the source does not have is None. Rows carry the
+UUID, not the database id, so a batch taken while the database is away can be
+spooled and written later.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One device as its node reports it; registered on start and on change."""
+
+    uuid: str
+    node: str
+    index: int
+    model: str
+    source: str
+    simulated: bool = False
+    # True when power (and so energy) is estimated, not measured.
+    power_estimated: bool = False
+    mem_total_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process (host PID) or pod that holds a device, with the memory it uses."""
+
+    holder: str  # "pid:1234" or "pod:namespace/name"
+    pid: int | None = None
+    used_mem_mib: int | None = None
+
+
+@dataclass
+class Reading:
+    """One device's values at one tick, as a source returns them."""
+
+    device: DeviceInfo
+    values: tuple  # schema.SAMPLE_FIELDS order, None where the source has no value
+    holders: tuple = ()  # (Holder, ...)
+
+
+@dataclass
+class Batch:
+    """Everything one write stores: devices to register, sample rows, holders."""
+
+    devices: list  # [DeviceInfo]
+    rows: list  # [(uuid, ts, *values)]
+    holders: list = field(default_factory=list)  # [(uuid, ts, Holder)]
+    labels: dict = field(default_factory=dict)  # node labels, e.g. {"team": "rl"}
+    interval_s: float = 1.0
+
+    def to_json(self):
+        """Return a JSON-ready dict; timestamps become integer microseconds since the epoch."""
+        return {
+            "devices": [[getattr(d, f) for f in _DEVICE_FIELDS] for d in self.devices],
+            "rows": [[r[0], _to_us(r[1]), *r[2:]] for r in self.rows],
+            "holders": [[u, _to_us(ts), h.holder, h.pid, h.used_mem_mib] for u, ts, h in self.holders],
+            "labels": self.labels,
+            "interval_s": self.interval_s,
+        }
+
+    @classmethod
+    def from_json(cls, data):
+        return cls(
+            devices=[DeviceInfo(*d) for d in data["devices"]],
+            rows=[(r[0], _from_us(r[1]), *r[2:]) for r in data["rows"]],
+            holders=[(u, _from_us(ts), Holder(h, pid, mem)) for u, ts, h, pid, mem in data["holders"]],
+            labels=data.get("labels", {}),
+            interval_s=data.get("interval_s", 1.0),
+        )
+
+
+_DEVICE_FIELDS = ("uuid", "node", "index", "model", "source", "simulated", "power_estimated", "mem_total_mib")
+
+
+def _to_us(ts):
+    delta = ts - _EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _from_us(us):
+    return _EPOCH + timedelta(microseconds=us)

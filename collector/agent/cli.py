@@ -1,0 +1,97 @@
+"""Command-line options of the agent, shared by `python -m collector.agent` and `manage.py collect`."""
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from .runner import Agent
+from .sources import SOURCES, SourceError, make_source
+from .spool import Spool
+
+log = logging.getLogger("collector.agent")
+
+
+def add_arguments(parser, dsn_required=True):
+    if dsn_required:
+        parser.add_argument("--dsn", required=True, help="libpq connection string, e.g. postgresql://user@db/yardstick")
+    parser.add_argument("--source", required=True, choices=SOURCES, help="where readings come from")
+    parser.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between ticks (default 1)")
+    parser.add_argument("--node", default=None, help="node name (default: this host's name; dcgm: its Hostname label)")
+    parser.add_argument(
+        "--label", action="append", default=[], type=_label, metavar="KEY=VALUE", help="node label, e.g. team=rl (repeatable)"
+    )
+    parser.add_argument("--spool-dir", default="var/collector-spool", help="where batches wait while the database is away")
+    parser.add_argument("--spool-max-mb", type=_positive_float, default=512.0, help="spool size cap in MiB (default 512)")
+    parser.add_argument("--ticks", type=int, default=None, help="stop after this many ticks (default: run until signalled)")
+    host = parser.add_argument_group("host source")
+    host.add_argument("--cpu-tdp-w", type=_positive_float, default=None, help="CPU TDP for the power estimate (default 10 W per CPU)")
+    dcgm = parser.add_argument_group("dcgm source")
+    dcgm.add_argument("--url", default=None, help="dcgm-exporter endpoint, e.g. http://localhost:9400/metrics")
+    sim = parser.add_argument_group("sim source")
+    sim.add_argument("--nodes", type=int, default=1, help="simulated nodes (default 1)")
+    sim.add_argument("--gpus", type=int, default=8, help="simulated GPUs per node (default 8)")
+    sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _label(text):
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"must look like KEY=VALUE (e.g. team=rl), got {text!r}")
+    return key.strip(), value.strip()
+
+
+def run(options, dsn, out=None):
+    """Run the agent until SIGTERM/SIGINT (or --ticks); return the process exit status."""
+    opts = options if isinstance(options, dict) else vars(options)
+    try:
+        source = make_source(opts["source"], opts)
+    except SourceError as exc:
+        log.error("%s", exc)
+        return 2
+    spool = Spool(opts["spool_dir"], max_bytes=int(opts["spool_max_mb"] * 2**20))
+    agent = Agent(source, dsn, spool, interval_s=opts["interval"], labels=dict(opts.get("label") or []))
+    stop = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    log.info(
+        "collecting from %s every %gs; spool %s", opts["source"], opts["interval"], spool.dir
+    )
+    try:
+        agent.run(stop, ticks=opts.get("ticks"))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log.info("stopped after %d ticks, %d samples written", agent.ticks, agent.samples_written)
+    return 0
+
+
+def configure_logging(stream=None):
+    handler = logging.StreamHandler(stream or sys.stdout)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    root = logging.getLogger("collector.agent")
+    if not root.handlers:
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m collector.agent", description="Yardstick telemetry agent")
+    add_arguments(parser)
+    options = parser.parse_args(argv)
+    configure_logging()
+    return run(options, options.dsn)

@@ -1,0 +1,229 @@
+"""The telemetry schema, in one place.
+
+The Django migration runs `CREATE_SQL` (and `DROP_SQL` to reverse); the agent
+and the benchmarks use the same text and the same partition helper, so a node
+that writes with plain psycopg and the control plane agree on every column.
+
+Tables:
+
+- `collector_node`, `collector_device`: who reports (registered by the agent).
+- `telemetry_sample`: raw samples, partitioned by UTC day, primary key
+  (device_id, ts). No foreign key to the device: a per-row FK check would cost
+  a trigger call on every COPYed row, and devices are never deleted while
+  their samples are kept.
+- `telemetry_latest`: one row per device, the newest sample, so the fleet view
+  never scans history.
+- `telemetry_rollup_1m`, `telemetry_rollup_1h`: per device and bucket.
+- `telemetry_rollup_pending`: (device, hour) pairs written since their last
+  roll-up; the rollup task claims them, so late and replayed data is rolled up.
+- `telemetry_device_holder`: which processes (host PID) or pods hold a device.
+"""
+
+from datetime import datetime, timedelta, timezone
+
+# Column order of a sample row everywhere: the agent's tuples, the spool, COPY.
+SAMPLE_FIELDS = (
+    "util_pct",
+    "mem_util_pct",
+    "power_w",
+    "energy_j",
+    "mem_used_mib",
+    "mem_total_mib",
+    "temp_c",
+    "sm_clock_mhz",
+    "sm_active_pct",
+)
+# Postgres types of ("device_id", "ts") + SAMPLE_FIELDS, for binary COPY.
+SAMPLE_COPY_TYPES = (
+    "int4",
+    "timestamptz",
+    "float4",
+    "float4",
+    "float4",
+    "float8",
+    "int4",
+    "int4",
+    "float4",
+    "int4",
+    "float4",
+)
+SAMPLE_COLUMNS = ("device_id", "ts") + SAMPLE_FIELDS
+
+# Intervals longer than this between two samples of one device are a gap:
+# neither device time nor energy is counted across them.
+MAX_GAP_S = 300
+
+_FIELDS_DDL = """
+    util_pct real,
+    mem_util_pct real,
+    power_w real,
+    energy_j double precision,
+    mem_used_mib integer,
+    mem_total_mib integer,
+    temp_c real,
+    sm_clock_mhz integer,
+    sm_active_pct real
+"""
+
+_ROLLUP_DDL = """
+    device_id integer NOT NULL,
+    bucket timestamptz NOT NULL,
+    samples integer NOT NULL,
+    covered_s double precision NOT NULL,
+    util_mean_pct real,
+    util_max_pct real,
+    sm_active_mean_pct real,
+    mem_used_max_mib integer,
+    power_mean_w real,
+    power_max_w real,
+    temp_max_c real,
+    energy_j double precision NOT NULL,
+    energy_from text NOT NULL CHECK (energy_from IN ('counter', 'power', 'mixed', 'none')),
+    PRIMARY KEY (device_id, bucket)
+"""
+
+CREATE_SQL = f"""
+CREATE TABLE collector_node (
+    id bigserial PRIMARY KEY,
+    name text NOT NULL UNIQUE,
+    labels jsonb NOT NULL DEFAULT '{{}}'::jsonb,
+    interval_s double precision NOT NULL DEFAULT 1,
+    first_seen timestamptz NOT NULL DEFAULT now(),
+    registered_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE collector_device (
+    id serial PRIMARY KEY,
+    uuid text NOT NULL UNIQUE,
+    node_id bigint NOT NULL REFERENCES collector_node (id) ON DELETE CASCADE,
+    index integer NOT NULL,
+    model text NOT NULL DEFAULT '',
+    source text NOT NULL,
+    simulated boolean NOT NULL DEFAULT false,
+    power_estimated boolean NOT NULL DEFAULT false,
+    mem_total_mib integer,
+    first_seen timestamptz NOT NULL DEFAULT now(),
+    registered_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX collector_device_node ON collector_device (node_id);
+
+CREATE TABLE telemetry_sample (
+    device_id integer NOT NULL,
+    ts timestamptz NOT NULL,
+    {_FIELDS_DDL},
+    PRIMARY KEY (device_id, ts)
+) PARTITION BY RANGE (ts);
+
+-- Rewritten every tick: half-empty pages let those updates stay HOT (no index work).
+CREATE TABLE telemetry_latest (
+    device_id integer PRIMARY KEY REFERENCES collector_device (id) ON DELETE CASCADE,
+    ts timestamptz NOT NULL,
+    {_FIELDS_DDL}
+) WITH (fillfactor = 50);
+
+CREATE TABLE telemetry_rollup_1m ({_ROLLUP_DDL});
+CREATE INDEX telemetry_rollup_1m_bucket ON telemetry_rollup_1m (bucket) INCLUDE (power_mean_w);
+CREATE TABLE telemetry_rollup_1h ({_ROLLUP_DDL});
+CREATE INDEX telemetry_rollup_1h_bucket ON telemetry_rollup_1h (bucket) INCLUDE (power_mean_w);
+
+CREATE TABLE telemetry_rollup_pending (
+    device_id integer NOT NULL,
+    hour timestamptz NOT NULL,
+    from_ts timestamptz NOT NULL,
+    PRIMARY KEY (device_id, hour)
+);
+
+CREATE TABLE telemetry_device_holder (
+    device_id integer NOT NULL REFERENCES collector_device (id) ON DELETE CASCADE,
+    holder text NOT NULL,
+    pid integer,
+    used_mem_mib integer,
+    first_seen timestamptz NOT NULL,
+    last_seen timestamptz NOT NULL,
+    PRIMARY KEY (device_id, holder)
+);
+"""
+
+DROP_SQL = """
+DROP TABLE IF EXISTS telemetry_device_holder, telemetry_rollup_pending,
+    telemetry_rollup_1h, telemetry_rollup_1m, telemetry_latest, telemetry_sample,
+    collector_device, collector_node CASCADE;
+"""
+
+PARTITION_PREFIX = "telemetry_sample_p"
+
+
+def partition_name(day):
+    return f"{PARTITION_PREFIX}{day:%Y%m%d}"
+
+
+def partition_day(name):
+    """Return the date a partition named by `partition_name` holds, or None."""
+    if not name.startswith(PARTITION_PREFIX):
+        return None
+    try:
+        return datetime.strptime(name[len(PARTITION_PREFIX):], "%Y%m%d").date()
+    except ValueError:
+        return None
+
+
+def partition_sql(day):
+    nxt = day + timedelta(days=1)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {partition_name(day)} PARTITION OF telemetry_sample "
+        f"FOR VALUES FROM ('{day.isoformat()} 00:00:00+00') TO ('{nxt.isoformat()} 00:00:00+00')"
+    )
+
+
+def days_between(first, last):
+    """Every UTC date from `first` to `last` (dates or aware datetimes), inclusive."""
+    if isinstance(first, datetime):
+        first = first.astimezone(timezone.utc).date()
+    if isinstance(last, datetime):
+        last = last.astimezone(timezone.utc).date()
+    day = first
+    while day <= last:
+        yield day
+        day += timedelta(days=1)
+
+
+def ensure_partitions(cursor, days):
+    """Create the daily partitions for `days` (dates) that do not exist yet.
+
+    `cursor` is any DB-API cursor (psycopg or Django's). Takes a transaction-level
+    advisory lock so two agents creating the same day do not race on the catalog.
+    Return the names of the partitions created.
+    """
+    days = sorted(set(days))
+    if not days:
+        return []
+    cursor.execute("SELECT pg_advisory_xact_lock(hashtext('telemetry_sample partitions'))")
+    cursor.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = 'telemetry_sample'::regclass"
+    )
+    existing = {row[0] for row in cursor.fetchall()}
+    created = []
+    for day in days:
+        if partition_name(day) not in existing:
+            cursor.execute(partition_sql(day))
+            created.append(partition_name(day))
+    return created
+
+
+def existing_partitions(cursor):
+    """Return {date: partition name} for the daily partitions of telemetry_sample."""
+    cursor.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = 'telemetry_sample'::regclass"
+    )
+    found = {}
+    for (name,) in cursor.fetchall():
+        day = partition_day(name)
+        if day is not None:
+            found[day] = name
+    return found
+
+
+def today_utc():
+    return datetime.now(timezone.utc).date()
+

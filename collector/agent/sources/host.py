@@ -1,0 +1,112 @@
+"""This machine's CPU as one device (psutil), so Yardstick works with no GPU.
+
+Measured: utilization (all cores, since the previous tick), memory, clock,
+temperature where a sensor exists. Estimated, and flagged `power_estimated`:
+power, as idle share + load share of a configured TDP (`--cpu-tdp-w`), and the
+energy counter, which integrates that estimate from the agent's start.
+"""
+
+import platform
+import socket
+import time
+import uuid as uuidlib
+from pathlib import Path
+
+import psutil
+
+from ..batch import DeviceInfo, Reading
+
+# A server CPU draws roughly this share of its TDP when idle (an estimate).
+IDLE_SHARE = 0.3
+# Default TDP per logical CPU when --cpu-tdp-w is not given (an estimate).
+TDP_PER_CPU_W = 10.0
+MIB = 2**20
+
+
+def default_tdp_w():
+    return TDP_PER_CPU_W * (psutil.cpu_count() or 1)
+
+
+class HostSource:
+    name = "host"
+
+    def __init__(self, node, cpu_tdp_w=None, clock=time.monotonic):
+        self.node = node
+        self.tdp_w = float(cpu_tdp_w) if cpu_tdp_w else default_tdp_w()
+        if self.tdp_w <= 0:
+            raise ValueError(f"cpu_tdp_w must be > 0, got {cpu_tdp_w}")
+        self.clock = clock
+        self.info = DeviceInfo(
+            uuid=host_uuid(node),
+            node=node,
+            index=0,
+            model=cpu_model(),
+            source="host",
+            power_estimated=True,
+            mem_total_mib=psutil.virtual_memory().total // MIB,
+        )
+        psutil.cpu_percent(None)  # primes the counter: the first real read covers one tick
+        self.energy_j = 0.0
+        self._last = None  # (monotonic time, power_w) of the previous tick
+
+    def power_w(self, util_pct):
+        return self.tdp_w * (IDLE_SHARE + (1 - IDLE_SHARE) * util_pct / 100.0)
+
+    def read(self, ts):
+        util = psutil.cpu_percent(None)
+        mem = psutil.virtual_memory()
+        power = self.power_w(util)
+        now = self.clock()
+        if self._last is not None:
+            # trapezoid over the tick, of the estimate
+            self.energy_j += (now - self._last[0]) * (power + self._last[1]) / 2
+        self._last = (now, power)
+        freq = psutil.cpu_freq()
+        values = (
+            util,
+            mem.percent,
+            power,
+            self.energy_j,
+            (mem.total - mem.available) // MIB,
+            mem.total // MIB,
+            _temperature(),
+            None if freq is None else int(freq.current),
+            None,  # no SM activity on a CPU
+        )
+        return [Reading(self.info, values)]
+
+    def close(self):
+        pass
+
+
+def host_uuid(node):
+    """A stable id for this machine's CPU: from /etc/machine-id, else from the node name."""
+    try:
+        seed = Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        seed = ""
+    return "CPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, seed or node or socket.gethostname()))
+
+
+def cpu_model():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "CPU"
+
+
+def _temperature():
+    read = getattr(psutil, "sensors_temperatures", None)
+    if read is None:
+        return None
+    try:
+        sensors = read()
+    except (OSError, RuntimeError):
+        return None
+    for name in ("coretemp", "k10temp", "cpu_thermal", "zenpower"):
+        if sensors.get(name):
+            return float(sensors[name][0].current)
+    return None

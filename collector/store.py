@@ -1,0 +1,294 @@
+"""The telemetry store's upkeep and its reads: partitions, rollups, retention, fleet, series.
+
+Periodic tasks (collector/tasks.py) call `create_partitions`, `roll_up` and
+`apply_retention`; the API calls `fleet` and `device_series`.
+
+Energy in a rollup bucket: each sample carries the energy of the interval
+since the device's previous sample, credited to the sample's bucket. It is the
+counter's delta when both samples have a counter and it did not go down; when
+the counter went down (driver reload: a new counter) or is missing, it is
+power integrated over the interval (trapezoid). Intervals longer than
+`schema.MAX_GAP_S` are a gap: no energy and no device time.
+"""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from collector.agent import schema
+from collector.models import Device, Node
+
+GAP = f"interval '{schema.MAX_GAP_S} seconds'"
+
+# Per-interval energy and covered time for the samples of `win`, a set of
+# (device_id, lo, hi) windows; the lag reaches one gap back before `lo`.
+_INTERVALS = f"""
+pts AS (
+    SELECT s.*, win.lo,
+        lag(s.ts) OVER w AS prev_ts, lag(s.energy_j) OVER w AS prev_e, lag(s.power_w) OVER w AS prev_p
+    FROM win JOIN telemetry_sample s
+      ON s.device_id = win.device_id AND s.ts >= win.lo - {GAP} AND s.ts < win.hi
+    WINDOW w AS (PARTITION BY s.device_id, win.lo ORDER BY s.ts)
+),
+iv AS (
+    SELECT pts.*,
+        CASE WHEN prev_ts IS NOT NULL AND ts - prev_ts <= {GAP}
+             THEN extract(epoch FROM ts - prev_ts)::float8 ELSE 0 END AS dt_s,
+        CASE WHEN prev_ts IS NULL OR ts - prev_ts > {GAP} THEN NULL
+             WHEN energy_j IS NOT NULL AND prev_e IS NOT NULL AND energy_j >= prev_e THEN energy_j - prev_e
+             WHEN power_w IS NOT NULL AND prev_p IS NOT NULL
+             THEN (power_w + prev_p) / 2.0 * extract(epoch FROM ts - prev_ts)::float8
+        END AS e_j,
+        (prev_ts IS NOT NULL AND ts - prev_ts <= {GAP} AND energy_j IS NOT NULL
+         AND prev_e IS NOT NULL AND energy_j >= prev_e) AS e_counter
+    FROM pts WHERE ts >= lo
+)
+"""
+
+_ENERGY_FROM = """
+    CASE WHEN count(e_j) = 0 THEN 'none'
+         WHEN bool_and(e_counter) FILTER (WHERE e_j IS NOT NULL) THEN 'counter'
+         WHEN NOT bool_or(e_counter) FILTER (WHERE e_j IS NOT NULL) THEN 'power'
+         ELSE 'mixed' END
+"""
+
+_ROLLUP_COLS = (
+    "device_id, bucket, samples, covered_s, util_mean_pct, util_max_pct, sm_active_mean_pct, "
+    "mem_used_max_mib, power_mean_w, power_max_w, temp_max_c, energy_j, energy_from"
+)
+_UPDATE_ALL = ", ".join(f"{c} = excluded.{c}" for c in _ROLLUP_COLS.split(", ")[2:])
+
+_ROLLUP_1M = f"""
+WITH claim AS (
+    SELECT * FROM unnest(%s::int4[], %s::timestamptz[], %s::timestamptz[]) AS c(device_id, hour, from_ts)
+),
+win AS (
+    SELECT device_id, date_trunc('minute', from_ts) AS lo, hour + interval '1 hour' AS hi FROM claim
+),
+{_INTERVALS}
+INSERT INTO telemetry_rollup_1m ({_ROLLUP_COLS})
+SELECT device_id, date_trunc('minute', ts), count(*), sum(dt_s),
+       avg(util_pct), max(util_pct), avg(sm_active_pct), max(mem_used_mib),
+       avg(power_w), max(power_w), max(temp_c), coalesce(sum(e_j), 0), {_ENERGY_FROM}
+FROM iv GROUP BY device_id, date_trunc('minute', ts)
+ON CONFLICT (device_id, bucket) DO UPDATE SET {_UPDATE_ALL}
+"""
+
+_ROLLUP_1H = f"""
+WITH claim AS (
+    SELECT * FROM unnest(%s::int4[], %s::timestamptz[]) AS c(device_id, hour)
+)
+INSERT INTO telemetry_rollup_1h ({_ROLLUP_COLS})
+SELECT r.device_id, c.hour, sum(r.samples), sum(r.covered_s),
+       sum(r.util_mean_pct * r.samples) / nullif(sum(r.samples) FILTER (WHERE r.util_mean_pct IS NOT NULL), 0),
+       max(r.util_max_pct),
+       sum(r.sm_active_mean_pct * r.samples)
+           / nullif(sum(r.samples) FILTER (WHERE r.sm_active_mean_pct IS NOT NULL), 0),
+       max(r.mem_used_max_mib),
+       sum(r.power_mean_w * r.samples) / nullif(sum(r.samples) FILTER (WHERE r.power_mean_w IS NOT NULL), 0),
+       max(r.power_max_w), max(r.temp_max_c), sum(r.energy_j),
+       CASE WHEN count(DISTINCT r.energy_from) FILTER (WHERE r.energy_from <> 'none') = 0 THEN 'none'
+            WHEN count(DISTINCT r.energy_from) FILTER (WHERE r.energy_from <> 'none') = 1
+            THEN min(r.energy_from) FILTER (WHERE r.energy_from <> 'none')
+            ELSE 'mixed' END
+FROM claim c JOIN telemetry_rollup_1m r
+  ON r.device_id = c.device_id AND r.bucket >= c.hour AND r.bucket < c.hour + interval '1 hour'
+GROUP BY r.device_id, c.hour
+ON CONFLICT (device_id, bucket) DO UPDATE SET {_UPDATE_ALL}
+"""
+
+
+def retention():
+    """Return (raw days, 1-minute days, 1-hour days or None = kept) from settings, with the defaults."""
+    return (
+        getattr(settings, "TELEMETRY_RAW_DAYS", 7),
+        getattr(settings, "TELEMETRY_1M_DAYS", 90),
+        getattr(settings, "TELEMETRY_1H_DAYS", None),
+    )
+
+
+# -- upkeep -------------------------------------------------------------------
+
+
+def create_partitions(days_ahead=7, today=None):
+    """Create the raw-sample partitions from yesterday to `days_ahead` days ahead; return their names."""
+    today = today or schema.today_utc()
+    with transaction.atomic(), connection.cursor() as cur:
+        return schema.ensure_partitions(
+            cur, schema.days_between(today - timedelta(days=1), today + timedelta(days=days_ahead))
+        )
+
+
+def roll_up(limit=2000, max_rounds=50):
+    """Recompute the 1-minute and 1-hour rollups of every (device, hour) written since its last roll-up.
+
+    Idempotent: a bucket is recomputed whole from the raw samples (1m) or the
+    1m rollups (1h) and upserted. Claims pending rows with SKIP LOCKED, so two
+    workers never do the same hour. Return the number of (device, hour) pairs done.
+    """
+    done = 0
+    for _ in range(max_rounds):
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(
+                "SELECT device_id, hour, from_ts FROM telemetry_rollup_pending "
+                "ORDER BY hour, device_id LIMIT %s FOR UPDATE SKIP LOCKED",
+                [limit],
+            )
+            claimed = cur.fetchall()
+            if not claimed:
+                break
+            devices = [c[0] for c in claimed]
+            hours = [c[1] for c in claimed]
+            cur.execute(_ROLLUP_1M, [devices, hours, [c[2] for c in claimed]])
+            cur.execute(_ROLLUP_1H, [devices, hours])
+            cur.execute(
+                "DELETE FROM telemetry_rollup_pending p USING unnest(%s::int4[], %s::timestamptz[]) AS c(device_id, hour) "
+                "WHERE p.device_id = c.device_id AND p.hour = c.hour",
+                [devices, hours],
+            )
+        done += len(claimed)
+        if len(claimed) < limit:
+            break
+    return done
+
+
+def apply_retention(now=None):
+    """Drop raw partitions and delete rollups past their retention; return what went.
+
+    A raw day is kept while it still has hours waiting for their roll-up, so
+    data imported from long ago reaches the rollups before its raw rows go.
+    """
+    now = now or timezone.now()
+    raw_days, m1_days, h1_days = retention()
+    dropped, kept = [], []
+    with transaction.atomic(), connection.cursor() as cur:
+        cutoff = now.date() - timedelta(days=raw_days)
+        for day, name in sorted(schema.existing_partitions(cur).items()):
+            if day >= cutoff:
+                continue
+            cur.execute(
+                "SELECT EXISTS (SELECT 1 FROM telemetry_rollup_pending WHERE hour < %s)",
+                [day + timedelta(days=1)],
+            )
+            if cur.fetchone()[0]:
+                kept.append(name)
+                continue
+            cur.execute(f"DROP TABLE {name}")
+            dropped.append(name)
+        cur.execute("DELETE FROM telemetry_rollup_1m WHERE bucket < %s", [now - timedelta(days=m1_days)])
+        deleted_1m = cur.rowcount
+        deleted_1h = 0
+        if h1_days is not None:
+            cur.execute("DELETE FROM telemetry_rollup_1h WHERE bucket < %s", [now - timedelta(days=h1_days)])
+            deleted_1h = cur.rowcount
+        cur.execute("DELETE FROM telemetry_device_holder WHERE last_seen < %s", [now - timedelta(days=raw_days)])
+    return {"dropped_partitions": dropped, "kept_pending": kept, "deleted_1m": deleted_1m, "deleted_1h": deleted_1h}
+
+
+# -- reads ----------------------------------------------------------------------
+
+LATEST_FIELDS = ("ts",) + schema.SAMPLE_FIELDS
+
+
+def newest_sample_age_s(now=None):
+    """Seconds since the newest sample of any device, or None when there is none."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT max(ts) FROM telemetry_latest")
+        newest = cur.fetchone()[0]
+    if newest is None:
+        return None
+    return ((now or timezone.now()) - newest).total_seconds()
+
+
+def fleet(now=None):
+    """Every node with its status and devices, each device with its latest sample (or None)."""
+    now = now or timezone.now()
+    nodes = {n.id: n for n in Node.objects.all()}
+    devices = Device.objects.select_related("latest").order_by("node_id", "index")
+    by_node = {node_id: [] for node_id in nodes}
+    for device in devices:
+        by_node.setdefault(device.node_id, []).append(device)
+    out = []
+    for node in sorted(nodes.values(), key=lambda n: n.name):
+        entries = []
+        newest = None
+        for device in by_node.get(node.id, []):
+            latest = getattr(device, "latest", None)
+            if latest is not None and (newest is None or latest.ts > newest):
+                newest = latest.ts
+            entries.append(
+                {
+                    "uuid": device.uuid,
+                    "index": device.index,
+                    "model": device.model,
+                    "source": device.source,
+                    "simulated": device.simulated,
+                    "power_estimated": device.power_estimated,
+                    "mem_total_mib": device.mem_total_mib,
+                    "latest": None if latest is None else {f: getattr(latest, f) for f in LATEST_FIELDS},
+                }
+            )
+        out.append(
+            {
+                "name": node.name,
+                "labels": node.labels,
+                "owner": node.owner,
+                "interval_s": node.interval_s,
+                "status": node.status(newest, now),
+                "newest_sample_at": newest,
+                "devices": entries,
+            }
+        )
+    return out
+
+
+RESOLUTIONS = ("raw", "1m", "1h")
+# The widest range each resolution answers, so one request cannot pull months of raw rows.
+MAX_RANGE = {"raw": timedelta(days=1), "1m": timedelta(days=31), "1h": timedelta(days=3 * 366)}
+
+_SERIES_RAW = f"""
+WITH win AS (SELECT %s::int4 AS device_id, %s::timestamptz AS lo, %s::timestamptz AS hi),
+{_INTERVALS}
+SELECT ts, util_pct, mem_util_pct, power_w, energy_j, mem_used_mib, mem_total_mib, temp_c,
+       sm_clock_mhz, sm_active_pct, e_j, CASE WHEN e_j IS NULL THEN 'none'
+       WHEN e_counter THEN 'counter' ELSE 'power' END
+FROM iv ORDER BY ts
+"""
+
+_ROLLUP_FIELDS = (
+    "samples",
+    "covered_s",
+    "util_mean_pct",
+    "util_max_pct",
+    "sm_active_mean_pct",
+    "mem_used_max_mib",
+    "power_mean_w",
+    "power_max_w",
+    "temp_max_c",
+    "energy_j",
+    "energy_from",
+)
+
+
+def device_series(device, start, end, resolution):
+    """Points of `device` with start <= ts < end at `resolution`, each with the energy of its interval.
+
+    Raw points: every sample field, `energy_j` the energy since the previous
+    sample (and `energy_counter_j` the counter as reported); rollup points: the
+    bucket's aggregates. `energy_from` says how each energy figure was obtained.
+    """
+    with connection.cursor() as cur:
+        if resolution == "raw":
+            cur.execute(_SERIES_RAW, [device.id, start, end])
+            names = ("ts",) + schema.SAMPLE_FIELDS[:3] + ("energy_counter_j",) + schema.SAMPLE_FIELDS[4:]
+            names += ("energy_j", "energy_from")
+            return [dict(zip(names, row)) for row in cur.fetchall()]
+        table = {"1m": "telemetry_rollup_1m", "1h": "telemetry_rollup_1h"}[resolution]
+        cur.execute(
+            f"SELECT bucket, {', '.join(_ROLLUP_FIELDS)} FROM {table} "
+            "WHERE device_id = %s AND bucket >= %s AND bucket < %s ORDER BY bucket",
+            [device.id, start, end],
+        )
+        return [dict(zip(("ts",) + _ROLLUP_FIELDS, row)) for row in cur.fetchall()]

@@ -1,0 +1,88 @@
+"""JSON API: `GET /api/fleet` and `GET /api/devices/<uuid>/samples`. Viewer role and up."""
+
+from datetime import datetime, timedelta, timezone
+
+from django.http import JsonResponse
+from django.utils import timezone as djtz
+from django.views.decorators.http import require_GET
+
+from collector import store
+from collector.models import Device
+from yardstick.auth import require_role
+
+# The range a request without `from` covers at each resolution.
+DEFAULT_RANGE = {"raw": timedelta(hours=1), "1m": timedelta(days=1), "1h": timedelta(days=30)}
+
+
+class BadParameter(ValueError):
+    pass
+
+
+@require_GET
+@require_role("viewer")
+def fleet(request):
+    return JsonResponse({"generated_at": djtz.now(), "nodes": store.fleet()})
+
+
+@require_GET
+@require_role("viewer")
+def device_samples(request, uuid):
+    device = Device.objects.filter(uuid=uuid).select_related("node").first()
+    if device is None:
+        return JsonResponse({"error": f"no device with uuid {uuid!r}"}, status=404)
+    try:
+        resolution, start, end = _series_params(request.GET)
+    except BadParameter as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse(
+        {
+            "device": {
+                "uuid": device.uuid,
+                "node": device.node.name,
+                "index": device.index,
+                "model": device.model,
+                "source": device.source,
+                "simulated": device.simulated,
+                "power_estimated": device.power_estimated,
+            },
+            "resolution": resolution,
+            "from": start,
+            "to": end,
+            "points": store.device_series(device, start, end, resolution),
+        }
+    )
+
+
+def _series_params(params):
+    resolution = params.get("resolution", "1m")
+    if resolution not in store.RESOLUTIONS:
+        raise BadParameter(f"resolution must be one of {', '.join(store.RESOLUTIONS)}, got {resolution!r}")
+    end = _time(params, "to") or djtz.now()
+    start = _time(params, "from") or end - DEFAULT_RANGE[resolution]
+    if start >= end:
+        raise BadParameter(f"from must be before to, got from={start.isoformat()} to={end.isoformat()}")
+    if end - start > store.MAX_RANGE[resolution]:
+        limit = store.MAX_RANGE[resolution]
+        raise BadParameter(
+            f"from..to may span at most {limit.days} day(s) at resolution {resolution}, "
+            f"got {(end - start).total_seconds() / 86400:.1f} days; use a coarser resolution"
+        )
+    return resolution, start, end
+
+
+def _time(params, name):
+    """Parse an ISO 8601 time (naive means UTC) or Unix seconds; None when absent."""
+    raw = params.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return datetime.fromtimestamp(float(raw), tz=timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        pass
+    try:
+        value = datetime.fromisoformat(raw.replace(" ", "+") if raw.count(" ") == 1 and "T" in raw else raw)
+    except ValueError:
+        raise BadParameter(
+            f"{name} must be an ISO 8601 time like 2025-01-31T12:00:00Z or Unix seconds, got {raw!r}"
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
