@@ -96,6 +96,7 @@ CELERY_BEAT_SCHEDULE = {
     "collector-roll-up": {"task": "collector.tasks.roll_up", "schedule": 60.0},
     "collector-create-partitions": {"task": "collector.tasks.create_partitions", "schedule": 3600.0},
     "collector-apply-retention": {"task": "collector.tasks.apply_retention", "schedule": 6 * 3600.0},
+    "costs-attribute": {"task": "costs.tasks.attribute", "schedule": 60.0},
 }
 
 CHANNEL_LAYERS = {

@@ -11,14 +11,15 @@ $3/h, $0.20/kWh, PUE 1.2 from the 11th.
   1.5 + 0.036 + (1 + 0.015) + (3 + 0.048) = $5.599
 - idle (infra): g2 23:00-23:30 = 1 + 0.015; g3 all two hours = 2 + 0.0075 + 3 + 0.012
   = $6.0345
-Fleet $15.2145. Rounded by column (see costs/report.py): device cost A 3.50,
-B 4.50 + 1.00 = 5.50, idle 6.00; energy A 0.081 → 0.08, B 0.099 → 0.10,
-idle 0.0345 → 0.03. So A $3.58, B $5.60, idle $6.03, fleet $15.21.
+Fleet $15.2145 → $15.21. Rounded by largest remainder (see costs/report.py):
+cells rounded down give 3.50 + 0.08 + 5.50 + 0.09 + 6.00 + 0.03 = 15.20; the
+missing cent goes to the largest remainder, B's energy (0.099 → 0.10). So A
+$3.58, B $5.60, idle $6.03.
 """
 
 from datetime import date
 
-from conftest import set_prices, utc
+from cost_builders import set_prices, utc
 
 from costs.attribution import attribute
 

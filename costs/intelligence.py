@@ -1,0 +1,144 @@
+"""Intelligence per dollar: what each job's eval score gained for what it cost.
+
+Score: the job's held-out eval pass@1 in points (trainer Step.eval_pass1;
+step 0 is the baseline before any update). Gain over a period = the last
+score before the period's end minus the last score before its start (the
+baseline when the job had none yet), so the gains of consecutive periods add
+up to the job's whole gain. States instead of divisions by zero:
+"no eval yet" (no score to compare), "no cost yet" (nothing charged), "no
+gain yet" (gain <= 0: IPD shown, dollars per point not).
+"""
+
+from bisect import bisect_left
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.db.models import Sum
+
+from costs.ledger import usage
+from costs.prices import PriceBook
+
+CENT = Decimal("0.01")
+NO_EVAL = "no eval yet"
+NO_COST = "no cost yet"
+NO_GAIN = "no gain yet"
+OK = "ok"
+
+
+class Scores:
+    """Eval scores of some jobs, in time order, answering `at(job, t)` and `gain(job, start, end)`."""
+
+    def __init__(self, job_ids):
+        from trainer.models import Step
+
+        self.points = {}
+        rows = (Step.objects.filter(job_id__in=list(job_ids), eval_pass1__isnull=False)
+                .order_by("job_id", "at", "step").values_list("job_id", "step", "at", "eval_pass1"))
+        for job_id, step, at, pass1 in rows:
+            self.points.setdefault(job_id, []).append((at, step, pass1))
+
+    def at(self, job_id, ts):
+        """The newest score recorded before `ts`, or None."""
+        pts = self.points.get(job_id, [])
+        i = bisect_left([p[0] for p in pts], ts)
+        return pts[i - 1][2] if i else None
+
+    def baseline(self, job_id):
+        pts = self.points.get(job_id, [])
+        base = [p for p in pts if p[1] == 0]
+        return (base or pts or [(None, None, None)])[0][2]
+
+    def gain(self, job_id, start, end):
+        """Points gained in [start, end), or None when the job had no score before `end`."""
+        last = self.at(job_id, end) if end is not None else self.latest(job_id)
+        if last is None:
+            return None
+        first = self.at(job_id, start) if start is not None else None
+        if first is None:
+            first = self.baseline(job_id)
+        return last - first
+
+    def latest(self, job_id):
+        pts = self.points.get(job_id, [])
+        return pts[-1][2] if pts else None
+
+
+def ipd(gain, cost_usd):
+    """(IPD points per dollar, dollars per point, state) for a gain in points and a cost in dollars.
+
+    IPD is None without a score or a cost; dollars per point is None unless the gain is positive.
+    """
+    if gain is None:
+        return None, None, NO_EVAL
+    if cost_usd is None or cost_usd <= 0:
+        return None, None, NO_COST
+    points_per_usd = Decimal(repr(float(gain))) / cost_usd
+    if gain <= 0:
+        return points_per_usd, None, NO_GAIN
+    return points_per_usd, cost_usd / Decimal(repr(float(gain))), OK
+
+
+def job_intelligence(job, book=None):
+    """Everything a job's IPD card shows, as a dict (money as strings rounded to the cent)."""
+    from trainer.models import Step
+
+    book = book or PriceBook()
+    rows = usage(job_ids=[job.pk], book=book)
+    cost = sum((u.total_usd for u in rows), Decimal(0))
+    energy_j = sum((u.energy_j for u in rows), Decimal(0))
+    scores = Scores([job.pk])
+    baseline, latest = scores.baseline(job.pk), scores.latest(job.pk)
+    gain = None if latest is None else latest - baseline
+    cost_cents = cost.quantize(CENT, ROUND_HALF_UP)
+    points_per_usd, usd_per_point, state = ipd(gain, cost_cents)
+    tokens = Step.objects.filter(job=job, step__gt=0).aggregate(n=Sum("gen_tokens"))["n"] or 0
+    return {
+        "job_id": job.pk,
+        "baseline_pass1": baseline,
+        "latest_pass1": latest,
+        "gain_points": gain,
+        "cost_usd": str(cost_cents),
+        "ipd_points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
+        "usd_per_point": None if usd_per_point is None else str(usd_per_point.quantize(CENT, ROUND_HALF_UP)),
+        "state": state,
+        "rollout_tokens": tokens,
+        "usd_per_million_tokens": (str((cost / (Decimal(tokens) / 1_000_000)).quantize(CENT, ROUND_HALF_UP))
+                                   if tokens and cost > 0 else None),
+        "tokens_state": OK if tokens and cost > 0 else ("no tokens yet" if not tokens else NO_COST),
+        "energy_j": float(energy_j),
+        "tokens_per_joule": float(Decimal(tokens) / energy_j) if tokens and energy_j > 0 else None,
+        "simulated": any(u.simulated for u in rows),
+        "power_estimated": any(u.power_estimated for u in rows),
+        "example_prices": any(u.example_price for u in rows),
+    }
+
+
+def score_cost_curve(job, book=None):
+    """The job's eval score against cumulative dollars: [{step, at, pass1, cost_usd}] in time order.
+
+    The cost at a point is everything charged to the job in minutes that began
+    before the eval was recorded (minute resolution, like attribution).
+    """
+    from costs.models import Allocation
+
+    book = book or PriceBook()
+    scores = Scores([job.pk]).points.get(job.pk, [])
+    if not scores:
+        return []
+    # Per-minute job costs, priced per (device, day) like everything else.
+    minutes = (Allocation.objects.filter(job_id=job.pk)
+               .values_list("minute", "device_id", "device_s", "energy_j", "device__model", "device__source"))
+    from costs.prices import cost_usd, model_key
+
+    spend = []
+    for minute, _device, dev_s, joules, model, source in minutes:
+        d, e = cost_usd(book.price(model_key(model, source), minute.date()), dev_s, joules)
+        spend.append((minute, d + e))
+    spend.sort()
+    out, total, i = [], Decimal(0), 0
+    for at, step, pass1 in scores:
+        while i < len(spend) and spend[i][0] < at:
+            total += spend[i][1]
+            i += 1
+        out.append({"step": step, "at": at.isoformat(), "pass1": pass1,
+                    "cost_usd": float(total.quantize(Decimal("0.000001")))})
+    return out

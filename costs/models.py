@@ -1,0 +1,125 @@
+"""The cost engine's tables: the price book, per-minute allocations, and the attribution watermark.
+
+Why per-(device, minute, holder) rows rather than per-(job, day) aggregates:
+a re-run of attribution replaces exactly the minutes it recomputes (delete +
+insert, idempotent), late telemetry for one minute touches only that minute,
+and every dollar in a report can be explained line by line down to the
+telemetry rollup it came from. Money is *not* stored: rows hold device-seconds
+and joules, and prices are applied when a report is built, from the entry in
+force on each minute's UTC day. So a price added today changes only today
+onward, and a report never depends on when attribution happened to run.
+Prices are per day (an entry holds "from YYYY-MM-DD"), so reports aggregate
+rows per (device, day, holder) in SQL before pricing: the row count of a
+report grows with devices x days, not with minutes.
+"""
+
+from django.db import models
+from django.utils import timezone
+
+
+class PriceEntry(models.Model):
+    """What one device-hour and one kWh cost for devices whose model matches `pattern`, from a date on.
+
+    Which entry applies to a device on a day: among patterns matching the
+    device's model (host CPUs match as `cpu`) that have an entry in force that
+    day, the most specific (most non-wildcard characters) wins; of its entries,
+    the newest `effective_from` on or before the day. Validation lives in
+    `costs.prices.validate_entry` (the admin, the command and this model's
+    `clean` all use it).
+    """
+
+    pattern = models.CharField(
+        max_length=200, help_text="fnmatch pattern on the device model (case-insensitive): *H100*, cpu, * (default)"
+    )
+    usd_per_hour = models.DecimalField(max_digits=14, decimal_places=6, help_text="USD per device-hour, >= 0")
+    usd_per_kwh = models.DecimalField(max_digits=14, decimal_places=6, help_text="USD per kWh drawn, >= 0")
+    pue = models.DecimalField(max_digits=6, decimal_places=3, default=1, help_text="power usage effectiveness, >= 1")
+    effective_from = models.DateField(help_text="UTC day from which this entry holds")
+    is_example = models.BooleanField(
+        default=False, help_text="an example price shipped with Yardstick, not a real contract price"
+    )
+    note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["pattern", "effective_from"]
+        verbose_name_plural = "price entries"
+        constraints = [
+            models.UniqueConstraint(fields=["pattern", "effective_from"], name="costs_price_pattern_from_unique"),
+            models.CheckConstraint(condition=models.Q(usd_per_hour__gte=0), name="costs_price_per_hour_nonneg"),
+            models.CheckConstraint(condition=models.Q(usd_per_kwh__gte=0), name="costs_price_per_kwh_nonneg"),
+            models.CheckConstraint(condition=models.Q(pue__gte=1), name="costs_price_pue_ge_1"),
+        ]
+
+    def __str__(self):
+        label = " (example)" if self.is_example else ""
+        return (f"{self.pattern} from {self.effective_from}: ${self.usd_per_hour}/h, "
+                f"${self.usd_per_kwh}/kWh x PUE {self.pue}{label}")
+
+    def clean(self):
+        from django.core.exceptions import ValidationError
+
+        from costs.prices import PriceError, validate_entry
+
+        try:
+            validate_entry(self)
+        except PriceError as err:
+            raise ValidationError({err.field: err.message}) from None
+
+
+class Allocation(models.Model):
+    """Device time and energy of one device in one minute, charged to one job or to idle (job null).
+
+    For each rollup minute the rows of that (device, minute) sum exactly to the
+    rollup's covered_s and energy_j (numeric arithmetic; idle takes the
+    remainder). `team` is who pays: the job's team, or for idle the node's
+    owner label at attribution time ("unassigned" without one). The rollup's
+    own figures are copied (`rollup_*`) so a later change to the rollup (late
+    samples) is seen and the minute recomputed.
+    """
+
+    device = models.ForeignKey(
+        "collector.Device", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    minute = models.DateTimeField()  # start of the rollup bucket, UTC
+    # Null: idle. No database constraint: a deleted job must not take its device time with it.
+    job = models.ForeignKey(
+        "trainer.Job", null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    team = models.CharField(max_length=100)
+    held_s = models.FloatField(help_text="seconds of this minute the job held the device (idle: held by no job)")
+    device_s = models.DecimalField(max_digits=30, decimal_places=15)
+    energy_j = models.DecimalField(max_digits=30, decimal_places=15)
+    energy_from = models.CharField(max_length=10)  # counter | power | mixed | none, from the rollup
+    rollup_samples = models.IntegerField()
+    rollup_covered_s = models.FloatField()
+    rollup_energy_j = models.FloatField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["device", "minute", "job"], nulls_distinct=False, name="costs_allocation_unique"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["minute"], name="costs_allocation_minute"),
+            models.Index(fields=["job", "minute"], name="costs_allocation_job"),
+        ]
+
+    def __str__(self):
+        return f"device {self.device_id} {self.minute:%Y-%m-%d %H:%M} → {self.job_id or 'idle'}"
+
+
+class AttributionState(models.Model):
+    """One row: how far attribution has run, and which stints were still open then.
+
+    A stint open at the last run was charged up to that run's end; when it
+    closes (finished, or its crash found later with ended_at set back to the
+    last heartbeat) the next run recomputes from its ended_at.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    done_through = models.DateTimeField(null=True, help_text="minutes before this are attributed")
+    open_stints = models.JSONField(default=list)
+    last_stint_id = models.BigIntegerField(default=0)
+    ran_at = models.DateTimeField(null=True)

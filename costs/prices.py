@@ -1,0 +1,198 @@
+"""The price book: validating entries, adding them, and finding the one in force for a device on a day.
+
+Matching: fnmatch-style, case-insensitive, on the device model name (a host
+CPU device matches as `cpu`). Of the patterns that match and have an entry in
+force on the day, the most specific wins: the one with the most non-wildcard
+characters (ties: alphabetical, so the choice is stable); of that pattern's
+entries, the newest `effective_from` on or before the day. `*` is the default.
+
+Entries in force before today are fixed: changing one would rewrite costs
+already reported. To change a price, add an entry from a new date.
+"""
+
+import fnmatch
+import functools
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal, InvalidOperation
+
+from django.db import transaction
+from django.utils import timezone
+
+from costs.models import PriceEntry
+
+HOST_KEY = "cpu"
+DEFAULT_PATTERN = "*"
+_WILDCARDS = set("*?[]")
+
+# Shipped so a fresh install shows figures; every one is labelled an example everywhere it shows.
+EXAMPLE_NOTE = "example price shipped with Yardstick; replace it with your own (manage.py prices add)"
+EXAMPLE_PRICES = [
+    # pattern, USD per device-hour, USD per kWh, PUE
+    ("*", "1.00", "0.12", "1.30"),
+    ("cpu", "0.05", "0.12", "1.30"),
+    ("*A100*", "1.80", "0.12", "1.30"),
+    ("*H100*", "2.50", "0.12", "1.30"),
+    ("*H200*", "3.50", "0.12", "1.30"),
+    ("*B200*", "5.00", "0.12", "1.30"),
+    ("*Rubin*", "8.00", "0.12", "1.30"),
+]
+EXAMPLE_FROM = date(2020, 1, 1)
+
+
+class PriceError(ValueError):
+    """A price entry that cannot be stored; `field` names it, the message says what is accepted."""
+
+    def __init__(self, field, message):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+# -- validation -----------------------------------------------------------------
+
+
+def parse_money(field, value, minimum=Decimal(0), accepted=None):
+    """Return `value` as a finite Decimal >= minimum (6 decimal places at most), or raise PriceError."""
+    accepted = accepted or f"a number >= {minimum}"
+    try:
+        amount = value if isinstance(value, Decimal) else Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        raise PriceError(field, f"{field} must be {accepted}, got {value!r}") from None
+    if isinstance(value, bool) or not amount.is_finite() or amount < minimum:
+        raise PriceError(field, f"{field} must be {accepted}, got {value}")
+    if amount > Decimal("99999999"):
+        raise PriceError(field, f"{field} must be {accepted} and below 100000000, got {value}")
+    if amount != amount.quantize(Decimal("0.000001")):
+        raise PriceError(field, f"{field} must have at most 6 decimal places, got {value}")
+    return amount
+
+
+def parse_day(field, value):
+    """Return a date from a date or 'YYYY-MM-DD', or raise PriceError."""
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    try:
+        return date.fromisoformat(str(value).strip())
+    except ValueError:
+        raise PriceError(field, f"{field} must be a date YYYY-MM-DD, got {value!r}") from None
+
+
+def validate_entry(entry):
+    """Normalise and check `entry` (a PriceEntry, saved or not) in place; raise PriceError on the first bad field."""
+    pattern = (entry.pattern or "").strip() if isinstance(entry.pattern, str) else entry.pattern
+    if not isinstance(pattern, str) or not pattern or len(pattern) > 200:
+        raise PriceError("pattern", f"pattern must be a model-name pattern like *H100*, cpu or * "
+                                    f"(1 to 200 characters), got {entry.pattern!r}")
+    entry.pattern = pattern
+    entry.usd_per_hour = parse_money("usd_per_hour", entry.usd_per_hour, accepted="a number of dollars >= 0")
+    entry.usd_per_kwh = parse_money("usd_per_kwh", entry.usd_per_kwh, accepted="a number of dollars >= 0")
+    entry.pue = parse_money("pue", entry.pue, minimum=Decimal(1), accepted="a number >= 1 (1.0 = no overhead)")
+    if entry.pue != entry.pue.quantize(Decimal("0.001")):
+        raise PriceError("pue", f"pue must have at most 3 decimal places, got {entry.pue}")
+    entry.effective_from = parse_day("effective_from", entry.effective_from)
+
+    clash = PriceEntry.objects.filter(pattern=entry.pattern, effective_from=entry.effective_from)
+    if entry.pk:
+        clash = clash.exclude(pk=entry.pk)
+    other = clash.first()
+    if other is not None:
+        raise PriceError("effective_from", f"pattern {entry.pattern!r} already has an entry from "
+                                           f"{entry.effective_from} (${other.usd_per_hour}/h); "
+                                           "choose another date (entries of one pattern need distinct start dates)")
+
+    if entry.pk:
+        stored = PriceEntry.objects.filter(pk=entry.pk).first()
+        today = timezone.now().date()
+        if stored is not None and stored.effective_from < today:
+            fixed = ("pattern", "usd_per_hour", "usd_per_kwh", "pue", "effective_from")
+            changed = [f for f in fixed if getattr(stored, f) != getattr(entry, f)]
+            if changed:
+                raise PriceError(changed[0], f"{changed[0]} of an entry in force since {stored.effective_from} "
+                                             "cannot change (past costs would change with it); "
+                                             f"add a new entry from {today} or later instead")
+    return entry
+
+
+def add_price(pattern, usd_per_hour, usd_per_kwh, pue, effective_from, is_example=False, note=""):
+    """Validate and store a new price entry; return it. Raise PriceError (nothing stored) on bad input."""
+    entry = PriceEntry(pattern=pattern, usd_per_hour=usd_per_hour, usd_per_kwh=usd_per_kwh, pue=pue,
+                       effective_from=effective_from, is_example=is_example, note=note)
+    with transaction.atomic():
+        validate_entry(entry)
+        entry.save()
+    return entry
+
+
+# -- matching ---------------------------------------------------------------------
+
+
+def specificity(pattern):
+    """How specific a pattern is: its number of non-wildcard characters."""
+    return sum(1 for ch in pattern if ch not in _WILDCARDS)
+
+
+def model_key(model, source):
+    """The name a device is priced by: `cpu` for a host device, else its model name."""
+    return HOST_KEY if source == "host" else (model or "")
+
+
+@dataclass(frozen=True)
+class Price:
+    entry_id: int
+    pattern: str
+    usd_per_hour: Decimal
+    usd_per_kwh: Decimal
+    pue: Decimal
+    effective_from: date
+    is_example: bool
+
+
+class PriceBook:
+    """All entries, loaded once; `price(key, day)` answers from memory."""
+
+    def __init__(self, entries=None):
+        entries = list(PriceEntry.objects.all()) if entries is None else list(entries)
+        self.by_pattern = {}
+        for e in sorted(entries, key=lambda e: e.effective_from):
+            self.by_pattern.setdefault(e.pattern, []).append(
+                Price(e.pk, e.pattern, Decimal(e.usd_per_hour), Decimal(e.usd_per_kwh), Decimal(e.pue),
+                      e.effective_from, e.is_example)
+            )
+        # Most specific first; alphabetical among equals.
+        self.patterns = sorted(self.by_pattern, key=lambda p: (-specificity(p), p))
+        self.price = functools.lru_cache(maxsize=65536)(self._price)
+
+    def _price(self, key, day):
+        """Return the Price in force for model name `key` on `day`, or None when no entry applies."""
+        name = key.lower()
+        for pattern in self.patterns:
+            if not fnmatch.fnmatchcase(name, pattern.lower()):
+                continue
+            in_force = [p for p in self.by_pattern[pattern] if p.effective_from <= day]
+            if in_force:
+                return in_force[-1]
+        return None
+
+
+def cost_usd(price, device_s, energy_j):
+    """(device cost, energy cost) in unrounded Decimal dollars for `device_s` seconds and `energy_j` joules."""
+    if price is None:
+        return Decimal(0), Decimal(0)
+    device = Decimal(device_s) * price.usd_per_hour / 3600
+    energy = Decimal(energy_j) * price.usd_per_kwh * price.pue / 3_600_000
+    return device, energy
+
+
+def install_examples(entry_model=PriceEntry):
+    """Create the example entries (labelled examples) where the book is empty; return how many."""
+    if entry_model.objects.exists():
+        return 0
+    entry_model.objects.bulk_create([
+        entry_model(pattern=p, usd_per_hour=Decimal(h), usd_per_kwh=Decimal(k), pue=Decimal(pue),
+                    effective_from=EXAMPLE_FROM, is_example=True, note=EXAMPLE_NOTE)
+        for p, h, k, pue in EXAMPLE_PRICES
+    ])
+    return len(EXAMPLE_PRICES)

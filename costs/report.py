@@ -1,0 +1,376 @@
+"""The cost review: one table of costs by team, job, node or day, as JSON, CSV or text.
+
+`parse_params` turns query parameters (API) or options (command) into a
+`Period` and group, naming the bad parameter otherwise; `build` makes the
+`Report`; `to_json`, `to_csv`, `to_text` render the same rows, so the API, the
+CSV and `manage.py cost_report` agree to the cent.
+
+Rounding, so that jobs + idle = fleet holds to the cent in every response:
+every row has four unrounded money cells (jobs' device cost, jobs' energy
+cost, idle device cost, idle energy cost). All cells of the table are rounded
+together by the largest-remainder method: each becomes its value rounded down
+or up to the cent, and together they add up exactly to the fleet's unrounded
+total rounded half-up. Every other money figure is a sum of these cells: a
+row's attributed = its job cells, idle = its idle cells, total = attributed +
+idle; the totals row sums the rows. So attributed + idle = fleet exactly,
+the fleet total is the exact total rounded to the cent, and each cell is
+within a cent of its unrounded value.
+"""
+
+import csv
+import io
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from datetime import timezone as dt_timezone
+from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
+
+from django.utils import timezone
+
+from costs.intelligence import Scores, ipd
+from costs.ledger import energy_from_label, usage
+from costs.prices import PriceBook
+
+GROUPS = ("team", "job", "node", "day")
+FORMATS = ("json", "csv")
+MAX_RANGE = timedelta(days=366)
+DEFAULT_RANGE = timedelta(days=7)
+CENT = Decimal("0.01")
+HOURS_Q = Decimal("0.0001")
+KWH_Q = Decimal("0.000001")
+EXAMPLE_NOTE = "some prices are examples shipped with Yardstick, not real prices (see manage.py prices list)"
+
+# Columns of the CSV and the text table, in order.
+COLUMNS = (
+    "group", "key", "label", "team", "status", "device_hours", "energy_kwh", "device_cost_usd",
+    "energy_cost_usd", "attributed_usd", "idle_usd", "total_usd", "gain_points", "ipd_points_per_usd",
+    "usd_per_point", "ipd_state", "energy_from", "simulated", "power_estimated", "example_prices", "unpriced",
+)
+
+
+class ReportParamError(ValueError):
+    """A report parameter that cannot be used; `param` names it, the message says what is accepted."""
+
+    def __init__(self, param, message):
+        super().__init__(message)
+        self.param = param
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Period:
+    start: datetime  # inclusive, aware UTC
+    end: datetime  # exclusive
+
+
+def _parse_time(param, value, end_of_day):
+    text = str(value).strip()
+    accepted = f"{param} must be a date YYYY-MM-DD or an ISO 8601 date-time (e.g. 2025-01-31T12:00Z), got {value!r}"
+    try:
+        if len(text) == 10:
+            day = date.fromisoformat(text)
+            moment = datetime.combine(day, time(0), tzinfo=dt_timezone.utc)
+            # A date as `to` means through the end of that day.
+            return moment + timedelta(days=1) if end_of_day else moment
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ReportParamError(param, accepted) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt_timezone.utc)
+    return moment.astimezone(dt_timezone.utc)
+
+
+def parse_params(params, now=None):
+    """Return (Period, group, format) from a mapping of strings; raise ReportParamError naming the parameter.
+
+    from/to: dates (to = through the end of that day) or ISO date-times (to exclusive);
+    default the last 7 days. group: team (default), job, node, day. format: json (default) or csv.
+    """
+    now = now or timezone.now()
+    group = (params.get("group") or "team").strip()
+    if group not in GROUPS:
+        raise ReportParamError("group", f"group must be one of {', '.join(GROUPS)}, got {group!r}")
+    fmt = (params.get("format") or "json").strip()
+    if fmt not in FORMATS:
+        raise ReportParamError("format", f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    end = _parse_time("to", params["to"], end_of_day=True) if params.get("to") else now
+    if params.get("from"):
+        start = _parse_time("from", params["from"], end_of_day=False)
+    else:
+        start = datetime.combine((end - DEFAULT_RANGE).date(), time(0), tzinfo=dt_timezone.utc)
+    if start >= end:
+        raise ReportParamError("from", f"from must be before to, got from={start.isoformat()} "
+                                       f"and to={end.isoformat()}")
+    if end - start > MAX_RANGE:
+        raise ReportParamError("to", f"the period may span at most {MAX_RANGE.days} days, got "
+                                     f"{(end - start).days} days ({start.date()} to {end.date()})")
+    return Period(start, end), group, fmt
+
+
+# -- rounding ------------------------------------------------------------------
+
+
+def round_column(values, quantum=CENT):
+    """Round each value to `quantum` so that they sum to their exact total rounded half-up (largest remainder)."""
+    if not values:
+        return []
+    target = sum(values, Decimal(0)).quantize(quantum, ROUND_HALF_UP)
+    floors = [v.quantize(quantum, ROUND_FLOOR) for v in values]
+    steps = int((target - sum(floors, Decimal(0))) / quantum)
+    order = sorted(range(len(values)), key=lambda i: (-(values[i] - floors[i]), i))
+    out = list(floors)
+    for i in order[:max(0, steps)]:
+        out[i] += quantum
+    return out
+
+
+# -- the report -------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    group: str
+    key: str
+    label: str
+    team: str = ""
+    status: str = ""
+    job_id: int | None = None
+    is_idle: bool = False
+    exact: dict = field(default_factory=lambda: {"jd": Decimal(0), "je": Decimal(0), "id": Decimal(0),
+                                                 "ie": Decimal(0), "s": Decimal(0), "j": Decimal(0)})
+    gain_points: float | None = None
+    energy_from: set = field(default_factory=set)
+    simulated: bool = False
+    power_estimated: bool = False
+    example_prices: bool = False
+    unpriced: bool = False
+    cells: dict = field(default_factory=dict)  # rounded: jd, je, id, ie (cents), hours, kwh
+
+    def values(self):
+        c = self.cells
+        attributed, idle = c["jd"] + c["je"], c["id"] + c["ie"]
+        total = attributed + idle
+        points_per_usd, usd_per_point, state = (None, None, "n/a") if self.gain_na else ipd(self.gain_points, total)
+        return {
+            "group": self.group, "key": self.key, "label": self.label, "team": self.team, "status": self.status,
+            "device_hours": c["hours"], "energy_kwh": c["kwh"],
+            "device_cost_usd": c["jd"] + c["id"], "energy_cost_usd": c["je"] + c["ie"],
+            "attributed_usd": attributed, "idle_usd": idle, "total_usd": total,
+            "gain_points": None if self.gain_points is None else round(self.gain_points, 4),
+            "ipd_points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
+            "usd_per_point": None if usd_per_point is None else usd_per_point.quantize(CENT, ROUND_HALF_UP),
+            "ipd_state": state, "energy_from": energy_from_label(self.energy_from),
+            "simulated": self.simulated, "power_estimated": self.power_estimated,
+            "example_prices": self.example_prices, "unpriced": self.unpriced,
+        }
+
+    @property
+    def gain_na(self):
+        return self.is_idle or self.group == "node"
+
+
+@dataclass
+class Report:
+    period: Period
+    group: str
+    rows: list
+    totals: dict
+    generated_at: datetime
+
+    @property
+    def example_prices(self):
+        return self.totals["example_prices"]
+
+
+def _day_bounds(day, period):
+    start = datetime.combine(day, time(0), tzinfo=dt_timezone.utc)
+    return max(start, period.start), min(start + timedelta(days=1), period.end)
+
+
+def build(period, group, book=None):
+    """The cost table of `period` grouped by `group` (see the module docstring for the rounding)."""
+    from trainer.models import Job
+
+    book = book or PriceBook()
+    used = usage(period.start, period.end, book=book)
+    job_ids = {u.job_id for u in used if u.job_id is not None}
+    jobs = {j.pk: j for j in Job.objects.filter(pk__in=job_ids)}
+    scores = Scores(job_ids)
+    rows = {}
+    for u in used:
+        idle = u.job_id is None
+        if group == "team":
+            key, label = u.team, u.team
+        elif group == "job":
+            if idle:
+                key, label = f"idle:{u.team}", f"idle ({u.team})"
+            else:
+                job = jobs.get(u.job_id)
+                key, label = str(u.job_id), job.name if job else f"deleted job {u.job_id}"
+        elif group == "node":
+            key, label = u.node, u.node
+        else:
+            key, label = u.day.isoformat(), u.day.isoformat()
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = Row(group=group, key=key, label=label)
+            if group == "job":
+                row.is_idle = idle
+                row.team = u.team
+                row.job_id = u.job_id
+                row.status = jobs[u.job_id].status if not idle and u.job_id in jobs else ("idle" if idle else "")
+            elif group == "team":
+                row.team = u.team
+            elif group == "node":
+                row.team = u.node_owner or ""
+        ex = row.exact
+        ex["id" if idle else "jd"] += u.device_usd
+        ex["ie" if idle else "je"] += u.energy_usd
+        ex["s"] += u.device_s
+        ex["j"] += u.energy_j
+        row.energy_from |= set(u.energy_from)
+        row.simulated |= u.simulated
+        row.power_estimated |= u.power_estimated
+        row.example_prices |= u.example_price
+        row.unpriced |= u.price_pattern is None
+
+    # Gains: of each job over the period (job), summed per team, or per day.
+    def add_gain(row, gain):
+        if gain is not None:
+            row.gain_points = (row.gain_points or 0.0) + gain
+
+    total_gain = None
+    for job_id in sorted(job_ids):
+        gain = scores.gain(job_id, period.start, period.end)
+        if gain is not None:
+            total_gain = (total_gain or 0.0) + gain
+        if group == "job":
+            add_gain(rows[str(job_id)], gain)
+        elif group == "team" and job_id in jobs:
+            team_row = rows.get(jobs[job_id].team)
+            if team_row is not None:
+                add_gain(team_row, gain)
+    if group == "day":
+        days_of_job = {(u.day, u.job_id) for u in used if u.job_id is not None}
+        for day, job_id in sorted(days_of_job):
+            lo, hi = _day_bounds(day, period)
+            add_gain(rows[day.isoformat()], scores.gain(job_id, lo, hi))
+
+    ordered = sorted(rows.values(), key=_sort_key)
+    cols = ("jd", "je", "id", "ie")
+    cents = iter(round_column([r.exact[c] for r in ordered for c in cols]))
+    for row in ordered:
+        for col in cols:
+            row.cells[col] = next(cents)
+    for row, hours in zip(ordered, round_column([r.exact["s"] / 3600 for r in ordered], HOURS_Q)):
+        row.cells["hours"] = hours
+    for row, kwh in zip(ordered, round_column([r.exact["j"] / 3_600_000 for r in ordered], KWH_Q)):
+        row.cells["kwh"] = kwh
+    values = [r.values() for r in ordered]
+
+    quanta = {"device_hours": HOURS_Q, "energy_kwh": KWH_Q}
+    totals = {k: sum((v[k] for v in values), Decimal(0)).quantize(quanta.get(k, CENT)) for k in (
+        "device_hours", "energy_kwh", "device_cost_usd", "energy_cost_usd", "attributed_usd", "idle_usd")}
+    totals["fleet_usd"] = totals["attributed_usd"] + totals["idle_usd"]
+    points_per_usd, usd_per_point, state = ipd(total_gain, totals["fleet_usd"])
+    totals.update({
+        "gain_points": None if total_gain is None else round(total_gain, 4),
+        "ipd_points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
+        "usd_per_point": None if usd_per_point is None else usd_per_point.quantize(CENT, ROUND_HALF_UP),
+        "ipd_state": state,
+        "energy_from": energy_from_label(set().union(*(r.energy_from for r in ordered)) if ordered else set()),
+        "simulated": any(v["simulated"] for v in values),
+        "power_estimated": any(v["power_estimated"] for v in values),
+        "example_prices": any(v["example_prices"] for v in values),
+        "unpriced": any(v["unpriced"] for v in values),
+    })
+    return Report(period=period, group=group, rows=values, totals=totals, generated_at=timezone.now())
+
+
+def _sort_key(row):
+    if row.group == "job":
+        return (row.is_idle, -(row.job_id or 0) if not row.is_idle else 0, row.key)
+    return (row.key,)
+
+
+# -- rendering ---------------------------------------------------------------------
+
+
+def _plain(value):
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
+
+
+def to_json(report):
+    return {
+        "from": report.period.start.isoformat(),
+        "to": report.period.end.isoformat(),
+        "group": report.group,
+        "rows": [{k: _plain(v) for k, v in row.items()} for row in report.rows],
+        "totals": {k: _plain(v) for k, v in report.totals.items()},
+        "note": EXAMPLE_NOTE if report.example_prices else "",
+        "rounding": "each money cell is rounded to the cent so that attributed + idle = fleet exactly",
+    }
+
+
+def _cell(value):
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def csv_rows(report):
+    """Header, one row per group, a totals row: lists of strings (the CSV and the text table share them)."""
+    out = [list(COLUMNS)]
+    for row in report.rows:
+        out.append([_cell(row[c]) for c in COLUMNS])
+    t = report.totals
+    totals = {**t, "group": report.group, "key": "TOTAL", "label": "fleet", "team": "", "status": "",
+              "total_usd": t["fleet_usd"]}
+    out.append([_cell(totals.get(c)) for c in COLUMNS])
+    return out
+
+
+def to_csv(report):
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerows(csv_rows(report))
+    return buf.getvalue()
+
+
+TEXT_COLUMNS = ("key", "label", "team", "device_hours", "energy_kwh", "device_cost_usd", "energy_cost_usd",
+                "attributed_usd", "idle_usd", "total_usd", "gain_points", "ipd_points_per_usd", "ipd_state", "flags")
+
+
+def to_text(report):
+    """A fixed-width table for a terminal, with the same figures as the CSV."""
+    table = csv_rows(report)
+    header = table[0]
+    idx = {c: i for i, c in enumerate(header)}
+    lines = []
+    body = [TEXT_COLUMNS]
+    for cells in table[1:]:
+        flags = [name for name in ("simulated", "power_estimated", "example_prices", "unpriced")
+                 if cells[idx[name]] == "true"]
+        body.append(tuple(cells[idx[c]] if c != "flags" else ",".join(flags) for c in TEXT_COLUMNS))
+    widths = [max(len(r[i]) for r in body) for i in range(len(TEXT_COLUMNS))]
+    lines.append(f"Costs by {report.group}, {report.period.start.isoformat()} to {report.period.end.isoformat()}")
+    for n, r in enumerate(body):
+        if n == len(body) - 1:
+            lines.append("  ".join("-" * w for w in widths))
+        lines.append("  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    t = report.totals
+    lines.append(f"attributed ${t['attributed_usd']} + idle ${t['idle_usd']} = fleet ${t['fleet_usd']}")
+    if report.example_prices:
+        lines.append(f"NOTE: {EXAMPLE_NOTE}")
+    return "\n".join(lines) + "\n"
+
+
+def _numeric(text):
+    try:
+        Decimal(text)
+        return True
+    except Exception:
+        return False

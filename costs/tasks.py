@@ -1,0 +1,23 @@
+"""Celery entry points for costs: thin wrappers around costs.attribution and costs.budget."""
+
+import logging
+
+from celery import shared_task
+
+from costs.attribution import attribute as attribute_minutes
+from costs.budget import check_budgets
+
+log = logging.getLogger(__name__)
+
+# How often beat should run `attribute` (the lead wires it into CELERY_BEAT_SCHEDULE, default queue).
+ATTRIBUTE_EVERY_S = 60.0
+
+
+@shared_task(name="costs.tasks.attribute", ignore_result=True)
+def attribute():
+    """Attribute the closed minutes since the last run, then stop jobs over budget; return a summary."""
+    summary = attribute_minutes()
+    summary["budget_stops"] = check_budgets()
+    if summary["budget_stops"]:
+        log.info("budget stops requested for jobs %s", summary["budget_stops"])
+    return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in summary.items()}

@@ -1,0 +1,76 @@
+"""Intelligence per dollar of a job: gain, IPD, dollars per point, tokens, and the score-vs-dollars curve."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+from cost_builders import set_prices, utc
+
+from costs.attribution import attribute
+from costs.intelligence import NO_COST, NO_EVAL, NO_GAIN, OK, ipd, job_intelligence, score_cost_curve
+
+T0 = utc(2025, 5, 1, 12, 0)
+
+
+def run_job(fleet, scores):
+    set_prices(("*", "6.00", "0.50", "1.0", T0.date()))  # $0.10 per device-minute, $0.50/kWh
+    gpu = fleet.device(fleet.node("n1"))
+    fleet.minutes(gpu, T0, 10, power_w=600)  # 36 kJ = 0.01 kWh a minute: $0.005
+    job = fleet.job("j", "red")
+    fleet.stint(job, gpu, T0, T0 + timedelta(minutes=10))
+    fleet.evals(job, *scores)
+    attribute(now=T0 + timedelta(minutes=11))
+    return job
+
+
+def test_a_job_that_gained_shows_ipd_dollars_per_point_and_token_figures(fleet):
+    job = run_job(fleet, [(0, T0, 30.0), (5, T0 + timedelta(minutes=5), 33.0), (10, T0 + timedelta(minutes=10), 35.5)])
+
+    card = job_intelligence(job)
+
+    assert card["cost_usd"] == "1.05" and card["state"] == OK
+    assert card["baseline_pass1"] == 30.0 and card["latest_pass1"] == 35.5 and card["gain_points"] == 5.5
+    assert card["ipd_points_per_usd"] == round(5.5 / 1.05, 6)
+    assert card["usd_per_point"] == "0.19"
+    assert card["rollout_tokens"] == 2000  # two steps after the baseline, 1000 tokens each
+    assert card["usd_per_million_tokens"] == "525.00"
+    assert card["tokens_per_joule"] == 2000 / 360000
+
+
+def test_the_curve_pairs_each_eval_with_the_dollars_spent_before_it(fleet):
+    job = run_job(fleet, [(0, T0, 30.0), (5, T0 + timedelta(minutes=5), 33.0)])
+
+    assert score_cost_curve(job) == [
+        {"step": 0, "at": T0.isoformat(), "pass1": 30.0, "cost_usd": 0.0},
+        {"step": 5, "at": (T0 + timedelta(minutes=5)).isoformat(), "pass1": 33.0, "cost_usd": 0.525},
+    ]
+
+
+def test_no_gain_and_no_cost_are_states_not_divisions_by_zero(fleet):
+    job = run_job(fleet, [(0, T0, 30.0), (5, T0 + timedelta(minutes=5), 29.0)])
+
+    card = job_intelligence(job)
+
+    assert card["state"] == NO_GAIN and card["usd_per_point"] is None and card["ipd_points_per_usd"] < 0
+    assert ipd(3.0, Decimal(0)) == (None, None, NO_COST)
+    assert ipd(None, Decimal(5)) == (None, None, NO_EVAL)
+    assert ipd(0.0, Decimal(5))[2] == NO_GAIN
+
+
+def test_a_job_with_no_telemetry_yet_says_no_cost_yet(fleet):
+    job = fleet.job("fresh", "red")
+    fleet.evals(job, (0, T0, 30.0))
+
+    card = job_intelligence(job)
+
+    assert card["cost_usd"] == "0.00" and card["state"] == NO_COST
+    assert card["usd_per_million_tokens"] is None and card["tokens_per_joule"] is None
+
+
+def test_the_job_endpoint_returns_the_card_and_the_curve(fleet, client, viewer):
+    job = run_job(fleet, [(0, T0, 30.0), (5, T0 + timedelta(minutes=5), 33.0)])
+    client.force_login(viewer)
+
+    body = client.get(f"/api/costs/jobs/{job.pk}").json()
+
+    assert body["cost_usd"] == "1.05" and body["gain_points"] == 3.0 and len(body["curve"]) == 2
+    assert client.get("/api/costs/jobs/999999").status_code == 404
