@@ -97,6 +97,7 @@ CELERY_BEAT_SCHEDULE = {
     "collector-create-partitions": {"task": "collector.tasks.create_partitions", "schedule": 3600.0},
     "collector-apply-retention": {"task": "collector.tasks.apply_retention", "schedule": 6 * 3600.0},
     "costs-attribute": {"task": "costs.tasks.attribute", "schedule": 60.0},
+    "trainer-detect-crashed-jobs": {"task": "trainer.tasks.detect_crashed_jobs", "schedule": 30.0},
 }
 
 CHANNEL_LAYERS = {
@@ -112,6 +113,11 @@ CHANNEL_LAYERS = {
 BEAT_STALE_S = envint("YARDSTICK_BEAT_STALE_S", 60, minimum=1)
 # A newest sample older than this makes /healthz report collectors as down.
 COLLECTOR_STALE_S = envint("YARDSTICK_COLLECTOR_STALE_S", 60, minimum=1)
+
+# A running job whose heartbeat is older than this is marked failed (its worker died).
+YARDSTICK_JOB_HEARTBEAT_LIMIT_S = envint("YARDSTICK_JOB_HEARTBEAT_LIMIT_S", 120, minimum=10)
+# Torch threads per training process; 0: the job config's torch_threads, else the cores it may use.
+YARDSTICK_JOB_TORCH_THREADS = envint("YARDSTICK_JOB_TORCH_THREADS", 0, minimum=0)
 
 # Telemetry retention in days (None keeps it forever).
 TELEMETRY_RAW_DAYS = envint("YARDSTICK_RAW_DAYS", 7, minimum=1)

@@ -15,12 +15,12 @@ from tests.trainer.helpers import TINY, database_url
 
 @pytest.fixture(scope="session")
 def tiny_models_dir(tmp_path_factory):
-    """A models dir holding a tiny base policy for arithmetic and toolcalc."""
+    """A models dir holding a tiny base policy for arithmetic."""
     from trainer.rl.pretrain import pretrain
     from trainer.rl.model import GPTConfig
 
     path = tmp_path_factory.mktemp("models")
-    for env in ("arithmetic", "toolcalc"):
+    for env in ("arithmetic",):
         pretrain(env, path, "cpu", model_config=GPTConfig(n_layer=1, n_head=2, n_embd=32),
                  max_steps=30, batch_size=32, target_pass1=101.0, probe_every=1000, probe_size=4)
     return path

@@ -116,7 +116,7 @@ def test_the_crash_detector_fails_only_jobs_with_a_stale_heartbeat(make_job):
     ({"name": "x" * 201}, "name"),
     ({"device": "cuda:x"}, "device"),
 ])
-def test_start_rejects_bad_input_and_creates_nothing(data_dir, kwargs, field):
+def test_start_rejects_bad_input_and_creates_nothing(db, data_dir, kwargs, field):
     args = {"name": "n", "team": "t", "env": "arithmetic", **kwargs}
     with pytest.raises(JobInputError) as caught:
         Job.start(**args, enqueue=False)

@@ -146,3 +146,44 @@ def test_a_worker_whose_job_was_failed_by_the_crash_detector_lets_it_go(make_job
     assert job.status == "failed" and job.steps_done == 1
     assert "stopped answering" in job.error
     assert Stint.objects.get(job=job).ended_at is not None
+
+
+def test_it_publishes_steps_and_status_changes_after_commit(transactional_db, make_job):
+    import asyncio
+
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from yardstick.live import group_name
+
+    job = make_job(steps=2)
+    layer = get_channel_layer()
+
+    async def listen_and_collect(run):
+        channel = await layer.new_channel()
+        await layer.group_add(group_name(f"job.{job.pk}"), channel)
+        await layer.group_add(group_name("jobs"), channel)
+        await asyncio.get_running_loop().run_in_executor(None, run)
+        events = []
+        try:
+            while True:
+                events.append(await asyncio.wait_for(layer.receive(channel), timeout=2))
+        except asyncio.TimeoutError:
+            return events
+
+    def run_in_thread():  # the runner is sync: it runs in an executor thread, with its own connection
+        from django.db import connection
+
+        try:
+            runner.run(job.pk)
+        finally:
+            connection.close()
+
+    events = async_to_sync(listen_and_collect)(run_in_thread)
+
+    steps = [e["data"]["step"] for e in events if e["kind"] == "step"]
+    statuses = [(e["data"]["from"], e["data"]["status"]) for e in events if e["kind"] == "status"]
+    assert steps == [0, 1, 2]
+    assert statuses == [("queued", "running"), ("running", "completed")]
+    last = next(e for e in events if e["kind"] == "step" and e["data"]["step"] == 2)
+    assert last["topic"] == f"job.{job.pk}" and "train/reward_mean" in last["data"]["metrics"]

@@ -1,0 +1,466 @@
+"""Post-training jobs: what to train, where it ran, what it learned at every step.
+
+A `Job` owns its state machine. Every transition is one conditional UPDATE
+(`... WHERE id = %s AND status = %s`) claimed by its row count, written to
+`StatusChange` in the same transaction, and announced on the live "jobs" topic
+after commit; a second caller that lost the race sees False and changes
+nothing. The runner (trainer/runner.py) drives a job through its states; the
+API, the admin and the cost engine call the request_* methods here.
+
+    queued ──claim──► running ──request_stop──► stopping
+      │                 │  │                       │
+      │ request_stop    │  └─ finish ─┐            │ finish
+      ▼                 ▼             ▼            ▼
+    stopped ◄─────── completed | failed | budget_exhausted
+      │                              │             │
+      └─────────── resume ──► queued ◄─────────────┘
+
+A `Stint` is one uninterrupted stretch of a job on one device (the cost engine
+charges device time and energy from these); `Step` holds one row of
+namespaced metrics per GRPO update (step 0: the baseline evaluation); `Sample`
+keeps a few rollouts per step so a person can read what the model wrote.
+"""
+
+import re
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import DateTimeField, F, Q, Value
+from django.db.models.functions import Coalesce, Greatest
+from django.utils import timezone
+
+from yardstick.live import publish
+
+DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d{1,2})$")
+DEVICE_ACCEPTED = "auto, cpu, cuda or cuda:N"
+NAME_MAX = 200
+TEAM_MAX = 100
+BUDGET_MAX_USD = Decimal("9999999999.99")  # what DecimalField(12, 2) holds
+
+
+class JobInputError(ValueError):
+    """Input that cannot start a job; `field` names it, the message says what is accepted."""
+
+    def __init__(self, field, message):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+class Status(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+
+
+# A worker owns the job in these states; the heartbeat is meaningful only here.
+ACTIVE = (Status.RUNNING, Status.STOPPING)
+# States a job may be resumed from (completed is done: start a new job to train further).
+RESUMABLE = (Status.STOPPED, Status.FAILED, Status.BUDGET_EXHAUSTED)
+ENDED = (Status.STOPPED, Status.COMPLETED, Status.FAILED, Status.BUDGET_EXHAUSTED)
+
+
+class Job(models.Model):
+    """One GRPO post-training run of a policy on an environment."""
+
+    name = models.CharField(max_length=NAME_MAX)
+    team = models.CharField(max_length=TEAM_MAX, db_index=True, help_text="who pays for it")
+    env = models.CharField(max_length=50)
+    # The full TrainConfig (defaults filled in at creation), so later default changes never alter a job.
+    config = models.JSONField()
+    budget_usd = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    # As requested: auto, cpu, cuda or cuda:N. Where it actually ran is on each Stint.
+    device = models.CharField(max_length=20, default="auto")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    error = models.TextField(blank=True, default="", help_text="why it failed, for people")
+    stop_requested = models.BooleanField(default=False)
+    budget_stop_requested = models.BooleanField(default=False)
+    # Written by the worker while it owns the job; an old one means the worker died.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="first claimed by a worker")
+    finished_at = models.DateTimeField(null=True, blank=True, help_text="last ended (null while queued or active)")
+    steps_done = models.IntegerField(default=0)
+    checkpoint_step = models.IntegerField(null=True, blank=True, help_text="step of the newest checkpoint")
+    baseline_pass1 = models.FloatField(null=True, blank=True, help_text="eval pass@1 before the first update, points")
+    latest_pass1 = models.FloatField(null=True, blank=True, help_text="newest eval pass@1, points")
+    latest_reward_mean = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["status", "heartbeat_at"], name="trainer_job_active_hb")]
+
+    def __str__(self):
+        return f"job {self.pk} {self.name!r} ({self.status})"
+
+    # -- creation -------------------------------------------------------------
+
+    @classmethod
+    def start(cls, *, name, team, env, config=None, budget_usd=None, device="auto", created_by=None, enqueue=True):
+        """Validate the input, create a queued job and (after commit) enqueue its task.
+
+        Raise JobInputError naming the first bad field; nothing is created then.
+        With enqueue=False the caller runs it (`manage.py train` does, in the foreground).
+        """
+        from trainer.rl.config import ConfigError, TrainConfig
+
+        name = _text("name", name, NAME_MAX)
+        team = _text("team", team, TEAM_MAX)
+        if not isinstance(env, str) or not env.strip():
+            raise JobInputError("env", f"env is required: one of {', '.join(_env_names())}")
+        config = {} if config is None else config
+        if not isinstance(config, dict):
+            raise JobInputError("config", f"config must be an object of TrainConfig fields, got {config!r}")
+        if "env" in config and config["env"] != env:
+            raise JobInputError("config.env", f"config.env ({config['env']!r}) differs from env ({env!r}); give it once")
+        try:
+            cfg = TrainConfig.from_dict({**config, "env": env})
+        except ConfigError as err:
+            field = "env" if err.field == "env" else f"config.{err.field}"
+            raise JobInputError(field, err.message) from None
+        except TypeError as err:  # a dataclass refusing something from_dict let through
+            raise JobInputError("config", f"config is not usable: {err}") from None
+        budget = _budget(budget_usd)
+        if not isinstance(device, str) or not DEVICE_RE.match(device):
+            raise JobInputError("device", f"device must be {DEVICE_ACCEPTED}, got {device!r}")
+
+        with transaction.atomic():
+            job = cls.objects.create(
+                name=name, team=team, env=env, config=cfg.to_dict(), budget_usd=budget,
+                device=device, created_by=created_by,
+            )
+            StatusChange.objects.create(job=job, from_status="", to_status=Status.QUEUED, at=job.created_at,
+                                        reason=f"created by {created_by}" if created_by else "created")
+            job._announce("")
+            if enqueue:
+                job._enqueue()
+        return job
+
+    def _enqueue(self):
+        from trainer.tasks import run_job
+
+        job_id = self.pk
+        transaction.on_commit(lambda: run_job.delay(job_id))
+
+    # -- transitions ------------------------------------------------------------
+
+    def _transition(self, from_statuses, to, reason="", where=None, **fields):
+        """Move this job from one of `from_statuses` to `to`, setting `fields`.
+
+        Each candidate is tried as one conditional UPDATE, so the row count says
+        whether this call made the change. `where` adds conditions (a Q). Return
+        the status it came from, or None when the job was in none of them.
+        """
+        now = timezone.now()
+        to = Status(to).value
+        with transaction.atomic():
+            for old in from_statuses:
+                old = Status(old).value
+                rows = Job.objects.filter(pk=self.pk, status=old)
+                if where is not None:
+                    rows = rows.filter(where)
+                if rows.update(status=to, **fields):
+                    StatusChange.objects.create(job_id=self.pk, from_status=old, to_status=to, at=now, reason=reason)
+                    self.refresh_from_db()
+                    self._announce(old, reason)
+                    return old
+        self.refresh_from_db()
+        return None
+
+    def _announce(self, old, reason=""):
+        publish("jobs", "status", {
+            "id": self.pk, "name": self.name, "team": self.team, "from": old, "status": self.status,
+            "steps_done": self.steps_done, "steps": self.steps_total, "reason": reason,
+        })
+
+    def claim(self):
+        """queued → running for the worker calling it. Return True when this caller got the job."""
+        now = timezone.now()
+        return self._transition(
+            [Status.QUEUED], Status.RUNNING, "claimed by a worker",
+            heartbeat_at=now, started_at=Coalesce(F("started_at"), Value(now, output_field=DateTimeField())),
+            finished_at=None, error="",
+        ) is not None
+
+    def request_stop(self, by=None):
+        """Ask the job to stop; the caller never waits for the worker.
+
+        Queued: cancelled at once (→ stopped). Running: → stopping; the worker sees
+        it at the next step boundary, writes a checkpoint and ends as stopped.
+        Return True when the job is now stopped or stopping, False when it had
+        already ended (see `status`).
+        """
+        who = f" by {by}" if by else ""
+        if self._transition([Status.QUEUED], Status.STOPPED, f"cancelled before it started{who}",
+                            finished_at=timezone.now()):
+            return True
+        if self._transition([Status.RUNNING], Status.STOPPING, f"stop requested{who}", stop_requested=True):
+            return True
+        return self.status == Status.STOPPING
+
+    def request_budget_stop(self, reason="spend reached the budget"):
+        """End the job as budget_exhausted: at once when queued, else at its next step boundary
+        (with a checkpoint, so it can resume once the budget is raised). Return False when
+        the job had already ended."""
+        if self._transition([Status.QUEUED], Status.BUDGET_EXHAUSTED, reason, finished_at=timezone.now()):
+            return True
+        changed = Job.objects.filter(pk=self.pk, status__in=ACTIVE).update(budget_stop_requested=True)
+        self.refresh_from_db()
+        return bool(changed)
+
+    def resume(self, by=None):
+        """stopped, failed or budget_exhausted → queued, then (after commit) enqueue it again.
+
+        The worker continues from the newest checkpoint. Return False when the
+        job is in another state.
+        """
+        who = f" by {by}" if by else ""
+        with transaction.atomic():
+            # The error text stays in the history (the reason of the → failed change).
+            old = self._transition(RESUMABLE, Status.QUEUED, f"resumed{who}", stop_requested=False,
+                                   budget_stop_requested=False, finished_at=None, error="")
+            if old is None:
+                return False
+            self._enqueue()
+        return True
+
+    def finish(self, to, reason="", error=""):
+        """running/stopping → an ended state. Return False when the job is no longer this worker's."""
+        assert to in ENDED, to
+        return self._transition(ACTIVE, to, reason or error, finished_at=timezone.now(), error=error,
+                                stop_requested=False, budget_stop_requested=False) is not None
+
+    def beat(self):
+        """Write the heartbeat. Return False when the job is no longer active (another party ended it)."""
+        return bool(Job.objects.filter(pk=self.pk, status__in=ACTIVE).update(heartbeat_at=timezone.now()))
+
+    @classmethod
+    def fail_crashed(cls, limit_s, now=None):
+        """Mark active jobs whose heartbeat is older than `limit_s` failed, ending their stints.
+
+        The conditional UPDATE re-checks the heartbeat, so a worker that beat in
+        between keeps its job. Return the jobs failed by this call.
+        """
+        now = now or timezone.now()
+        cutoff = now - timedelta(seconds=limit_s)
+        stale = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)
+        failed = []
+        for job in cls.objects.filter(stale, status__in=ACTIVE):
+            stint = job.stints.filter(ended_at__isnull=True).order_by("-started_at").first()
+            where = f" on {stint.node} (pid {stint.pid})" if stint else ""
+            last = job.heartbeat_at.strftime("%Y-%m-%d %H:%M:%S UTC") if job.heartbeat_at else "never"
+            resume_from = (f"the checkpoint at step {job.checkpoint_step}" if job.checkpoint_step
+                           else "the start (no checkpoint yet)")
+            error = (f"the worker{where} stopped answering: last heartbeat {last}, more than {limit_s:g} s ago; "
+                     f"resume to continue from {resume_from}")
+            with transaction.atomic():
+                if job._transition(ACTIVE, Status.FAILED, error, where=stale, error=error,
+                                   finished_at=now, stop_requested=False, budget_stop_requested=False):
+                    # The worker was last known alive at its heartbeat: charge device time up to then.
+                    job.stints.filter(ended_at__isnull=True).update(
+                        ended_at=Greatest(F("started_at"), Value(job.heartbeat_at or now, output_field=DateTimeField())),
+                        end_reason="crashed",
+                    )
+                    failed.append(job)
+        return failed
+
+    # -- reading ------------------------------------------------------------
+
+    @property
+    def steps_total(self):
+        return (self.config or {}).get("steps", 0)
+
+    @property
+    def progress(self):
+        """Fraction of the configured steps done, 0..1."""
+        return min(1.0, self.steps_done / self.steps_total) if self.steps_total else 0.0
+
+    @property
+    def checkpoint_dir(self):
+        return settings.DATA_DIR / "checkpoints" / f"job-{self.pk}"
+
+    @property
+    def can_stop(self):
+        return self.status in (Status.QUEUED, Status.RUNNING)
+
+    @property
+    def can_resume(self):
+        return self.status in RESUMABLE
+
+    def to_dict(self, detail=False):
+        d = {
+            "id": self.pk,
+            "name": self.name,
+            "team": self.team,
+            "env": self.env,
+            "status": self.status,
+            "device": self.device,
+            "budget_usd": None if self.budget_usd is None else str(self.budget_usd),
+            "steps_done": self.steps_done,
+            "steps": self.steps_total,
+            "progress": round(self.progress, 4),
+            "latest_reward_mean": self.latest_reward_mean,
+            "baseline_pass1": self.baseline_pass1,
+            "latest_pass1": self.latest_pass1,
+            "error": self.error,
+            "stop_requested": self.stop_requested,
+            "created_by": self.created_by.username if self.created_by_id else None,
+            "created_at": _iso(self.created_at),
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "heartbeat_at": _iso(self.heartbeat_at),
+        }
+        if detail:
+            d["config"] = self.config
+            d["checkpoint_step"] = self.checkpoint_step
+            d["status_changes"] = [c.to_dict() for c in self.status_changes.order_by("at", "id")]
+            d["stints"] = [s.to_dict() for s in self.stints.order_by("started_at", "id")]
+        return d
+
+
+class StatusChange(models.Model):
+    """One transition of a job, with when and why."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="status_changes")
+    from_status = models.CharField(max_length=20, blank=True, help_text="empty for creation")
+    to_status = models.CharField(max_length=20)
+    at = models.DateTimeField()
+    reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def to_dict(self):
+        return {"from": self.from_status, "to": self.to_status, "at": _iso(self.at), "reason": self.reason}
+
+
+class Stint(models.Model):
+    """One uninterrupted stretch of a job on one device of one node.
+
+    The cost engine charges device time (started_at..ended_at, or now while
+    ended_at is null) and the device's energy over that window to the job.
+    ended_at is set on every way out: completed, stopped, failed, budget
+    exhausted, and crash detection (there: the last heartbeat).
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="stints")
+    node = models.CharField(max_length=255, help_text="socket.gethostname() of the worker")
+    # "cpu", or the GPU's UUID as NVML spells it ("GPU-8f3c..."), matching collector devices.
+    device = models.CharField(max_length=100)
+    device_name = models.CharField(max_length=100, blank=True, default="", help_text='e.g. "NVIDIA H200" or "cpu"')
+    pid = models.IntegerField(help_text="worker process id on the node")
+    started_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=20, blank=True, default="")
+    first_step = models.IntegerField(default=0, help_text="steps done when the stint began")
+    last_step = models.IntegerField(null=True, blank=True, help_text="steps done when it ended")
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        indexes = [models.Index(fields=["device", "started_at"], name="trainer_stint_device")]
+
+    def end(self, reason, steps_done=None):
+        """Set ended_at now (once; a second call changes nothing)."""
+        Stint.objects.filter(pk=self.pk, ended_at__isnull=True).update(
+            ended_at=timezone.now(), end_reason=reason, last_step=steps_done
+        )
+
+    def to_dict(self):
+        return {
+            "node": self.node, "device": self.device, "device_name": self.device_name, "pid": self.pid,
+            "started_at": _iso(self.started_at), "ended_at": _iso(self.ended_at), "end_reason": self.end_reason,
+            "first_step": self.first_step, "last_step": self.last_step,
+        }
+
+
+class Step(models.Model):
+    """One GRPO update's metrics (step 0: the baseline evaluation before any update).
+
+    `metrics` holds every namespaced key the trainer reports (train/*,
+    performance/*, timing/*, and eval/pass1 where evaluated); a few are copied
+    to columns for queries and charts.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="steps")
+    step = models.IntegerField()
+    at = models.DateTimeField(default=timezone.now)
+    metrics = models.JSONField(default=dict)
+    reward_mean = models.FloatField(null=True, blank=True)
+    eval_pass1 = models.FloatField(null=True, blank=True, help_text="points 0..100, where evaluated")
+    gen_tokens = models.BigIntegerField(null=True, blank=True, help_text="tokens generated in this step")
+    step_s = models.FloatField(null=True, blank=True, help_text="wall time of the step, eval and checkpoint included")
+
+    class Meta:
+        ordering = ["job", "step"]
+        constraints = [models.UniqueConstraint(fields=["job", "step"], name="trainer_step_unique")]
+
+    def to_dict(self):
+        return {"step": self.step, "at": _iso(self.at), "metrics": self.metrics}
+
+
+class Sample(models.Model):
+    """A rollout kept for people to read: what the policy wrote at a step, and how it scored."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="samples")
+    step = models.IntegerField()
+    index = models.IntegerField()
+    prompt = models.TextField()
+    completion = models.TextField()
+    reward = models.FloatField()
+    advantage = models.FloatField()
+    tool_calls = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["job", "step", "index"]
+        indexes = [models.Index(fields=["job", "step"], name="trainer_sample_step")]
+
+    def to_dict(self):
+        return {"step": self.step, "index": self.index, "prompt": self.prompt, "completion": self.completion,
+                "reward": self.reward, "advantage": self.advantage, "tool_calls": self.tool_calls}
+
+
+# -- input helpers ------------------------------------------------------------
+
+
+def _iso(dt):
+    return dt.isoformat() if dt else None
+
+
+def _env_names():
+    from trainer.rl.envs import ENV_NAMES
+
+    return ENV_NAMES
+
+
+def _text(field, value, max_len):
+    if not isinstance(value, str) or not value.strip():
+        raise JobInputError(field, f"{field} is required: a non-empty string of at most {max_len} characters")
+    value = value.strip()
+    if len(value) > max_len:
+        raise JobInputError(field, f"{field} must be at most {max_len} characters, got {len(value)}")
+    return value
+
+
+def _budget(value):
+    """Return the budget as a Decimal (cents), None when not given, or raise JobInputError."""
+    if value is None or value == "":
+        return None
+    accepted = "budget_usd must be a number >= 0 (dollars) or null for no budget"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
+        raise JobInputError("budget_usd", f"{accepted}, got {value!r}")
+    try:
+        amount = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise JobInputError("budget_usd", f"{accepted}, got {value!r}") from None
+    if not amount.is_finite() or amount < 0 or amount > BUDGET_MAX_USD:
+        raise JobInputError("budget_usd", f"{accepted}, got {value!r}")
+    return amount.quantize(Decimal("0.01"))

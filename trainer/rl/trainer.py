@@ -1,0 +1,296 @@
+"""GRPO post-training of a base policy on one environment, one step at a time.
+
+The job runner drives a `Trainer`: `evaluate()` before the first step and
+every `eval_every` steps, `train_step()` in a loop, `save_checkpoint()` now and
+then, `from_checkpoint()` to resume. A step reads top to bottom:
+
+    rollout     P prompts x G completions from the policy (B = P * G rows)
+    reward      the environment scores every completion
+    advantages  (r - group mean) / (group std + eps), per prompt group
+    update      clipped-ratio policy loss + k3 KL to the frozen base, AdamW
+    log         StepResult: metrics and a few samples
+
+Randomness comes from two explicit generators stored in the state dict (prompt
+choice on the CPU, token sampling on the device), so a resumed run repeats an
+uninterrupted one exactly and evaluation (greedy) or timing cannot disturb it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from trainer.rl.config import ConfigError, TrainConfig
+from trainer.rl.envs import get_env
+from trainer.rl.grpo import entropy, group_advantages, grpo_loss, masked_mean, token_logprobs
+from trainer.rl.model import GPT, GPTConfig
+from trainer.rl.pretrain import atomic_save, ensure_base_checkpoint
+from trainer.rl.rollout import pass_at_1, rewards, rollout
+
+FORMAT = "yardstick-trainer/1"
+
+
+@dataclass
+class StepResult:
+    step: int  # updates completed, this one included
+    metrics: dict[str, float]
+    samples: list[dict] = field(default_factory=list)  # {"prompt", "completion", "reward", "advantage", "tool_calls"}
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, base_dir: Path, device: str = "cpu"):
+        """Start a run from the base policy of config.env, pretraining it into base_dir if missing."""
+        path = ensure_base_checkpoint(config.env, Path(base_dir), device)
+        base = torch.load(path, map_location="cpu", weights_only=True)
+        self._setup(config, device, base["model_config"], base["model"])
+
+    def _setup(self, config: TrainConfig, device: str, model_config: dict, base_weights: dict) -> None:
+        if config.torch_threads > 0:
+            torch.set_num_threads(config.torch_threads)
+        random.seed(config.seed)
+        torch.manual_seed(config.seed)  # also seeds every CUDA device
+        self.config = config
+        self.device = device
+        self.env = get_env(config.env)
+        self.model_config = GPTConfig(**model_config)
+        room = self.model_config.block_size - self.env.prompt_width
+        if config.max_new_tokens > room:
+            raise ConfigError(
+                "max_new_tokens",
+                f"max_new_tokens must be <= {room} for {config.env} (the policy sees {self.model_config.block_size} "
+                f"tokens, {self.env.prompt_width} of them prompt), got {config.max_new_tokens}",
+            )
+        self.policy = GPT(self.model_config).to(device)
+        self.policy.load_state_dict(base_weights)
+        self.reference = GPT(self.model_config).to(device)
+        self.reference.load_state_dict(base_weights)
+        self.reference.requires_grad_(False)
+
+        decay = [p for p in self.policy.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.policy.parameters() if p.dim() < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=config.lr,
+            betas=(0.9, 0.99),
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_factor(config))
+
+        self.prompt_generator = torch.Generator().manual_seed(config.seed)
+        self.sample_generator = torch.Generator(device=device).manual_seed(config.seed + 1)
+        self.step = 0
+        self.tokens_total = 0  # generated tokens over the whole run, resumes included
+        self.eval_prompts = self.env.eval_prompts(config.eval_size)
+
+    # ------------------------------------------------------------------------
+    def evaluate(self) -> dict:
+        """Return {"eval/pass1": points 0..100, "timing/eval_s": s}: greedy pass@1 on the held-out prompts."""
+        started = time.perf_counter()
+        pass1 = pass_at_1(
+            self.policy, self.env, self.eval_prompts, max_new_tokens=self.config.max_new_tokens, device=self.device
+        )
+        return {"eval/pass1": pass1, "timing/eval_s": time.perf_counter() - started}
+
+    def train_step(self) -> StepResult:
+        """Run one GRPO step (rollout, reward, advantages, update) and return its metrics."""
+        cfg = self.config
+        P, G = cfg.prompts_per_step, cfg.group_size
+        B = P * G
+        step_started = time.perf_counter()
+
+        # ---- rollout -----------------------------------------------------------------
+        prompts = self.env.sample_train_prompts(P, self.prompt_generator)  # P prompts
+        ro = rollout(
+            self.policy,
+            self.env,
+            [p for p in prompts for _ in range(G)],  # B rows, each prompt's group adjacent
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_k=cfg.top_k,
+            generator=self.sample_generator,
+            device=self.device,
+        )  # ro.tokens, ro.sampled: (B, L)
+        generate_s = time.perf_counter() - step_started
+
+        # ---- reward ------------------------------------------------------------------
+        started = time.perf_counter()
+        reward = torch.tensor(rewards(self.env, ro), dtype=torch.float32)  # (B,) on the CPU
+        score_s = time.perf_counter() - started
+
+        # ---- advantages ---------------------------------------------------------------
+        started = time.perf_counter()
+        by_group = reward.view(P, G)  # (P, G)
+        advantages = group_advantages(by_group).view(B)  # (B,)
+
+        # ---- update ------------------------------------------------------------------
+        lr = self.optimizer.param_groups[0]["lr"]
+        inputs = ro.tokens[:, :-1]  # (B, L-1)
+        targets = ro.tokens[:, 1:]  # (B, L-1): token t+1 is predicted at position t
+        mask = ro.sampled[:, 1:]  # (B, L-1): train only on tokens the policy chose
+        adv = advantages.to(self.device)  # (B,)
+        temperature = cfg.temperature  # score tokens under the distribution they were sampled from
+        with torch.no_grad():
+            ref_logp = token_logprobs(self.reference(inputs) / temperature, targets)  # (B, L-1)
+        minibatches = [torch.arange(i, min(i + cfg.minibatch_size, B)) for i in range(0, B, cfg.minibatch_size)]
+        updates = cfg.inner_epochs * len(minibatches)
+        old_logp = None
+        if updates > 1:  # the policy moves during the step: freeze its starting log-probs
+            with torch.no_grad():
+                old_logp = token_logprobs(self.policy(inputs) / temperature, targets)  # (B, L-1)
+        sums = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0}
+        for epoch in range(cfg.inner_epochs):
+            order = minibatches
+            if len(minibatches) > 1:
+                perm = torch.randperm(B, generator=self.prompt_generator)
+                order = [perm[mb] for mb in minibatches]
+            for rows in order:
+                rows = rows.to(self.device)
+                logits = self.policy(inputs[rows]) / temperature  # (b, L-1, vocab)
+                logp = token_logprobs(logits, targets[rows])  # (b, L-1)
+                old = logp.detach() if old_logp is None else old_logp[rows]
+                loss, stats = grpo_loss(
+                    logp, old, ref_logp[rows], adv[rows], mask[rows], clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef
+                )
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                with torch.no_grad():
+                    ent = masked_mean(entropy(logits.detach()), mask[rows])
+                for key, value in (("loss", loss), ("kl", stats["kl"]), ("entropy", ent),
+                                   ("clip_ratio", stats["clip_ratio"]), ("grad_norm", grad_norm)):
+                    sums[key] += float(value) / updates
+        self.scheduler.step()
+        self.step += 1
+        train_s = time.perf_counter() - started
+
+        # ---- log ---------------------------------------------------------------------
+        gen_tokens = ro.gen_tokens
+        self.tokens_total += gen_tokens
+        step_s = time.perf_counter() - step_started
+        metrics = {
+            "train/reward_mean": reward.mean().item(),
+            "train/reward_std": reward.std().item(),
+            "train/reward_min": reward.min().item(),
+            "train/reward_max": reward.max().item(),
+            "train/frac_reward_zero_std": (by_group.std(dim=1) == 0).float().mean().item(),
+            "train/loss": sums["loss"],
+            "train/kl": sums["kl"],
+            "train/entropy": sums["entropy"],
+            "train/clip_ratio": sums["clip_ratio"],
+            "train/grad_norm": sums["grad_norm"],
+            "train/lr": lr,
+            "train/response_length_mean": gen_tokens / B,
+            "train/truncated_rate": 1.0 - sum(ro.finished) / B,
+            "train/tool_calls_mean": sum(ro.tool_calls) / B,
+            "performance/gen_tokens": float(gen_tokens),
+            "performance/gen_tokens_per_s": gen_tokens / max(generate_s, 1e-9),
+            "performance/train_tokens_per_s": cfg.inner_epochs * inputs.numel() / max(train_s, 1e-9),
+            "performance/tokens_total": float(self.tokens_total),
+            "timing/generate_s": generate_s,
+            "timing/score_s": score_s,
+            "timing/train_s": train_s,
+            "timing/step_s": step_s,
+        }
+        # One sample from each of the first prompts, then second completions, ...
+        rows = [(i % P) * G + i // P for i in range(min(cfg.samples_per_step, B))]
+        samples = [
+            {
+                "prompt": ro.prompts[r],
+                "completion": ro.completions[r],
+                "reward": reward[r].item(),
+                "advantage": advantages[r].item(),
+                "tool_calls": ro.tool_calls[r],
+            }
+            for r in rows
+        ]
+        return StepResult(step=self.step, metrics=metrics, samples=samples)
+
+    # ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Return everything a resume needs: weights, optimizer, schedule, step, config and RNG states."""
+        return {
+            "format": FORMAT,
+            "config": self.config.to_dict(),
+            "model_config": dataclasses.asdict(self.model_config),
+            "step": self.step,
+            "tokens_total": self.tokens_total,
+            "model": self.policy.state_dict(),
+            "reference": self.reference.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": {
+                "torch_cpu": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "python": random.getstate(),
+                "prompt_generator": self.prompt_generator.get_state(),
+                "sample_generator": self.sample_generator.get_state(),
+            },
+        }
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore a state_dict() taken from a run with the same environment and model size."""
+        if sd.get("format") != FORMAT:
+            raise ValueError(f"not a trainer checkpoint: format {sd.get('format')!r}, expected {FORMAT!r}")
+        self.policy.load_state_dict(sd["model"])
+        self.reference.load_state_dict(sd["reference"])
+        self.optimizer.load_state_dict(sd["optimizer"])
+        self.scheduler.load_state_dict(sd["scheduler"])
+        self.step = int(sd["step"])
+        self.tokens_total = int(sd["tokens_total"])
+        rng = sd["rng"]
+        torch.set_rng_state(rng["torch_cpu"].cpu())
+        if rng["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
+        random.setstate(_as_tuples(rng["python"]))
+        self.prompt_generator.set_state(rng["prompt_generator"].cpu())
+        self.sample_generator.set_state(rng["sample_generator"].cpu())
+
+    def save_checkpoint(self, path: Path) -> None:
+        """Write state_dict() to path atomically (a temporary file renamed over it)."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_save(self.state_dict(), Path(path))
+
+    @classmethod
+    def from_checkpoint(cls, path: Path, base_dir: Path, device: str = "cpu") -> "Trainer":
+        """Return a Trainer resumed from a checkpoint written by save_checkpoint.
+
+        The checkpoint carries its own reference weights; base_dir is only
+        used, to rebuild the base policy, when it does not.
+        """
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+        config = TrainConfig.from_dict(sd["config"])
+        if "reference" not in sd:
+            trainer = cls(config, base_dir, device)
+        else:
+            trainer = cls.__new__(cls)
+            trainer._setup(config, device, sd["model_config"], sd["reference"])
+        trainer.load_state_dict(sd)
+        return trainer
+
+
+def _lr_factor(config: TrainConfig):
+    """Return step -> multiplier of config.lr: linear warmup, then constant or cosine to 10%."""
+    warmup, total, schedule = config.warmup_steps, config.steps, config.lr_schedule
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def _as_tuples(state):
+    """random.setstate needs tuples; a checkpoint round trip may hand back lists."""
+    if isinstance(state, (list, tuple)):
+        return tuple(_as_tuples(s) for s in state)
+    return state

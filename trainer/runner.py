@@ -1,0 +1,404 @@
+"""Run one job: the domain function behind the Celery task and `manage.py train`.
+
+`run(job_id)` claims a queued job, opens a stint on this node's device, builds
+the trainer (fresh, or from the job's newest checkpoint), and then loops in
+labelled phases until the configured steps are done or someone asks it to stop:
+
+    check flags → train step → evaluate (every eval_every) → checkpoint
+    (every checkpoint_every) → record the step, samples and heartbeat → publish
+
+Stop and budget requests are read from the database between steps, so a stop
+takes effect within one step and is always followed by a checkpoint. Every way
+out ends the stint; an exception ends the job as failed with its text. A
+worker killed outright can do neither: `fail_crashed_jobs` finds its job by
+its stale heartbeat (see trainer/tasks.py).
+"""
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+
+from trainer.models import ACTIVE, DEVICE_ACCEPTED, DEVICE_RE, Job, Sample, Status, Step, Stint
+from yardstick.live import publish
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_LIMIT_DEFAULT_S = 120
+CHECKPOINT_GLOB = "step-*.pt"
+
+
+class LostJob(Exception):
+    """Another party ended the job while this worker held it (the crash detector, usually)."""
+
+
+# -- where things live ----------------------------------------------------------
+
+
+def models_dir():
+    """Base checkpoints, one per environment (built on first use)."""
+    return Path(settings.DATA_DIR) / "models"
+
+
+def heartbeat_limit_s():
+    """A heartbeat older than this means the worker is gone."""
+    return float(getattr(settings, "YARDSTICK_JOB_HEARTBEAT_LIMIT_S", HEARTBEAT_LIMIT_DEFAULT_S))
+
+
+def checkpoint_path(job, step):
+    return job.checkpoint_dir / f"step-{step:06d}.pt"
+
+
+def checkpoints(job):
+    """The job's checkpoint files, oldest first."""
+    return sorted(job.checkpoint_dir.glob(CHECKPOINT_GLOB))
+
+
+def latest_checkpoint(job):
+    """Return the newest checkpoint of `job`, or None when it has none."""
+    found = checkpoints(job)
+    return found[-1] if found else None
+
+
+# -- devices ---------------------------------------------------------------------
+
+
+def resolve_device(requested):
+    """Return the torch device string for a job's `device` ("auto" → cuda when present, else cpu).
+
+    Raise RuntimeError naming what this node has when the request cannot be met.
+    """
+    import torch
+
+    if not isinstance(requested, str) or not DEVICE_RE.match(requested):
+        raise ValueError(f"device must be {DEVICE_ACCEPTED}, got {requested!r}")
+    if requested == "auto":
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu":
+        return "cpu"
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(requested.partition(":")[2] or 0)
+    if index >= count:
+        raise RuntimeError(
+            f"device {requested} was requested but {socket.gethostname()} has {count} CUDA device(s); "
+            "use auto, cpu" + (f" or cuda:0..cuda:{count - 1}" if count else "")
+        )
+    return f"cuda:{index}"
+
+
+def device_identity(device):
+    """Return (id, name) of a torch device: ("cpu", "cpu") or ("GPU-<uuid>", "NVIDIA H200").
+
+    The id is the UUID NVML reports, which is what the collector records for
+    the same GPU, so the cost engine can join a stint to its telemetry.
+    """
+    if device == "cpu":
+        return "cpu", "cpu"
+    import torch
+
+    index = torch.device(device).index or 0
+    props = torch.cuda.get_device_properties(index)
+    uuid = _nvml_uuid(props) or (f"GPU-{props.uuid}" if getattr(props, "uuid", None) else f"cuda:{index}")
+    return uuid, props.name
+
+
+def _nvml_uuid(props):
+    """The NVML UUID of the GPU torch describes in `props`, or None without pynvml or a driver.
+
+    Matched by PCI address, not by index: CUDA_VISIBLE_DEVICES and CUDA's
+    fastest-first order make torch's index differ from NVML's.
+    """
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is None:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver answers
+        return None
+    try:
+        address = f"{getattr(props, 'pci_domain_id', 0):08x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
+        handle = pynvml.nvmlDeviceGetHandleByPciBusId(address)
+        uuid = pynvml.nvmlDeviceGetUUID(handle)
+        return uuid.decode() if isinstance(uuid, bytes) else uuid
+    except Exception as err:
+        log.info("NVML has no device at the PCI address torch reports (%s); using torch's UUID", err)
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def torch_threads(config):
+    """Threads for this job's process: the config's, the setting's, or the cores this process may use."""
+    if config.torch_threads:
+        return config.torch_threads
+    configured = int(getattr(settings, "YARDSTICK_JOB_TORCH_THREADS", 0) or 0)
+    return configured or len(os.sched_getaffinity(0))
+
+
+# -- the heartbeat ---------------------------------------------------------------
+
+
+class Heartbeat:
+    """Beat for a job from a thread while the worker lives, so a long step is not taken for a crash.
+
+    A killed process stops beating with it; that is what the crash detector looks for.
+    """
+
+    def __init__(self, job, interval_s):
+        self.job = job
+        self.interval_s = interval_s
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name=f"heartbeat-job-{job.pk}", daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join(timeout=10)
+
+    def _loop(self):
+        try:
+            while not self.stopped.wait(self.interval_s):
+                try:
+                    if not self.job.beat():
+                        return
+                except Exception as err:  # a database blip: the next beat may get through
+                    log.warning("heartbeat of job %s not written: %s", self.job.pk, err)
+                    close_old_connections()
+        finally:
+            connection.close()  # this thread's own connection
+
+
+# -- the run -----------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    status: str
+    reason: str
+
+
+def run(job_id, progress=None):
+    """Run job `job_id` from queued to an ended state; return the Job (None when there is none).
+
+    A job that is not queued (cancelled, or claimed by another worker) is left
+    alone. `progress(job, step, metrics)` is called after every recorded step
+    (step 0 is the baseline evaluation).
+    """
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        log.warning("job %s does not exist; nothing to run", job_id)
+        return None
+    if not job.claim():
+        log.info("job %s is %s, not queued; another worker has it or it was cancelled", job_id, job.status)
+        return job
+
+    stint = None
+    beat = None
+    try:
+        device = resolve_device(job.device)
+        uuid, name = device_identity(device)
+        stint = Stint.objects.create(
+            job=job, node=socket.gethostname(), device=uuid, device_name=name, pid=os.getpid(),
+            first_step=job.steps_done,
+        )
+        limit = heartbeat_limit_s()
+        beat = Heartbeat(job, interval_s=max(0.5, min(30.0, limit / 4))).start()
+        outcome = _train(job, device, stint, progress)
+    except LostJob as err:
+        log.warning("job %s: %s; this worker lets it go", job_id, err)
+        if stint is not None:
+            stint.end("lost", _steps_done(job))
+    except BaseException as err:  # KeyboardInterrupt in `manage.py train` too: the job must not stay running
+        log.exception("job %s failed", job_id)
+        with transaction.atomic():
+            if stint is not None:
+                stint.end(Status.FAILED, _steps_done(job))
+            job.finish(Status.FAILED, error=_error_text(err))
+        if not isinstance(err, Exception):
+            raise
+    else:
+        with transaction.atomic():
+            stint.end(outcome.status, _steps_done(job))
+            if not job.finish(outcome.status, outcome.reason):
+                log.warning("job %s was ended by another party before it could end as %s", job_id, outcome.status)
+    finally:
+        if beat is not None:
+            beat.stop()
+    job.refresh_from_db()
+    return job
+
+
+def _train(job, device, stint, progress):
+    """The loop. Return the Outcome; raise LostJob when someone else ended the job."""
+    import torch
+
+    from trainer.rl import Trainer, TrainConfig
+
+    config = TrainConfig.from_dict(job.config)
+    torch.set_num_threads(torch_threads(config))
+
+    # -- build: from the newest checkpoint, or fresh from the base policy ------------
+    resume_from = latest_checkpoint(job)
+    if resume_from is not None:
+        trainer = Trainer.from_checkpoint(resume_from, models_dir(), device)
+        log.info("job %s resumes from %s (step %s)", job.pk, resume_from.name, trainer.step)
+    else:
+        trainer = Trainer(config, models_dir(), device)
+    # Rows past the checkpoint belong to steps that will run again (after a crash);
+    # a fresh start (no checkpoint) runs the baseline again too.
+    keep_through = trainer.step if resume_from is not None else -1
+    with transaction.atomic():
+        Step.objects.filter(job=job, step__gt=keep_through).delete()
+        Sample.objects.filter(job=job, step__gt=keep_through).delete()
+        _update_active(job, steps_done=trainer.step)
+        Stint.objects.filter(pk=stint.pk).update(first_step=trainer.step)
+
+    if resume_from is None:
+        # -- baseline: pass@1 before the first update ----------------------------------
+        metrics = _clean(trainer.evaluate())
+        _record(job, 0, metrics, [], config)
+        publish(f"job.{job.pk}", "step", {"job": job.pk, "step": 0, "steps": config.steps, "metrics": metrics})
+        if progress:
+            progress(job, 0, metrics)
+
+    while trainer.step < config.steps:
+        # -- flags: read between steps, so a stop lands within one step --------------
+        flags = _flags(job)
+        if flags["budget_stop_requested"]:
+            _checkpoint_if_new(job, trainer, config)
+            return Outcome(Status.BUDGET_EXHAUSTED, f"budget reached; checkpoint at step {trainer.step}")
+        if flags["stop_requested"] or flags["status"] == Status.STOPPING:
+            _checkpoint_if_new(job, trainer, config)
+            return Outcome(Status.STOPPED, f"stopped at step {trainer.step}")
+
+        # -- rollout → reward → advantages → update -----------------------------------
+        started = time.perf_counter()
+        result = trainer.train_step()
+        step = result.step
+        metrics = dict(result.metrics)
+
+        # -- evaluate ------------------------------------------------------------------
+        metrics["timing/eval_s"] = 0.0
+        if step % config.eval_every == 0 or step == config.steps:
+            metrics.update(trainer.evaluate())
+
+        # -- record ----------------------------------------------------------------------
+        # The row is written before the checkpoint: a worker killed in between leaves a
+        # row past the newest checkpoint, which a resume deletes and runs again. The
+        # other order would leave a checkpoint whose step has no row, for ever.
+        metrics["timing/checkpoint_s"] = 0.0
+        metrics["timing/step_s"] = time.perf_counter() - started
+        metrics = _clean(metrics)
+        row = _record(job, step, metrics, result.samples, config)
+
+        # -- checkpoint ------------------------------------------------------------------
+        if step % config.checkpoint_every == 0 or step == config.steps:
+            metrics["timing/checkpoint_s"] = _checkpoint(job, trainer, config)
+            metrics["timing/step_s"] = time.perf_counter() - started
+            Step.objects.filter(pk=row.pk).update(metrics=metrics, step_s=metrics["timing/step_s"])
+
+        # -- publish -----------------------------------------------------------------------
+        publish(f"job.{job.pk}", "step", {"job": job.pk, "step": step, "steps": config.steps, "metrics": metrics})
+        if progress:
+            progress(job, step, metrics)
+    return Outcome(Status.COMPLETED, f"all {config.steps} steps done")
+
+
+def _record(job, step, metrics, samples, config):
+    """Save one step's row, its samples and the job's running figures; return the row."""
+    pass1 = metrics.get("eval/pass1")
+    reward = metrics.get("train/reward_mean")
+    with transaction.atomic():
+        row = Step.objects.create(
+            job=job, step=step, metrics=metrics, reward_mean=reward, eval_pass1=pass1,
+            gen_tokens=_int(metrics.get("performance/gen_tokens")), step_s=metrics.get("timing/step_s"),
+        )
+        Sample.objects.bulk_create([
+            Sample(job=job, step=step, index=i, prompt=s["prompt"], completion=s["completion"],
+                   reward=float(s["reward"]), advantage=float(s["advantage"]), tool_calls=int(s.get("tool_calls", 0)))
+            for i, s in enumerate(samples[: config.samples_per_step])
+        ])
+        fields = {"steps_done": step}
+        if reward is not None:
+            fields["latest_reward_mean"] = reward
+        if pass1 is not None:
+            fields["latest_pass1"] = pass1
+            if step == 0:
+                fields["baseline_pass1"] = pass1
+        _update_active(job, **fields)
+    return row
+
+
+def _checkpoint(job, trainer, config):
+    """Write a checkpoint for the trainer's step, keep the newest K; return the seconds it took."""
+    started = time.perf_counter()
+    path = checkpoint_path(job, trainer.step)
+    # The core writes beside the path and renames, so a worker killed mid-write
+    # leaves no half checkpoint for a resume to trip on (and the glob skips the temp file).
+    trainer.save_checkpoint(path)
+    for old in checkpoints(job)[: -config.keep_checkpoints]:
+        old.unlink(missing_ok=True)
+    _update_active(job, checkpoint_step=trainer.step)
+    return time.perf_counter() - started
+
+
+def _checkpoint_if_new(job, trainer, config):
+    if not checkpoint_path(job, trainer.step).exists():
+        _checkpoint(job, trainer, config)
+
+
+def _flags(job):
+    row = Job.objects.filter(pk=job.pk).values("status", "stop_requested", "budget_stop_requested").first()
+    if row is None or row["status"] not in ACTIVE:
+        raise LostJob(f"the job is now {row['status'] if row else 'deleted'}")
+    return row
+
+
+def _update_active(job, **fields):
+    """Update the job while it is still this worker's (running or stopping); raise LostJob if not."""
+    from django.utils import timezone
+
+    if not Job.objects.filter(pk=job.pk, status__in=ACTIVE).update(heartbeat_at=timezone.now(), **fields):
+        raise LostJob("the job is no longer running")
+
+
+def _steps_done(job):
+    return Job.objects.filter(pk=job.pk).values_list("steps_done", flat=True).first()
+
+
+def _error_text(err):
+    text = f"{type(err).__name__}: {err}".strip()
+    return text if len(text) <= 4000 else text[:4000] + "…"
+
+
+def _int(value):
+    return None if value is None else int(value)
+
+
+def _clean(metrics):
+    """Plain floats for JSON; NaN and infinities (which PostgreSQL's jsonb refuses) become null."""
+    out = {}
+    for key, value in metrics.items():
+        if hasattr(value, "item"):
+            value = value.item()
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
+        out[key] = value
+    return out

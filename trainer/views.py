@@ -1,0 +1,189 @@
+"""The jobs JSON API: each view parses its input and makes one call into trainer.models.
+
+Viewers read; operators (and admins) start, stop and resume. Errors are
+`{"error": message}`, plus `"field"` for bad input (400) and `"status"` for a
+job in the wrong state (409).
+"""
+
+import json
+
+from django.http import JsonResponse
+from django.views.decorators.cache import never_cache
+
+from trainer.models import Job, JobInputError, Sample, Step
+from yardstick.auth import require_role
+
+LIST_LIMIT = 100
+LIST_LIMIT_MAX = 500
+STEPS_LIMIT = 1000
+STEPS_LIMIT_MAX = 5000
+
+
+def _methods(**views):
+    """Dispatch on the HTTP method; anything else is a 405 naming the allowed ones."""
+
+    @never_cache
+    def dispatch(request, *args, **kwargs):
+        view = views.get(request.method)
+        if view is None:
+            resp = JsonResponse({"error": f"method {request.method} not allowed; use {', '.join(views)}"}, status=405)
+            resp["Allow"] = ", ".join(views)
+            return resp
+        return view(request, *args, **kwargs)
+
+    return dispatch
+
+
+def _bad(field, message):
+    return JsonResponse({"error": message, "field": field}, status=400)
+
+
+def _missing(job_id):
+    return JsonResponse({"error": f"no job {job_id}"}, status=404)
+
+
+def _int_param(request, name, default, minimum=None, maximum=None):
+    """Return the integer query parameter `name`, or raise JobInputError naming it."""
+    raw = request.GET.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        bounds = " and ".join(p for p in (minimum is not None and f">= {minimum}", maximum is not None and f"<= {maximum}") if p)
+        raise JobInputError(name, f"{name} must be an integer{' ' + bounds if bounds else ''}, got {raw!r}")
+    return value
+
+
+# -- /api/jobs ------------------------------------------------------------------------
+
+
+@require_role("viewer")
+def list_jobs(request):
+    """Jobs, newest first: ?status=, ?team=, ?limit= (default 100)."""
+    try:
+        limit = _int_param(request, "limit", LIST_LIMIT, 1, LIST_LIMIT_MAX)
+    except JobInputError as err:
+        return _bad(err.field, err.message)
+    jobs = Job.objects.select_related("created_by")
+    if request.GET.get("status"):
+        jobs = jobs.filter(status=request.GET["status"])
+    if request.GET.get("team"):
+        jobs = jobs.filter(team=request.GET["team"])
+    return JsonResponse({"jobs": [job.to_dict() for job in jobs[:limit]]})
+
+
+@require_role("operator")
+def create_job(request):
+    """Start a job from {name, team, env, config: {...}, budget_usd, device}; 201 with the job."""
+    try:
+        body = json.loads(request.body or b"")
+    except (ValueError, UnicodeDecodeError) as err:
+        return _bad("body", f"the body must be a JSON object ({err})")
+    if not isinstance(body, dict):
+        return _bad("body", f"the body must be a JSON object, got {type(body).__name__}")
+    accepted = ("name", "team", "env", "config", "budget_usd", "device")
+    unknown = sorted(set(body) - set(accepted))
+    if unknown:
+        return _bad(unknown[0], f"unknown field {unknown[0]!r}; accepted fields are {', '.join(accepted)}")
+    try:
+        job = Job.start(
+            name=body.get("name"), team=body.get("team"), env=body.get("env"), config=body.get("config"),
+            budget_usd=body.get("budget_usd"), device=body.get("device", "auto"), created_by=request.user,
+        )
+    except JobInputError as err:
+        return _bad(err.field, err.message)
+    return JsonResponse(job.to_dict(detail=True), status=201)
+
+
+jobs = _methods(GET=list_jobs, POST=create_job)
+
+
+# -- /api/jobs/<id> ---------------------------------------------------------------------
+
+
+@require_role("viewer")
+def _job_detail(request, job_id):
+    job = Job.objects.select_related("created_by").filter(pk=job_id).first()
+    if job is None:
+        return _missing(job_id)
+    return JsonResponse(job.to_dict(detail=True))
+
+
+job_detail = _methods(GET=_job_detail)
+
+
+@require_role("operator")
+def _stop(request, job_id):
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return _missing(job_id)
+    if not job.request_stop(by=request.user.username):
+        return JsonResponse(
+            {"error": f"job {job_id} is {job.status}; only a queued or running job can be stopped",
+             "status": job.status},
+            status=409,
+        )
+    return JsonResponse(job.to_dict())
+
+
+stop_job = _methods(POST=_stop)
+
+
+@require_role("operator")
+def _resume(request, job_id):
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return _missing(job_id)
+    if not job.resume(by=request.user.username):
+        return JsonResponse(
+            {"error": f"job {job_id} is {job.status}; only a stopped, failed or budget_exhausted job can be resumed",
+             "status": job.status},
+            status=409,
+        )
+    return JsonResponse(job.to_dict())
+
+
+resume_job = _methods(POST=_resume)
+
+
+@require_role("viewer")
+def _steps(request, job_id):
+    """Step rows after ?after= (default: all, from the baseline at step 0), oldest first."""
+    job = Job.objects.filter(pk=job_id).only("id", "status", "steps_done").first()
+    if job is None:
+        return _missing(job_id)
+    try:
+        after = _int_param(request, "after", -1, minimum=-1)
+        limit = _int_param(request, "limit", STEPS_LIMIT, 1, STEPS_LIMIT_MAX)
+    except JobInputError as err:
+        return _bad(err.field, err.message)
+    rows = list(Step.objects.filter(job_id=job_id, step__gt=after).order_by("step")[:limit])
+    return JsonResponse({
+        "job": job.pk, "status": job.status, "steps_done": job.steps_done,
+        "steps": [row.to_dict() for row in rows],
+        "next_after": rows[-1].step if rows else after,
+    })
+
+
+job_steps = _methods(GET=_steps)
+
+
+@require_role("viewer")
+def _samples(request, job_id):
+    """The rollouts kept at ?step= (default: the newest step that has any)."""
+    if not Job.objects.filter(pk=job_id).exists():
+        return _missing(job_id)
+    try:
+        step = _int_param(request, "step", None, minimum=0)
+    except JobInputError as err:
+        return _bad(err.field, err.message)
+    if step is None:
+        step = Sample.objects.filter(job_id=job_id).order_by("-step").values_list("step", flat=True).first()
+    rows = Sample.objects.filter(job_id=job_id, step=step) if step is not None else Sample.objects.none()
+    return JsonResponse({"job": job_id, "step": step, "samples": [s.to_dict() for s in rows]})
+
+
+job_samples = _methods(GET=_samples)
