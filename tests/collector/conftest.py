@@ -9,10 +9,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # so tests can `import fake_pynvml`
 
 DATA = HERE.parent.parent.parent / "shared" / "data" / "telemetry"
-TELEMETRY_TABLES = (
-    "telemetry_device_holder, telemetry_rollup_pending, telemetry_rollup_1h, telemetry_rollup_1m, "
-    "telemetry_latest, telemetry_sample, collector_device, collector_node"
-)
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +31,5 @@ def pg_conn(db):
 
 @pytest.fixture
 def telemetry_dsn(pg_dsn):
-    """pg_dsn, with the telemetry tables emptied afterwards (Django's flush skips unmanaged tables)."""
-    yield pg_dsn
-    import psycopg
-
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {TELEMETRY_TABLES} RESTART IDENTITY")
+    """pg_dsn; the root conftest empties the telemetry tables afterwards."""
+    return pg_dsn

@@ -9,10 +9,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # so tests can `import cost_builders`
 
 DATA = HERE.parent.parent.parent / "shared" / "data" / "telemetry"
-TELEMETRY_TABLES = (
-    "telemetry_device_holder, telemetry_rollup_pending, telemetry_rollup_1h, telemetry_rollup_1m, "
-    "telemetry_latest, telemetry_sample, collector_device, collector_node"
-)
 
 
 @pytest.fixture
@@ -31,9 +27,4 @@ def telemetry_data():
 
 @pytest.fixture
 def clean_telemetry(transactional_db):
-    """For tests whose data must be committed: empty the unmanaged telemetry tables afterwards."""
-    yield
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute(f"TRUNCATE {TELEMETRY_TABLES} RESTART IDENTITY")
+    """For tests whose data must be committed; the root conftest empties the telemetry tables afterwards."""
