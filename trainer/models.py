@@ -81,6 +81,8 @@ class Job(models.Model):
     error = models.TextField(blank=True, default="", help_text="why it failed, for people")
     stop_requested = models.BooleanField(default=False)
     budget_stop_requested = models.BooleanField(default=False)
+    # Why a stop was requested (who, or which budget), written on the final status change.
+    stop_reason = models.TextField(blank=True, default="")
     # Written by the worker while it owns the job; an old one means the worker died.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
@@ -213,7 +215,8 @@ class Job(models.Model):
         the job had already ended."""
         if self._transition([Status.QUEUED], Status.BUDGET_EXHAUSTED, reason, finished_at=timezone.now()):
             return True
-        changed = Job.objects.filter(pk=self.pk, status__in=ACTIVE).update(budget_stop_requested=True)
+        changed = Job.objects.filter(pk=self.pk, status__in=ACTIVE).update(budget_stop_requested=True,
+                                                                            stop_reason=reason)
         self.refresh_from_db()
         return bool(changed)
 
@@ -227,7 +230,7 @@ class Job(models.Model):
         with transaction.atomic():
             # The error text stays in the history (the reason of the → failed change).
             old = self._transition(RESUMABLE, Status.QUEUED, f"resumed{who}", stop_requested=False,
-                                   budget_stop_requested=False, finished_at=None, error="")
+                                   budget_stop_requested=False, stop_reason="", finished_at=None, error="")
             if old is None:
                 return False
             self._enqueue()

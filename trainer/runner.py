@@ -283,7 +283,8 @@ def _train(job, device, stint, progress):
         flags = _flags(job)
         if flags["budget_stop_requested"]:
             _checkpoint_if_new(job, trainer, config)
-            return Outcome(Status.BUDGET_EXHAUSTED, f"budget reached; checkpoint at step {trainer.step}")
+            reason = flags["stop_reason"] or "budget reached"
+            return Outcome(Status.BUDGET_EXHAUSTED, f"{reason}; checkpoint at step {trainer.step}")
         if flags["stop_requested"] or flags["status"] == Status.STOPPING:
             _checkpoint_if_new(job, trainer, config)
             return Outcome(Status.STOPPED, f"stopped at step {trainer.step}")
@@ -364,8 +365,21 @@ def _checkpoint_if_new(job, trainer, config):
         _checkpoint(job, trainer, config)
 
 
+def request_stop_of_local_jobs(reason):
+    """Request a stop of every running job whose open stint is a process of this one's tree
+    on this node. Return the ids of the jobs asked."""
+    import psutil
+
+    me = psutil.Process()
+    pids = [me.pid] + [p.pid for p in me.children(recursive=True)]
+    jobs = Job.objects.filter(status=Status.RUNNING, stints__ended_at__isnull=True,
+                              stints__node=socket.gethostname(), stints__pid__in=pids).distinct()
+    return [job.pk for job in jobs if job.request_stop(by=reason)]
+
+
 def _flags(job):
-    row = Job.objects.filter(pk=job.pk).values("status", "stop_requested", "budget_stop_requested").first()
+    row = Job.objects.filter(pk=job.pk).values("status", "stop_requested", "budget_stop_requested",
+                                                 "stop_reason").first()
     if row is None or row["status"] not in ACTIVE:
         raise LostJob(f"the job is now {row['status'] if row else 'deleted'}")
     return row

@@ -3,6 +3,7 @@
 import logging
 
 from celery import shared_task
+from celery.signals import worker_shutting_down
 
 from trainer import runner
 from trainer.models import Job
@@ -29,3 +30,17 @@ def detect_crashed_jobs():
     for job in failed:
         log.warning("job %s failed: %s", job.pk, job.error)
     return len(failed)
+
+
+@worker_shutting_down.connect
+def stop_this_workers_jobs(sig=None, how=None, exitcode=None, **kwargs):
+    """On a warm shutdown (SIGTERM from `up`, a deploy), stop our jobs at their next step.
+
+    Celery then waits for the task to return: the job writes a checkpoint and
+    ends `stopped` (resumable) instead of being killed mid-step and found
+    `failed` by the heartbeat check minutes later. The signal fires in the
+    worker's main process; the jobs run in its pool processes.
+    """
+    stopped = runner.request_stop_of_local_jobs(reason=f"worker shutting down ({how or sig})")
+    for job_id in stopped:
+        log.warning("job %s will stop at its next step: the worker is shutting down", job_id)

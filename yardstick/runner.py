@@ -27,7 +27,7 @@ from yardstick import embedded
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 30.0
 STABLE_AFTER_S = 60.0  # a child that ran this long gets its back-off reset
-STOP_GRACE_S = 15.0
+STOP_GRACE_S = 30.0  # a training step must end and write its checkpoint
 
 
 class AlreadyRunning(RuntimeError):
@@ -261,7 +261,9 @@ class Runner:
         if running:
             self.say("up", "stopping " + ", ".join(c.name for c in running))
         for child in running:
-            _signal_group(child.process, signal.SIGTERM)
+            # The main process only: a Celery worker then finishes (or cooperatively
+            # stops) its tasks; SIGTERM to its pool processes would kill them mid-step.
+            child.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         for child in running:
             try:

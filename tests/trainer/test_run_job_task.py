@@ -128,3 +128,38 @@ def test_a_killed_worker_leaves_a_failed_job_that_resumes_from_its_checkpoint(
     assert second.first_step == resume_step and second.end_reason == "stopped"
     # Rows the killed worker wrote past its checkpoint were replaced by the resumed run.
     assert list(Step.objects.filter(job=job).values_list("step", flat=True)) == list(range(resume_step + 2))
+
+
+def test_a_worker_shutting_down_stops_its_job_at_a_checkpoint_instead_of_killing_it(
+    transactional_db, make_job, child_env, tmp_path
+):
+    """What `up` does on Ctrl-C: SIGTERM to the worker's main process (a prefork pool, as in `up`)."""
+    purge_jobs_queue()
+    log = open(tmp_path / "worker.log", "w")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs", "--pool", "prefork",
+         "--concurrency", "1", "-n", f"shutdown-test-{os.getpid()}@%h", "--without-heartbeat",
+         "--without-mingle", "--without-gossip", "--loglevel", "INFO"],
+        cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        job = make_job(steps=5000, checkpoint_every=1000, enqueue=True)
+        wait_for(lambda: Job.objects.filter(pk=job.pk, steps_done__gte=2).exists(),
+                 timeout_s=120, what=f"the worker to run two steps (log: {tmp_path / 'worker.log'})")
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(timeout=60)
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+        log.close()
+        purge_jobs_queue()
+
+    assert code == 0
+    job.refresh_from_db()
+    assert job.status == "stopped", (tmp_path / "worker.log").read_text()[-2000:]
+    assert "worker shutting down" in StatusChange.objects.filter(job=job, to_status="stopping").get().reason
+    stint = Stint.objects.get(job=job)
+    assert stint.ended_at is not None and stint.end_reason == "stopped"
+    assert job.checkpoint_step == job.steps_done >= 2, "the checkpoint is at the step it stopped"
+    assert runner.latest_checkpoint(job) is not None

@@ -162,7 +162,7 @@ class Trainer:
                 self.optimizer.step()
                 with torch.no_grad():
                     ent = masked_mean(entropy(logits.detach()), mask[rows])
-                for key, value in (("loss", loss), ("kl", stats["kl"]), ("entropy", ent),
+                for key, value in (("loss", loss.detach()), ("kl", stats["kl"]), ("entropy", ent),
                                    ("clip_ratio", stats["clip_ratio"]), ("grad_norm", grad_norm)):
                     sums[key] += float(value) / updates
         self.scheduler.step()
