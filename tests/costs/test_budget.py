@@ -75,5 +75,7 @@ def test_a_real_tiny_job_over_budget_ends_as_budget_exhausted(fleet, settings, t
 
     assert spent["summary"]["budget_stops"] == [job.pk]  # 2 minutes at $1/minute >= $1.00
     assert job.status == "budget_exhausted" and job.steps_done == 1
-    assert job.status_changes.last().to_status == "budget_exhausted"
+    final = job.status_changes.last()
+    assert final.to_status == "budget_exhausted"
+    assert final.reason.startswith("spend $") and "reached the budget $1.00" in final.reason
     assert Stint.objects.get(job=job).end_reason == "budget_exhausted"
