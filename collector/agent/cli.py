@@ -24,14 +24,14 @@ def add_arguments(parser, dsn_required=True):
     )
     parser.add_argument("--spool-dir", default="var/collector-spool", help="where batches wait while the database is away")
     parser.add_argument("--spool-max-mb", type=_positive_float, default=512.0, help="spool size cap in MiB (default 512)")
-    parser.add_argument("--ticks", type=int, default=None, help="stop after this many ticks (default: run until signalled)")
+    parser.add_argument("--ticks", type=_positive_int, default=None, help="stop after this many ticks (default: run until signalled)")
     host = parser.add_argument_group("host source")
     host.add_argument("--cpu-tdp-w", type=_positive_float, default=None, help="CPU TDP for the power estimate (default 10 W per CPU)")
     dcgm = parser.add_argument_group("dcgm source")
     dcgm.add_argument("--url", default=None, help="dcgm-exporter endpoint, e.g. http://localhost:9400/metrics")
     sim = parser.add_argument_group("sim source")
-    sim.add_argument("--nodes", type=int, default=1, help="simulated nodes (default 1)")
-    sim.add_argument("--gpus", type=int, default=8, help="simulated GPUs per node (default 8)")
+    sim.add_argument("--nodes", type=_positive_int, default=1, help="simulated nodes (default 1)")
+    sim.add_argument("--gpus", type=_positive_int, default=8, help="simulated GPUs per node (default 8)")
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
 
 
@@ -42,6 +42,16 @@ def _positive_float(text):
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
 
 

@@ -1,5 +1,6 @@
 import sys
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import connection
 
@@ -29,6 +30,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         cli.add_arguments(parser, dsn_required=False)
+        # Inside Yardstick the spool lives with the rest of its data.
+        parser.set_defaults(spool_dir=str(settings.DATA_DIR / "collector-spool"))
 
     def handle(self, *args, **opts):
         cli.configure_logging(self.stdout._out if hasattr(self.stdout, "_out") else sys.stdout)
