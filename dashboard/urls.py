@@ -6,4 +6,13 @@ urlpatterns = [
     path("", views.fleet_page, name="fleet"),
     path("healthz", views.healthz, name="healthz"),
     path("api/whoami", views.whoami, name="whoami"),
+    path("assets/plotly-<str:version>.min.js", views.plotly_js, name="plotly-js"),
+    path("nodes/<str:name>", views.node_page, name="node"),
+    path("jobs/", views.jobs_page, name="jobs"),
+    path("jobs/start", views.start_job, name="job-start"),
+    path("jobs/<int:job_id>", views.job_page, name="job"),
+    path("jobs/<int:job_id>/stop", views.stop_job, name="job-stop"),
+    path("jobs/<int:job_id>/resume", views.resume_job, name="job-resume"),
+    path("compare", views.compare_page, name="compare"),
+    path("costs/", views.costs_page, name="costs"),
 ]

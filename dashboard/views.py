@@ -1,10 +1,53 @@
-from django.http import JsonResponse
-from django.shortcuts import render
-from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+"""The pages: each view parses its parameters, reads through dashboard.readings, and renders.
 
-from dashboard import health
+Job controls (start, stop, resume) are small form views for operators that
+call the same trainer methods as the JSON API (`Job.start`, `request_stop`,
+`resume`), so a page without JavaScript still works and CSRF protects them.
+"""
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import plotly
+from django.contrib import messages
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import FileResponse, Http404, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from dashboard import figures, health, readings
+from dashboard.forms import FORM_CONFIG, PRESETS, StartForm
+from dashboard.timerange import RANGES, RangeError, from_request
 from yardstick.auth import require_role, role_of
+
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+COMPARE_MAX = 8
+
+
+def _json(value):
+    """JSON for a <script type="application/json"> block (no "</" can close it early)."""
+    return json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":")).replace("</", "<\\/")
+
+
+def _range_or_400(request, default="1h"):
+    try:
+        return from_request(request.GET, default=default), None
+    except RangeError as err:
+        return None, render(request, "dashboard/bad_request.html", {"message": err.message, "field": err.field},
+                            status=400)
+
+
+def _range_context(request, tr):
+    base = {k: v for k, v in request.GET.items() if k not in ("range", "from", "to", "live")}
+    links = []
+    for key in RANGES:
+        q = tr.query(range=key, **{"from": None, "to": None}) if tr.key == "custom" else tr.query(range=key)
+        params = "&".join(filter(None, [q] + [f"{k}={v}" for k, v in base.items()]))
+        links.append({"key": key, "href": f"?{params}", "current": key == tr.key})
+    return {"tr": tr, "range_links": links, "range_extra": base}
 
 
 @never_cache
@@ -23,6 +66,212 @@ def whoami(request):
 
 
 @require_GET
+def plotly_js(request, version):
+    """plotly.js from the installed plotly package (never a CDN); the version in the URL makes it cacheable forever."""
+    if version != plotly.__version__:
+        raise Http404("no such plotly version")
+    resp = FileResponse(open(PLOTLY_JS, "rb"), content_type="text/javascript; charset=utf-8")
+    resp["Cache-Control"] = "private, max-age=31536000, immutable"
+    return resp
+
+
+# -- fleet ---------------------------------------------------------------------------------------
+
+
+@require_GET
 @require_role("viewer")
 def fleet_page(request):
-    return render(request, "dashboard/fleet.html", {})
+    tr, bad = _range_or_400(request)
+    if bad:
+        return bad
+    data = readings.fleet_overview()
+    figs = {"heatmap": figures.fleet_heatmap(data["nodes"]), "power": figures.fleet_power(readings.fleet_power(tr))}
+    return render(request, "dashboard/fleet.html", {
+        **data, **_range_context(request, tr), "figures_json": _json(figs),
+        "topics": "fleet" if tr.live and tr.follows_now else "",
+    })
+
+
+@require_GET
+@require_role("viewer")
+def node_page(request, name):
+    from collector.models import Node
+
+    node = get_object_or_404(Node, name=name)
+    tr, bad = _range_or_400(request)
+    if bad:
+        return bad
+    series = readings.node_view(node, tr)
+    figs = dict(figures.node_figures(series, tr.resolution))
+    devices = [d for d, _ in series]
+    return render(request, "dashboard/node.html", {
+        "node": node, "devices": devices, **_range_context(request, tr), "figures_json": _json(figs),
+        "fig_keys": [k for k, *_ in figures.NODE_METRICS],
+        "any_simulated": any(d["simulated"] for d in devices),
+        "any_estimated": any(d["power_estimated"] for d in devices),
+        "topics": f"node.{node.pk}" if tr.live and tr.follows_now and tr.resolution == "raw" else "",
+    })
+
+
+# -- jobs --------------------------------------------------------------------------------------------
+
+
+def _jobs_context(request, form=None):
+    from trainer.models import Status
+    from trainer.rl.envs import ENV_NAMES
+
+    status = request.GET.get("status") or None
+    if status and status not in Status.values:
+        status = None
+    form = form or StartForm()
+    errors = {k.removeprefix("config."): v for k, v in form.errors.items()}
+    return {
+        "rows": readings.jobs_table(status=status), "status_filter": status, "statuses": Status.values,
+        "form_values": form.initial(), "form_errors": errors, "presets": PRESETS, "envs": ENV_NAMES,
+        "config_fields": [{"name": n, "kind": k, "label": label} for n, k, label in FORM_CONFIG],
+        "presets_json": _json({k: {"env": env, "config": cfg} for k, (_, env, cfg) in PRESETS.items()}),
+        "topics": "jobs",
+    }
+
+
+@require_GET
+@require_role("viewer")
+def jobs_page(request):
+    return render(request, "dashboard/jobs.html", _jobs_context(request))
+
+
+@require_POST
+@require_role("operator")
+def start_job(request):
+    form = StartForm(request.POST)
+    job = form.save(request.user)
+    if job is None:
+        return render(request, "dashboard/jobs.html", {**_jobs_context(request, form), "form_open": True},
+                      status=400)
+    messages.success(request, f"Job {job.pk} {job.name!r} queued.")
+    return redirect("job", job_id=job.pk)
+
+
+@require_POST
+@require_role("operator")
+def stop_job(request, job_id):
+    from trainer.models import Job
+
+    job = get_object_or_404(Job, pk=job_id)
+    if job.request_stop(by=request.user.username):
+        messages.success(request, f"Job {job.pk} is {job.status}.")
+    else:
+        messages.error(request, f"Job {job.pk} is {job.status}; only a queued or running job can be stopped.")
+    return _back(request, job)
+
+
+@require_POST
+@require_role("operator")
+def resume_job(request, job_id):
+    from trainer.models import Job
+
+    job = get_object_or_404(Job, pk=job_id)
+    if job.resume(by=request.user.username):
+        messages.success(request, f"Job {job.pk} resumed: queued.")
+    else:
+        messages.error(request, f"Job {job.pk} is {job.status}; only a stopped, failed or budget_exhausted "
+                                "job can be resumed.")
+    return _back(request, job)
+
+
+def _back(request, job):
+    """To the page the button was on (a local path only), else the job's page."""
+    nxt = request.POST.get("next", "")
+    return redirect(nxt if nxt.startswith("/") and not nxt.startswith("//") else f"/jobs/{job.pk}")
+
+
+@require_GET
+@require_role("viewer")
+def job_page(request, job_id):
+    from costs.intelligence import job_intelligence, score_cost_curve
+    from trainer.models import Job
+
+    job = get_object_or_404(Job.objects.select_related("created_by"), pk=job_id)
+    step = request.GET.get("step")
+    try:
+        step = int(step) if step not in (None, "") else None
+    except ValueError:
+        return render(request, "dashboard/bad_request.html",
+                      {"message": f"step must be an integer, got {step!r}", "field": "step"}, status=400)
+    live = request.GET.get("live", "1") != "0"
+    x, cols = readings.job_columns(job, figures.JOB_KEYS)
+    intel = job_intelligence(job)
+    figs = figures.job_figures(x, cols, score_cost_curve(job), job.baseline_pass1)
+    shown_step, samples, sample_steps = readings.job_samples(job, step)
+    return render(request, "dashboard/job.html", {
+        "job": job, "intel": intel, "figures_json": _json(figs), "fig_keys": list(figs),
+        "samples": samples, "sample_step": shown_step, "sample_steps": sample_steps,
+        "history": job.status_changes.order_by("at", "id"), "stints": job.stints.order_by("started_at", "id"),
+        "config_items": sorted(job.config.items()), "live": live, "last_step": x[-1] if x else None,
+        "topics": f"job.{job.pk},jobs" if live else "",
+    })
+
+
+# -- compare ------------------------------------------------------------------------------------------
+
+
+@require_GET
+@require_role("viewer")
+def compare_page(request):
+    from costs.intelligence import job_intelligence
+    from trainer.models import Job
+
+    # ?jobs=1,2 (shareable) or ?pick=1&pick=2 (the Jobs page's checkboxes, no JavaScript needed).
+    raw = ",".join([request.GET.get("jobs", "")] + request.GET.getlist("pick"))
+    xmode = request.GET.get("x", "step")
+    errors = []
+    if xmode not in figures.XMODES:
+        errors.append(f"x must be one of {', '.join(figures.XMODES)}, got {xmode!r}")
+        xmode = "step"
+    ids = []
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        if not part.isdigit():
+            errors.append(f"jobs must be job ids separated by commas, like 1,2,3; got {part!r}")
+            continue
+        ids.append(int(part))
+    ids = list(dict.fromkeys(ids))[:COMPARE_MAX]
+    found = {j.pk: j for j in Job.objects.filter(pk__in=ids)}
+    errors += [f"no job {i}" for i in ids if i not in found]
+    jobs = [found[i] for i in ids if i in found]
+    series = [(job, readings.compare_points(job)) for job in jobs]
+    table = [{"job": job, **job_intelligence(job)} for job in jobs]
+    return render(request, "dashboard/compare.html", {
+        "jobs": jobs, "ids": ",".join(str(j.pk) for j in jobs), "xmode": xmode, "xmodes": figures.XMODES,
+        "table": table, "errors": errors, "figures_json": _json({"compare": figures.compare(series, xmode)}),
+        "recent": Job.objects.order_by("-id")[:30], "any_example": any(r["example_prices"] for r in table),
+    }, status=400 if errors and not jobs else 200)
+
+
+# -- costs -----------------------------------------------------------------------------------------------
+
+
+@require_GET
+@require_role("viewer")
+def costs_page(request):
+    from urllib.parse import urlencode
+
+    from costs import report
+
+    try:
+        period, group, _ = report.parse_params(request.GET)
+    except report.ReportParamError as err:
+        return render(request, "dashboard/bad_request.html", {"message": err.message, "field": err.param},
+                      status=400)
+    table = report.build(period, group)
+    stacks = readings.cost_stacks(period)
+    last_day = (period.end - timedelta(microseconds=1)).date()
+    params = {"from": period.start.date().isoformat(), "to": last_day.isoformat(), "group": group}
+    return render(request, "dashboard/costs.html", {
+        "report": table, "rows": table.rows, "totals": table.totals, "group": group, "groups": report.GROUPS,
+        "from_day": params["from"], "to_day": params["to"], "note": report.EXAMPLE_NOTE,
+        # The exact period shown, so the download has the same figures as the page.
+        "csv_href": "/api/costs?" + urlencode({"from": period.start.isoformat(), "to": period.end.isoformat(),
+                                               "group": group, "format": "csv"}),
+        "figures_json": _json({"by_day": figures.costs_by_day(stacks)}),
+        "generated_at": timezone.now(),
+    })

@@ -1,0 +1,310 @@
+"""Plotly figures, built in Python as plain figure dicts and drawn by the plotly.js of the installed package.
+
+Plain dicts rather than `plotly.graph_objects`: constructing graph objects
+validates every property on every call, which costs more than the page's
+whole query budget at 2,000 steps; the tests pass every figure through
+`go.Figure` instead, so a typo still fails loudly.
+
+Colours: the Okabe–Ito palette (readable with the common colour-vision
+deficiencies), and lines differ by dash as well as colour where several share a
+chart. Heatmaps use Cividis, designed for the same readers.
+
+A figure that grows live carries a `live` spec beside it: for each trace, the
+step metric (or a sum/difference/ratio of two) that `dashboard.js` appends
+with `Plotly.extendTraces` when a step event arrives.
+"""
+
+import math
+
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000"]
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
+BLUE, ORANGE, GREEN, VERMILLION, SKY, PURPLE, YELLOW, BLACK = PALETTE
+
+
+def colour(i):
+    return PALETTE[i % len(PALETTE)]
+
+
+def layout(title, xtitle=None, ytitle=None, **extra):
+    out = {
+        "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}},
+        "margin": {"l": 56, "r": 64 if "yaxis2" in extra else 16, "t": 40, "b": 48},
+        "font": {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12, "color": "#1d1d1b"},
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "#ffffff",
+        "legend": {"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        "hovermode": "x unified",
+        "xaxis": {"title": {"text": xtitle or "", "standoff": 4}, "gridcolor": "#e6e6e6", "zeroline": False, "automargin": True},
+        "yaxis": {"title": {"text": ytitle or ""}, "gridcolor": "#e6e6e6", "zeroline": False, "automargin": True},
+        "colorway": PALETTE,
+    }
+    out.update(extra)
+    return out
+
+
+def empty_note(fig, text="No data in this range yet"):
+    """Say so on a chart with no points, rather than drawing bare axes."""
+    if not any(t.get("x") for t in fig["data"]):
+        fig["layout"]["annotations"] = [{"text": text, "showarrow": False, "xref": "paper", "yref": "paper",
+                                         "x": 0.5, "y": 0.5, "font": {"size": 14, "color": "#60605c"}}]
+    return fig
+
+
+def line(name, x, y, i=0, **extra):
+    trace = {"type": "scatter", "mode": "lines", "name": name, "x": list(x), "y": list(y),
+             "line": {"color": colour(i), "width": 2, "dash": DASHES[i % len(DASHES)] if i else "solid"}}
+    trace.update(extra)
+    return trace
+
+
+def _num(value):
+    """A JSON-safe float, or None for missing, NaN and infinities."""
+    if value is None:
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+# -- fleet --------------------------------------------------------------------------
+
+
+def fleet_heatmap(nodes):
+    """Utilization of every device (columns: device index) of every node (rows); stale devices blank."""
+    width = max((d["index"] for n in nodes for d in n["devices"]), default=-1) + 1
+    z, text, names = [], [], []
+    for node in nodes:
+        row = [None] * width
+        labels = [""] * width
+        for d in node["devices"]:
+            util = None if d["stale"] else _num(d["util_pct"])
+            row[d["index"]] = util
+            flags = " · simulated" if d["simulated"] else (" · power estimated" if d["power_estimated"] else "")
+            shown = "stale" if d["stale"] else ("no reading" if util is None else f"{util:.0f}%")
+            labels[d["index"]] = f"{node['name']} / GPU {d['index']} {d['model']}: {shown}{flags}"
+        z.append(row)
+        text.append(labels)
+        names.append(node["name"])
+    height = max(220, min(1400, 70 + 22 * len(names)))
+    return {
+        "data": [{
+            "type": "heatmap", "z": z, "x": [f"GPU {i}" for i in range(width)], "y": names, "text": text,
+            "hovertemplate": "%{text}<extra></extra>", "colorscale": "Cividis", "zmin": 0, "zmax": 100,
+            "xgap": 2, "ygap": 2, "hoverongaps": False,
+            "colorbar": {"title": {"text": "util %"}, "thickness": 12},
+        }],
+        "layout": layout("Utilization by node and device (now)", ytitle=None, height=height,
+                         yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
+                         xaxis={"side": "top", "automargin": True, "type": "category"}, hovermode="closest"),
+    }
+
+
+def fleet_power(points):
+    """Fleet power (kW) over time from [(ts, kw)]."""
+    return empty_note({
+        "data": [line("fleet power", [p[0] for p in points], [_num(p[1]) for p in points], 0,
+                      fill="tozeroy", fillcolor="rgba(0,114,178,0.12)")],
+        "layout": layout("Fleet power", None, "kW", height=260, showlegend=False),
+    }, "No 1-minute rollups in this range yet")
+
+
+# -- node -------------------------------------------------------------------------------
+
+# (title, unit, field at raw resolution, field in a rollup)
+NODE_METRICS = [
+    ("util", "Utilization", "%", "util_pct", "util_mean_pct"),
+    ("sm", "SM activity", "%", "sm_active_pct", "sm_active_mean_pct"),
+    ("power", "Power", "W", "power_w", "power_mean_w"),
+    ("temp", "Temperature", "°C", "temp_c", "temp_max_c"),
+    ("mem", "Memory used", "MiB", "mem_used_mib", "mem_used_max_mib"),
+]
+
+
+def node_figures(series, resolution):
+    """One figure per metric, one trace per device: `series` is [(device dict, points)].
+
+    Returns [(key, figure)]; each figure's `live` maps traces to the sample fields
+    a live sample event carries (raw resolution only).
+    """
+    out = []
+    for key, title, unit, raw_field, rollup_field in NODE_METRICS:
+        field = raw_field if resolution == "raw" else rollup_field
+        data = []
+        for i, (device, points) in enumerate(series):
+            name = f"GPU {device['index']}" + (" (sim)" if device["simulated"] else "")
+            data.append(line(name, [p["ts"] for p in points], [_num(p.get(field)) for p in points], i))
+        suffix = {"raw": "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups"}[resolution]
+        fig = empty_note({"data": data, "layout": layout(f"{title} ({suffix})", None, unit, height=260)},
+                         f"No {suffix} in this range")
+        fig["live"] = {"x": "ts", "traces": [{"trace": i, "device": d["uuid"], "y": {"key": raw_field}}
+                                            for i, (d, _) in enumerate(series)]}
+        out.append((key, fig))
+    return out
+
+
+# -- jobs ----------------------------------------------------------------------------------
+
+
+def _key(metric):
+    return {"key": metric}
+
+
+# The step metrics the job page draws.
+JOB_KEYS = (
+    "train/reward_mean", "train/reward_std", "eval/pass1", "performance/gen_tokens_per_s", "performance/gen_tokens",
+    "timing/step_s", "timing/generate_s", "timing/score_s", "timing/train_s", "timing/eval_s", "timing/checkpoint_s",
+    "train/loss", "train/kl", "train/entropy", "train/clip_ratio",
+)
+
+
+def columns(steps, keys=JOB_KEYS):
+    """(x, {key: values}) from [(step, metrics)], the shape dashboard.readings.job_columns returns."""
+    return [s for s, _ in steps], {k: [m.get(k) for _, m in steps] for k in keys}
+
+
+def job_figures(x, cols, cost_curve, baseline_pass1):
+    """The job page's figures from the steps `x` and metric columns `cols` ({key: [value per step]}).
+
+    Returns {name: figure}; reward, throughput, timing and losses grow live.
+    """
+    def col(key):
+        values = cols.get(key) or [None] * len(x)
+        # jsonb holds no NaN; the check is for callers that built their columns by hand.
+        return [v if v is None or (isinstance(v, (int, float)) and math.isfinite(v)) else _num(v) for v in values]
+
+    mean, std = col("train/reward_mean"), col("train/reward_std")
+    upper = [None if a is None or b is None else a + b for a, b in zip(mean, std)]
+    lower = [None if a is None or b is None else a - b for a, b in zip(mean, std)]
+    evals = [(s, v) for s, v in zip(x, col("eval/pass1")) if v is not None]
+
+    reward = {
+        "data": [
+            line("mean − std", x, lower, 0, showlegend=False, hoverinfo="skip",
+                 line={"width": 0, "color": BLUE}),
+            line("±1 std", x, upper, 0, fill="tonexty", fillcolor="rgba(0,114,178,0.18)",
+                 line={"width": 0, "color": BLUE}, hoverinfo="skip"),
+            line("reward mean", x, mean, 0),
+            {"type": "scatter", "mode": "markers+lines", "name": "eval pass@1 (points)", "yaxis": "y2",
+             "x": [e[0] for e in evals], "y": [e[1] for e in evals],
+             "marker": {"color": ORANGE, "symbol": "diamond", "size": 9}, "line": {"color": ORANGE, "dash": "dot"}},
+        ],
+        "layout": layout("Reward (mean ± std) and eval pass@1", "step", "reward", height=320,
+                         yaxis2={"title": {"text": "pass@1 (points)"}, "overlaying": "y", "side": "right",
+                                 "rangemode": "tozero", "showgrid": False}),
+        "live": {"x": "step", "traces": [
+            {"trace": 0, "y": {"diff": ["train/reward_mean", "train/reward_std"]}},
+            {"trace": 1, "y": {"sum": ["train/reward_mean", "train/reward_std"]}},
+            {"trace": 2, "y": _key("train/reward_mean")},
+            {"trace": 3, "y": _key("eval/pass1"), "skip_null": True},
+        ]},
+    }
+
+    gen = col("performance/gen_tokens_per_s")
+    wall = [None if t is None or s in (None, 0) else t / s
+            for t, s in zip(col("performance/gen_tokens"), col("timing/step_s"))]
+    throughput = {
+        "data": [line("per second of generation", x, gen, 0), line("per second of wall time", x, wall, 1)],
+        "layout": layout("Rollout throughput", "step", "tokens / s", height=280),
+        "live": {"x": "step", "traces": [
+            {"trace": 0, "y": _key("performance/gen_tokens_per_s")},
+            {"trace": 1, "y": {"ratio": ["performance/gen_tokens", "timing/step_s"]}},
+        ]},
+    }
+
+    phases = [("generate", "timing/generate_s"), ("score", "timing/score_s"), ("train", "timing/train_s"),
+              ("eval", "timing/eval_s"), ("checkpoint", "timing/checkpoint_s")]
+    patterns = ["", "/", ".", "x", "\\"]  # bars differ by pattern as well as colour
+    timing = {
+        "data": [{"type": "bar", "name": name, "x": x, "y": col(key),
+                  "marker": {"color": colour(i), "pattern": {"shape": patterns[i]}}}
+                 for i, (name, key) in enumerate(phases)],
+        "layout": layout("Time per step by phase", "step", "seconds", height=280, barmode="stack", bargap=0.05),
+        "live": {"x": "step", "traces": [{"trace": i, "y": _key(key)} for i, (_, key) in enumerate(phases)]},
+    }
+
+    quads = [("loss", "train/loss"), ("KL to base", "train/kl"), ("entropy", "train/entropy"),
+             ("clip ratio", "train/clip_ratio")]
+    data, axes = [], {}
+    for i, (name, key) in enumerate(quads):
+        suffix = "" if i == 0 else str(i + 1)
+        data.append(line(name, x, col(key), i, xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+        row, column = divmod(i, 2)
+        axes[f"xaxis{suffix}"] = {"domain": [0.0, 0.46] if column == 0 else [0.54, 1.0],
+                                  "anchor": f"y{suffix}", "gridcolor": "#e6e6e6",
+                                  "title": {"text": "step" if row == 1 else ""}}
+        axes[f"yaxis{suffix}"] = {"domain": [0.58, 1.0] if row == 0 else [0.0, 0.42], "anchor": f"x{suffix}",
+                                  "gridcolor": "#e6e6e6", "title": {"text": name}}
+    losses = {
+        "data": data,
+        "layout": {**layout("Loss, KL, entropy, clip ratio", height=380, hovermode="closest"), **axes},
+        "live": {"x": "step", "traces": [{"trace": i, "y": _key(key)} for i, (_, key) in enumerate(quads)]},
+    }
+
+    costs = empty_note(cost_ipd(cost_curve, baseline_pass1), "No eval with a cost yet")
+    return {"reward": reward, "throughput": throughput, "timing": timing, "losses": losses, "cost": costs}
+
+
+def cost_ipd(curve, baseline_pass1):
+    """Cumulative dollars and intelligence per dollar at each eval, from costs.intelligence.score_cost_curve."""
+    xs = [p["step"] for p in curve]
+    dollars = [_num(p["cost_usd"]) for p in curve]
+    ipd = []
+    for p in curve:
+        gain = None if baseline_pass1 is None or p["pass1"] is None else p["pass1"] - baseline_pass1
+        ipd.append(None if gain is None or not p["cost_usd"] else gain / p["cost_usd"])
+    return {
+        "data": [
+            line("cost so far (USD)", xs, dollars, 0, mode="lines+markers"),
+            line("IPD (points / USD)", xs, ipd, 1, yaxis="y2", mode="lines+markers",
+                 marker={"symbol": "square"}),
+        ],
+        "layout": layout("Cost and intelligence per dollar, at each eval", "step", "USD", height=280,
+                         yaxis2={"title": {"text": "points / USD"}, "overlaying": "y", "side": "right",
+                                 "showgrid": False}),
+    }
+
+
+XMODES = {"step": "step", "time": "wall time (h since start)", "usd": "cost (USD)"}
+
+
+def compare(jobs, xmode):
+    """Eval score of several jobs on one chart; `jobs` is [(job, points)] with points {step, hours, usd, pass1}."""
+    data = []
+    for i, (job, points) in enumerate(jobs):
+        data.append({
+            "type": "scatter", "mode": "lines+markers", "name": f"#{job.pk} {job.name}",
+            "x": [p[xmode] for p in points], "y": [_num(p["pass1"]) for p in points],
+            "line": {"color": colour(i), "dash": DASHES[i % len(DASHES)], "width": 2},
+            "marker": {"symbol": ["circle", "square", "diamond", "triangle-up", "x", "cross"][i % 6], "size": 8},
+        })
+    return {"data": data, "layout": layout("Eval pass@1 against " + XMODES[xmode], XMODES[xmode],
+                                           "pass@1 (points)", height=420, hovermode="closest")}
+
+
+def costs_by_day(stacks):
+    """Stacked bars: `stacks` is [(name, {day: usd})], idle stacks last; one bar per day."""
+    days = sorted({d for _, values in stacks for d in values})
+    patterns = ["", "/", ".", "x", "\\", "-", "|", "+"]
+    data = []
+    for i, (name, values) in enumerate(stacks):
+        idle = name.startswith("idle")
+        data.append({"type": "bar", "name": name, "x": [d.isoformat() for d in days],
+                     "y": [round(float(values.get(d, 0)), 2) for d in days],
+                     "marker": {"color": "#9a9a94" if idle else colour(i),
+                                "pattern": {"shape": "x" if idle else patterns[i % len(patterns)]}}})
+    return {"data": data, "layout": layout("Cost by day", None, "USD", height=340, barmode="stack",
+                                           xaxis={"type": "category", "title": {"text": "day (UTC)"}})}
+
+
+def sparkline(values, width=120, height=28):
+    """SVG polyline points for a small inline chart of `values` (None skipped); '' when too few."""
+    pts = [(i, v) for i, v in enumerate(values) if _num(v) is not None]
+    if len(pts) < 2:
+        return ""
+    lo, hi = min(v for _, v in pts), max(v for _, v in pts)
+    span = (hi - lo) or 1.0
+    last = pts[-1][0] or 1
+    return " ".join(f"{i / last * (width - 2) + 1:.1f},{height - 2 - (v - lo) / span * (height - 4):.1f}"
+                    for i, v in pts)

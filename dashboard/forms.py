@@ -1,0 +1,132 @@
+"""The Start form: environment presets, and every bad field named with what would be accepted.
+
+The trainer owns validation (`Job.start`, which the API calls too), so the
+form never re-implements a rule: it turns the posted strings into the values
+the API would receive and hands them to `Job.start`. `Job.start` stops at the
+first bad field; to name *each* bad field, the form asks again with that field
+set back to a value known to be good, inside a transaction that is always
+rolled back, until the trainer accepts the rest (see `_all_errors`).
+"""
+
+from django.db import transaction
+
+# Preset name → (label, env, config). The config fields shown on the form are FORM_CONFIG.
+PRESETS = {
+    "arithmetic-standard": ("Arithmetic, standard (200 steps)", "arithmetic",
+                            {"steps": 200, "prompts_per_step": 32, "group_size": 8, "lr": 2e-4, "kl_coef": 0.02,
+                             "eval_every": 25, "eval_size": 500}),
+    "arithmetic-quick": ("Arithmetic, quick look (40 steps)", "arithmetic",
+                         {"steps": 40, "prompts_per_step": 16, "group_size": 8, "lr": 2e-4, "kl_coef": 0.02,
+                          "eval_every": 10, "eval_size": 200}),
+    "toolcalc-standard": ("Tool calculator, standard (300 steps)", "toolcalc",
+                          {"steps": 300, "prompts_per_step": 32, "group_size": 8, "lr": 2e-4, "kl_coef": 0.02,
+                           "eval_every": 25, "eval_size": 500, "max_new_tokens": 48}),
+    "smoke": ("Smoke test (tiny, seconds a step)", "arithmetic",
+              {"steps": 20, "prompts_per_step": 4, "group_size": 2, "max_new_tokens": 12, "minibatch_size": 8,
+               "warmup_steps": 0, "eval_every": 2, "eval_size": 8, "checkpoint_every": 2, "keep_checkpoints": 2,
+               "samples_per_step": 2, "torch_threads": 1}),
+}
+DEFAULT_PRESET = "arithmetic-quick"
+
+# Config fields the form shows, with their input type; the preset supplies the rest.
+FORM_CONFIG = [
+    ("steps", "int", "GRPO updates"),
+    ("prompts_per_step", "int", "prompts per step"),
+    ("group_size", "int", "completions per prompt"),
+    ("lr", "float", "learning rate"),
+    ("kl_coef", "float", "KL coefficient"),
+    ("eval_every", "int", "evaluate every N steps"),
+]
+TOP_FIELDS = ("name", "team", "env", "budget_usd", "device")
+# Values the trainer certainly accepts, used only to probe the other fields (never saved).
+_GOOD = {"name": "probe", "team": "probe", "env": "arithmetic", "budget_usd": None, "device": "auto"}
+
+
+def _number(raw, kind):
+    """int/float from the form's text; the text itself when it is not one, so the trainer names it."""
+    text = raw.strip()
+    if text == "":
+        return None
+    try:
+        return int(text) if kind == "int" else float(text)
+    except ValueError:
+        return text
+
+
+class StartForm:
+    """Parse posted data into Job.start's arguments; `errors` maps field → message."""
+
+    def __init__(self, data=None):
+        self.data = data or {}
+        self.errors = {}
+        preset = self.data.get("preset") or DEFAULT_PRESET
+        self.preset = preset if preset in PRESETS else None
+        if self.preset is None:
+            self.errors["preset"] = f"preset must be one of {', '.join(PRESETS)}, got {preset!r}"
+
+    def initial(self):
+        """Field values to show: what was posted, else the default preset's."""
+        _, env, config = PRESETS[self.preset or DEFAULT_PRESET]
+        values = {"preset": self.preset or DEFAULT_PRESET, "env": env, "device": "auto", "name": "", "team": "",
+                  "budget_usd": ""}
+        values.update({k: config.get(k, "") for k, _, _ in FORM_CONFIG})
+        values.update({k: v for k, v in self.data.items() if k != "csrfmiddlewaretoken"})
+        return values
+
+    def arguments(self):
+        """Job.start's keyword arguments from the posted data (the preset's config under the form's fields)."""
+        _, preset_env, preset_config = PRESETS[self.preset]
+        config = dict(preset_config)
+        for key, kind, _ in FORM_CONFIG:
+            if key in self.data:
+                value = _number(self.data[key], kind)
+                if value is None:
+                    config.pop(key, None)  # left empty: the trainer's default
+                else:
+                    config[key] = value
+        return {
+            "name": self.data.get("name", ""), "team": self.data.get("team", ""),
+            "env": self.data.get("env") or preset_env, "config": config,
+            "budget_usd": self.data.get("budget_usd", "").strip() or None,
+            "device": (self.data.get("device") or "auto").strip(),
+        }
+
+    def save(self, user):
+        """Start the job and return it, or return None with `errors` naming every bad field."""
+        from trainer.models import Job, JobInputError
+
+        if self.errors:
+            return None
+        args = self.arguments()
+        try:
+            return Job.start(**args, created_by=user)
+        except JobInputError as first:
+            self.errors = _all_errors(args, first)
+            return None
+
+
+def _all_errors(args, first):
+    """{field: message} for every bad field, starting from the trainer's first complaint."""
+    from trainer.models import Job, JobInputError
+
+    errors = {first.field: first.message}
+    probe = {**args, "config": dict(args["config"])}
+    for _ in range(len(TOP_FIELDS) + len(probe["config"]) + 2):
+        field = list(errors)[-1]
+        if field in _GOOD:
+            probe[field] = _GOOD[field]
+        elif field.startswith("config.") and field[7:] in probe["config"]:
+            del probe["config"][field[7:]]  # the trainer's default for that field
+        else:
+            break  # nothing to put back (config as a whole): stop at what we know
+        try:
+            with transaction.atomic():
+                # Rolled back whatever happens: a probe that passes creates nothing and enqueues nothing.
+                Job.start(**probe, enqueue=False)
+                transaction.set_rollback(True)
+            break
+        except JobInputError as err:
+            if err.field in errors:
+                break
+            errors[err.field] = err.message
+    return errors

@@ -1,0 +1,300 @@
+"""What the pages show, read from the collector's, trainer's and costs' tables and functions.
+
+Each function returns plain data for one page (or one part of it); the views
+only parse parameters and render. Nothing here writes.
+"""
+
+from collections import defaultdict
+from datetime import datetime, time, timedelta, timezone
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.core.cache import cache
+from django.db import connection
+from django.utils import timezone as djtz
+
+CENT = Decimal("0.01")
+# A fresh device at or above this utilization is busy; below it, idle.
+BUSY_UTIL_PCT = 10.0
+FLEET_IPD_CACHE_S = 60  # attribution runs every minute: a fresher figure would not be newer
+SPARK_POINTS = 40
+
+
+# -- fleet -----------------------------------------------------------------------------
+
+
+_FLEET = """
+SELECT n.name, n.labels->>'team', n.interval_s, d.uuid, d.index, d.model, d.source, d.simulated, d.power_estimated,
+       l.ts, l.util_pct, l.power_w
+FROM collector_node n
+LEFT JOIN collector_device d ON d.node_id = n.id
+LEFT JOIN telemetry_latest l ON l.device_id = d.id
+ORDER BY n.name, d.index
+"""
+
+
+def fleet_nodes(now):
+    """Every node with its devices and their newest sample, as collector.store.fleet() returns them
+    (the fields this page needs), in one query: at 1,000 devices the ORM's model instances
+    cost most of the page's time budget."""
+    from collector.models import Node
+
+    with connection.cursor() as cur:
+        cur.execute(_FLEET)
+        rows = cur.fetchall()
+    nodes = []
+    for name, owner, interval_s, uuid, index, model, source, simulated, estimated, ts, util, power in rows:
+        if not nodes or nodes[-1]["name"] != name:
+            nodes.append({"name": name, "owner": owner or None, "interval_s": interval_s, "devices": [],
+                          "newest_sample_at": None})
+        node = nodes[-1]
+        if uuid is None:
+            continue
+        if ts is not None and (node["newest_sample_at"] is None or ts > node["newest_sample_at"]):
+            node["newest_sample_at"] = ts
+        node["devices"].append({"uuid": uuid, "index": index, "model": model, "source": source,
+                                "simulated": simulated, "power_estimated": estimated,
+                                "latest": None if ts is None else {"ts": ts, "util_pct": util, "power_w": power}})
+    limit = Node.STALE_INTERVALS
+    for node in nodes:
+        newest = node["newest_sample_at"]
+        fresh = newest is not None and (now - newest).total_seconds() <= limit * node["interval_s"]
+        node["status"] = "ok" if fresh else "stale"
+    return nodes
+
+
+def fleet_overview(now=None):
+    """Cards, the heatmap's cells and the node table: {"cards", "nodes", "flags"}.
+
+    A device is stale when its node is (no sample for 3 of its intervals) or it
+    has no sample at all; else busy or idle by BUSY_UTIL_PCT. Burn rate is what
+    the fresh devices cost per hour now: the device-hour price plus their power
+    at the energy price x PUE, from the price book in force today.
+    """
+    from costs.prices import PriceBook, model_key
+
+    now = now or djtz.now()
+    book = PriceBook()
+    today = now.date()
+    busy = idle = stale = simulated = estimated = 0
+    power_w = 0.0
+    burn = Decimal(0)
+    example_prices = unpriced = False
+    nodes = []
+    for node in fleet_nodes(now):
+        rows = []
+        utils, node_power = [], 0.0
+        for d in node["devices"]:
+            latest = d["latest"]
+            is_stale = node["status"] == "stale" or latest is None or (
+                now - latest["ts"]).total_seconds() > 3 * node["interval_s"]
+            util = latest["util_pct"] if latest else None
+            watts = latest["power_w"] if latest else None
+            simulated += d["simulated"]
+            estimated += d["power_estimated"]
+            if is_stale:
+                stale += 1
+            else:
+                if util is not None and util >= BUSY_UTIL_PCT:
+                    busy += 1
+                else:
+                    idle += 1
+                if util is not None:
+                    utils.append(util)
+                price = book.price(model_key(d["model"], d["source"]), today)
+                if price is None:
+                    unpriced = True
+                else:
+                    example_prices |= price.is_example
+                    burn += price.usd_per_hour
+                if watts is not None:
+                    power_w += watts
+                    node_power += watts
+                    if price is not None:
+                        burn += Decimal(repr(watts)) / 1000 * price.usd_per_kwh * price.pue
+            rows.append({**d, "stale": is_stale, "util_pct": util, "power_w": watts})
+        newest = node["newest_sample_at"]
+        nodes.append({
+            "name": node["name"], "owner": node["owner"], "status": node["status"], "devices": rows,
+            "device_count": len(rows),
+            "util_mean_pct": sum(utils) / len(utils) if utils else None,
+            "power_w": node_power,
+            "newest_age_s": None if newest is None else (now - newest).total_seconds(),
+            "simulated": any(r["simulated"] for r in rows),
+            "power_estimated": any(r["power_estimated"] for r in rows),
+        })
+    cards = {
+        "busy": busy, "idle": idle, "stale": stale, "devices": busy + idle + stale,
+        "power_kw": power_w / 1000, "burn_usd_per_h": burn.quantize(CENT, ROUND_HALF_UP),
+        "ipd_today": fleet_ipd_today(now),
+    }
+    flags = {"simulated": simulated, "power_estimated": estimated, "example_prices": example_prices,
+             "unpriced": unpriced}
+    return {"cards": cards, "nodes": nodes, "flags": flags}
+
+
+def fleet_ipd_today(now=None):
+    """Today's fleet IPD from the cost report (cached a minute per process): gain, dollars, state, as_of."""
+    from costs import report
+
+    now = now or djtz.now()
+    key = f"dashboard:fleet-ipd:{now.date().isoformat()}"
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
+    start = datetime.combine(now.date(), time(0), tzinfo=timezone.utc)
+    totals = report.build(report.Period(start, now), "day").totals
+    value = {"points_per_usd": totals["ipd_points_per_usd"], "usd_per_point": totals["usd_per_point"],
+             "state": totals["ipd_state"], "gain_points": totals["gain_points"], "fleet_usd": totals["fleet_usd"],
+             "example_prices": totals["example_prices"], "as_of": now}
+    cache.set(key, value, FLEET_IPD_CACHE_S)
+    return value
+
+
+def fleet_power(tr):
+    """[(bucket, kW)] of the whole fleet over the range, from 1-minute rollups (1-hour past 6 hours)."""
+    table = "telemetry_rollup_1m" if tr.span <= timedelta(hours=6) else "telemetry_rollup_1h"
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT bucket, sum(power_mean_w) / 1000.0 FROM {table} "
+            "WHERE bucket >= %s AND bucket < %s GROUP BY bucket ORDER BY bucket",
+            [tr.start, tr.end],
+        )
+        return cur.fetchall()
+
+
+# -- node -------------------------------------------------------------------------------------
+
+
+def node_view(node, tr):
+    """The node's devices and each one's series over the range at the range's resolution."""
+    from collector import store
+    from collector.models import Device
+
+    devices = list(Device.objects.filter(node=node).select_related("latest").order_by("index"))
+    series = []
+    for device in devices:
+        points = store.device_series(device, tr.start, tr.end, tr.resolution)
+        info = {"uuid": device.uuid, "index": device.index, "model": device.model, "source": device.source,
+                "simulated": device.simulated, "power_estimated": device.power_estimated,
+                "mem_total_mib": device.mem_total_mib, "latest": getattr(device, "latest", None)}
+        series.append((info, points))
+    return series
+
+
+# -- jobs --------------------------------------------------------------------------------------
+
+
+def job_money(job_ids):
+    """{job id: (cost USD rounded to the cent, or None)} from the cost ledger."""
+    from costs.ledger import job_costs
+
+    return {k: v.quantize(CENT, ROUND_HALF_UP) for k, v in job_costs(list(job_ids)).items()}
+
+
+def ipd_of(job, cost):
+    """(points per USD, USD per point, state) of a job from its baseline and newest eval and its cost."""
+    from costs.intelligence import ipd
+
+    gain = None if job.latest_pass1 is None or job.baseline_pass1 is None else job.latest_pass1 - job.baseline_pass1
+    return ipd(gain, cost)
+
+
+def reward_sparks(job_ids):
+    """{job id: [reward_mean ...]} downsampled in SQL to about SPARK_POINTS a job."""
+    if not job_ids:
+        return {}
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT s.job_id, s.reward_mean FROM trainer_step s JOIN trainer_job j ON j.id = s.job_id
+            WHERE s.job_id = ANY(%s) AND s.step > 0
+              AND (s.step %% greatest(1, j.steps_done / %s) = 0 OR s.step = j.steps_done)
+            ORDER BY s.job_id, s.step
+            """,
+            [list(job_ids), SPARK_POINTS],
+        )
+        out = defaultdict(list)
+        for job_id, value in cur.fetchall():
+            out[job_id].append(value)
+    return out
+
+
+def jobs_table(status=None, limit=100):
+    """The newest `limit` jobs with progress, sparkline, cost and IPD."""
+    from dashboard.figures import sparkline
+    from trainer.models import Job
+
+    jobs = Job.objects.select_related("created_by")
+    if status:
+        jobs = jobs.filter(status=status)
+    jobs = list(jobs[:limit])
+    ids = [j.pk for j in jobs]
+    money = job_money(ids)
+    sparks = reward_sparks(ids)
+    rows = []
+    for job in jobs:
+        cost = money.get(job.pk)
+        points_per_usd, usd_per_point, state = ipd_of(job, cost)
+        rows.append({"job": job, "cost_usd": cost, "ipd": points_per_usd, "usd_per_point": usd_per_point,
+                     "ipd_state": state, "spark": sparkline(sparks.get(job.pk, [])),
+                     "progress_pct": round(job.progress * 100, 1)})
+    return rows
+
+
+# Metrics the trainer also copies to columns of the step row: read those, not the jsonb.
+STEP_COLUMNS = {"train/reward_mean": "reward_mean", "eval/pass1": "eval_pass1",
+                "performance/gen_tokens": "gen_tokens", "timing/step_s": "step_s"}
+
+
+def job_columns(job, keys):
+    """(steps, {key: [value or None per step]}) of the job's step metrics, oldest first.
+
+    PostgreSQL picks each key out of the row's jsonb as a float: decoding
+    2,000 whole metric dicts in Python costs twice as much.
+    """
+    picks = ", ".join(STEP_COLUMNS[k] + "::float8" if k in STEP_COLUMNS else "(metrics->>%s)::float8" for k in keys)
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT step, {picks} FROM trainer_step WHERE job_id = %s ORDER BY step",
+                    [*(k for k in keys if k not in STEP_COLUMNS), job.pk])
+        rows = cur.fetchall()
+    return [r[0] for r in rows], {key: [r[i + 1] for r in rows] for i, key in enumerate(keys)}
+
+
+def job_samples(job, step=None):
+    """(step shown, rollouts of it, (first, last) step that has rollouts or None); the newest step by default."""
+    from django.db.models import Max, Min
+
+    from trainer.models import Sample
+
+    bounds = Sample.objects.filter(job=job).aggregate(lo=Min("step"), hi=Max("step"))
+    if bounds["hi"] is None:
+        return step, [], None
+    step = bounds["hi"] if step is None else step
+    return step, list(Sample.objects.filter(job=job, step=step)), (bounds["lo"], bounds["hi"])
+
+
+def compare_points(job):
+    """Eval points of a job: [{step, hours, usd, pass1}], dollars from the cost engine's score-vs-cost curve."""
+    from costs.intelligence import score_cost_curve
+
+    curve = score_cost_curve(job)
+    if not curve:
+        return []
+    first = datetime.fromisoformat(curve[0]["at"])
+    start = job.started_at or first
+    return [{"step": p["step"], "pass1": p["pass1"], "usd": p["cost_usd"],
+             "time": round((datetime.fromisoformat(p["at"]) - start).total_seconds() / 3600, 4)} for p in curve]
+
+
+# -- costs ----------------------------------------------------------------------------------------
+
+
+def cost_stacks(period):
+    """[(name, {day: usd})] for the stacked bars: each team's attributed dollars, then idle per owner."""
+    from costs.ledger import usage
+
+    stacks = defaultdict(lambda: defaultdict(Decimal))
+    for u in usage(period.start, period.end):
+        name = u.team if u.job_id is not None else f"idle ({u.team})"
+        stacks[name][u.day] += u.total_usd
+    return sorted(stacks.items(), key=lambda kv: (kv[0].startswith("idle"), kv[0]))

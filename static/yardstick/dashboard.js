@@ -1,0 +1,263 @@
+// Yardstick pages: draw the figures built in Python, and keep them live over the WebSocket.
+//
+// The page's root element (.page) says which page it is (data-page) and which live
+// topics it follows (data-topics, empty when paused or not live). Figures come from
+// <script id="figures">; a figure with a `live` spec grows with Plotly.extendTraces.
+(function () {
+  "use strict";
+  const root = document.querySelector(".page");
+  if (!root) return;
+  const page = root.dataset.page;
+  const figs = {};
+  window.__yardstickLoadedAt = window.__yardstickLoadedAt || Date.now(); // tests check the page never reloads
+
+  // -- figures ---------------------------------------------------------------------------
+  const figuresEl = document.getElementById("figures");
+  const specs = figuresEl ? JSON.parse(figuresEl.textContent) : {};
+  const config = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+  document.querySelectorAll(".chart[data-fig]").forEach(function (el) {
+    const spec = specs[el.dataset.fig];
+    if (!spec || !window.Plotly) return;
+    Plotly.newPlot(el, spec.data, spec.layout, config);
+    figs[el.dataset.fig] = { el: el, live: spec.live || null };
+    el.dataset.drawn = "true";
+  });
+
+  function xValue(v) {
+    if (typeof v === "number") return v;
+    const t = Date.parse(v);
+    return isNaN(t) ? v : t;
+  }
+  function lastX(el, trace) {
+    const xs = el.data[trace] && el.data[trace].x;
+    return xs && xs.length ? xValue(xs[xs.length - 1]) : null;
+  }
+  function metric(expr, m) {
+    const get = function (k) { const v = m[k]; return v === undefined || v === null ? null : Number(v); };
+    if (expr.key) return get(expr.key);
+    const [a, b] = (expr.sum || expr.diff || expr.ratio).map(get);
+    if (a === null || b === null) return null;
+    if (expr.sum) return a + b;
+    if (expr.diff) return a - b;
+    return b === 0 ? null : a / b;
+  }
+  // Append one point per trace of every live figure; `pick(traceSpec)` gives [x, y] or null to skip.
+  // Points are queued and drawn together at most once every FLUSH_MS (an isolated point at once):
+  // a fast run sends several steps a second, and redrawing every chart for each would starve the browser.
+  const FLUSH_MS = 400;
+  let pending = new Map(), flushTimer = null, lastFlush = 0;
+  function extend(pick) {
+    Object.entries(figs).forEach(function ([key, f]) {
+      if (!f.live) return;
+      f.live.traces.forEach(function (t) {
+        const p = pick(t, f.live);
+        if (!p || (p[1] === null && t.skip_null)) return;
+        const q = pending.get(key) || new Map();
+        pending.set(key, q);
+        const pts = q.get(t.trace) || { x: [], y: [] };
+        q.set(t.trace, pts);
+        const prev = pts.x.length ? xValue(pts.x[pts.x.length - 1]) : lastX(f.el, t.trace);
+        if (prev !== null && xValue(p[0]) <= prev) return; // already drawn (the page was rendered with it)
+        pts.x.push(p[0]); pts.y.push(p[1]);
+      });
+    });
+    if (!flushTimer) flushTimer = setTimeout(flush, Math.max(0, lastFlush + FLUSH_MS - Date.now()));
+  }
+  function flush() {
+    flushTimer = null;
+    lastFlush = Date.now();
+    const batch = pending;
+    pending = new Map();
+    batch.forEach(function (q, key) {
+      const xs = [], ys = [], idx = [];
+      q.forEach(function (pts, trace) { if (pts.x.length) { xs.push(pts.x); ys.push(pts.y); idx.push(trace); } });
+      if (!idx.length) return;
+      const el = figs[key].el;
+      if (el.layout.annotations && el.layout.annotations.length) Plotly.relayout(el, { annotations: [] }); // "no data yet"
+      Plotly.extendTraces(el, { x: xs, y: ys }, idx);
+    });
+  }
+
+  // -- live state: the toggle, the indicator, the socket with back-off ----------------------
+  const stateEl = document.getElementById("live-state");
+  const toggle = document.getElementById("live-toggle");
+  const topics = root.dataset.topics || "";
+  let socket = null, retry = 0, timer = null, wanted = !!topics;
+  let fallbackTopics = topics;
+  if (!fallbackTopics) {
+    // Paused on load: what to follow when the user turns live on.
+    if (page === "job") fallbackTopics = "job." + root.dataset.job + ",jobs";
+    else if (page === "jobs") fallbackTopics = "jobs";
+    else if (page === "fleet") fallbackTopics = "fleet";
+    else if (page === "node") fallbackTopics = root.dataset.liveTopic || "";
+  }
+  function setState(state, text) {
+    if (!stateEl) return;
+    stateEl.dataset.state = state;
+    stateEl.textContent = text || state;
+  }
+  function connect() {
+    if (!fallbackTopics) return;
+    clearTimeout(timer);
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    setState(retry ? "reconnecting" : "connecting");
+    socket = new WebSocket(scheme + location.host + "/ws/live?topics=" + encodeURIComponent(fallbackTopics));
+    socket.onopen = function () { retry = 0; setState("live"); };
+    socket.onmessage = function (msg) {
+      let ev;
+      try { ev = JSON.parse(msg.data); } catch (e) { return; }
+      handle(ev);
+    };
+    socket.onclose = function (ev) {
+      socket = null;
+      if (!wanted) return;
+      if (ev.code === 4401 || ev.code === 4403) { setState("denied", "not allowed: log in again"); return; }
+      // Back-off: 1, 2, 4 ... 30 s, with jitter so a restarted server is not hit by every tab at once.
+      const delay = Math.min(30000, 1000 * Math.pow(2, retry)) * (0.75 + Math.random() * 0.5);
+      retry += 1;
+      setState("reconnecting", "reconnecting in " + Math.round(delay / 1000) + " s");
+      timer = setTimeout(connect, delay);
+    };
+  }
+  function setLive(on) {
+    wanted = on;
+    if (toggle) toggle.setAttribute("aria-pressed", on ? "true" : "false");
+    const url = new URL(location.href);
+    if (on) url.searchParams.delete("live"); else url.searchParams.set("live", "0");
+    history.replaceState(null, "", url);
+    if (on) connect();
+    else { clearTimeout(timer); if (socket) socket.close(); setState("paused"); }
+  }
+  if (toggle) toggle.addEventListener("click", function () { setLive(!wanted); });
+  if (wanted) connect();
+
+  // -- events --------------------------------------------------------------------------------
+  // On every (re)connect, catch up on what happened while the socket was not listening
+  // (between the page's render and the subscription, or during a reconnect).
+  async function catchUp() {
+    try {
+      if (page === "job") {
+        const id = root.dataset.job;
+        let after = root.dataset.lastStep === "" ? -1 : Number(root.dataset.lastStep);
+        for (;;) {
+          const resp = await fetch("/api/jobs/" + id + "/steps?after=" + after, { cache: "no-store" });
+          if (!resp.ok) break;
+          const body = await resp.json();
+          body.steps.forEach(function (s) { handlers.step({ topic: "job." + id, kind: "step", data: { step: s.step, metrics: s.metrics } }); });
+          handlers.status({ topic: "jobs", kind: "status", data: { id: Number(id), status: body.status, steps_done: body.steps_done } });
+          if (!body.steps.length || body.next_after === after) break;
+          after = body.next_after;
+        }
+      } else if (page === "jobs") {
+        const resp = await fetch("/api/jobs", { cache: "no-store" });
+        if (!resp.ok) return;
+        (await resp.json()).jobs.forEach(function (j) { handlers.status({ topic: "jobs", kind: "status", data: j }); });
+      }
+    } catch (err) { /* the next reconnect tries again */ }
+  }
+
+  const handlers = {
+    subscribed: function () { catchUp(); },
+    step: function (ev) {
+      if (page !== "job" || ev.topic !== "job." + root.dataset.job) return;
+      const d = ev.data, m = d.metrics || {};
+      if (root.dataset.lastStep !== "" && d.step <= Number(root.dataset.lastStep)) return; // already shown
+      extend(function (t) { return [d.step, metric(t.y, m)]; });
+      root.dataset.lastStep = d.step;
+      text("steps-done", d.step);
+      const prog = document.getElementById("job-progress");
+      if (prog) prog.value = d.step;
+      if (m["train/reward_mean"] != null) text("reward-now", Number(m["train/reward_mean"]).toFixed(3));
+      if (m["eval/pass1"] != null) text("pass1-now", Number(m["eval/pass1"]).toFixed(1));
+    },
+    status: function (ev) {
+      const d = ev.data;
+      if (page === "job" && String(d.id) === root.dataset.job) {
+        const box = document.getElementById("job-status");
+        if (box) box.innerHTML = badge(d.status);
+        showControls(document, d.status);
+      }
+      if (page === "jobs") {
+        const row = document.querySelector('tr[data-job="' + d.id + '"]');
+        if (!row) return;
+        row.querySelector(".job-status").innerHTML = badge(d.status);
+        const prog = row.querySelector("progress");
+        if (prog && d.steps) { prog.max = d.steps; prog.value = d.steps_done; }
+        const t = row.querySelector(".progress-text");
+        if (t && d.steps) t.textContent = d.steps_done + " / " + d.steps;
+        showControls(row, d.status);
+      }
+    },
+    samples: function (ev) {
+      const d = ev.data;
+      if (page === "fleet") fleetSamples(d);
+      if (page === "node") {
+        const byUuid = {};
+        d.samples.forEach(function (s) { byUuid[s.uuid] = s; });
+        extend(function (t) {
+          const s = byUuid[t.device];
+          return s ? [s.ts, metric(t.y, s)] : null;
+        });
+      }
+    },
+  };
+  function handle(ev) {
+    const h = handlers[ev.kind];
+    if (h) h(ev);
+    document.dispatchEvent(new CustomEvent("yardstick:event", { detail: ev }));
+  }
+  function text(id, value) { const el = document.getElementById(id); if (el) el.textContent = value; }
+  const ICONS = { queued: "…", running: "▶", stopping: "◼…", stopped: "■", completed: "✓", failed: "✗", budget_exhausted: "$✗" };
+  function badge(status) {
+    const span = document.createElement("span");
+    span.className = "status"; span.dataset.status = status;
+    const icon = document.createElement("span"); icon.setAttribute("aria-hidden", "true"); icon.textContent = ICONS[status] || "?";
+    span.append(icon, " " + status);
+    return span.outerHTML;
+  }
+  function showControls(scope, status) {
+    scope.querySelectorAll("form[data-show-when]").forEach(function (form) {
+      form.hidden = form.dataset.showWhen.split(",").indexOf(status) < 0;
+    });
+  }
+
+  // Fleet: recolour the heatmap cells that changed, extend the power chart, recount power.
+  function fleetSamples(d) {
+    const heat = figs.heatmap;
+    if (heat) {
+      const trace = heat.el.data[0];
+      const z = trace.z.map(function (row) { return row.slice(); });
+      const rowOf = {};
+      trace.y.forEach(function (name, i) { rowOf[name] = i; });
+      d.devices.forEach(function (s) {
+        const r = rowOf[s.node];
+        if (r !== undefined && s.index < z[r].length) z[r][s.index] = s.util_pct;
+      });
+      Plotly.restyle(heat.el, { z: [z] }, [0]);
+    }
+    if (figs.power) {
+      const el = figs.power.el;
+      if (el.layout.annotations && el.layout.annotations.length) Plotly.relayout(el, { annotations: [] });
+      Plotly.extendTraces(el, { x: [[d.ts]], y: [[d.power_kw]] }, [0]);
+    }
+    text("card-power", Number(d.power_kw).toFixed(2));
+  }
+
+  // -- the Start form: a preset fills the fields ------------------------------------------------
+  const presetsEl = document.getElementById("presets");
+  const presetSel = document.getElementById("f-preset");
+  if (presetsEl && presetSel) {
+    const presets = JSON.parse(presetsEl.textContent);
+    presetSel.addEventListener("change", function () {
+      const p = presets[presetSel.value];
+      if (!p) return;
+      const env = document.getElementById("f-env");
+      if (env) env.value = p.env;
+      Object.keys(p.config).forEach(function (k) {
+        const input = document.getElementById("f-" + k);
+        if (input) input.value = p.config[k];
+      });
+    });
+  }
+  window.Yardstick = { figs: figs, setLive: setLive, handle: handle };
+})();

@@ -1,0 +1,38 @@
+"""Shared steps of the dashboard's browser tests."""
+
+from django.contrib.auth.models import Group
+
+PASSWORD = "a-long-password"
+
+
+def user_in_role(django_user_model, username, role, subprocess=False):
+    """A user holding `role`; `subprocess`: its password hashed for a server run with the real settings."""
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
+    user = django_user_model.objects.create_user(username, password=PASSWORD)
+    if subprocess:
+        # The suite hashes with MD5 for speed; a Daphne subprocess (real settings) accepts only the default.
+        hasher = PBKDF2PasswordHasher()
+        user.password = hasher.encode(PASSWORD, hasher.salt())
+        user.save(update_fields=["password"])
+    user.groups.add(Group.objects.get_or_create(name=role)[0])
+    return user
+
+
+def log_in(page, base_url, username, next_path="/"):
+    page.goto(base_url + next_path)
+    assert "/accounts/login/" in page.url
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(base_url + next_path)
+
+
+def shot(page, output_dir, request, suffix):
+    """A screenshot mid-test; live updates pause meanwhile (a chart redrawn under the camera stalls it)."""
+    live = page.evaluate("!!(window.Yardstick && document.getElementById('live-toggle')?.getAttribute('aria-pressed') === 'true')")
+    if live:
+        page.evaluate("window.Yardstick.setLive(false)")
+    page.screenshot(path=str(output_dir / f"{request.node.name}-{suffix}.png"), full_page=True, timeout=60_000)
+    if live:
+        page.evaluate("window.Yardstick.setLive(true)")

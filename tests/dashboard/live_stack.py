@@ -1,0 +1,139 @@
+"""The real thing for live browser tests: Daphne (HTTP + WebSockets) and a Celery worker, as subprocesses.
+
+Both run against this suite's test database, with a Redis of their own (an
+embedded redis-server in a throwaway folder), so no other suite's worker on
+the shared test Redis can take our jobs, nor we theirs. A data dir holding a
+tiny base policy (one layer, 32 wide) makes a GRPO step take well under a
+second. Everything started here is stopped on the way out, by process group.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def database_url():
+    """A DATABASE_URL naming the test database, for the processes started here."""
+    from django.db import connection
+
+    cfg = connection.settings_dict
+    host = cfg.get("HOST") or "localhost"
+    auth = quote(cfg.get("USER") or "", safe="")
+    if cfg.get("PASSWORD"):
+        auth += ":" + quote(cfg["PASSWORD"], safe="")
+    return f"postgresql://{auth}@{quote(host, safe='')}:{cfg.get('PORT') or 5432}/{cfg['NAME']}"
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tiny_models(path):
+    """Write a tiny arithmetic base policy where the runner looks for base models."""
+    from trainer.rl.model import GPTConfig
+    from trainer.rl.pretrain import pretrain
+
+    pretrain("arithmetic", path, "cpu", model_config=GPTConfig(n_layer=1, n_head=2, n_embd=32),
+             max_steps=30, batch_size=32, target_pass1=101.0, probe_every=1000, probe_size=4)
+
+
+def _wait(predicate, timeout_s, what, logs=()):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    tails = "\n".join(f"--- {p}:\n{Path(p).read_text()[-3000:]}" for p in logs if Path(p).exists())
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what}\n{tails}")
+
+
+def _http_ok(url):
+    try:
+        urllib.request.urlopen(url, timeout=2)
+        return True
+    except urllib.error.HTTPError:
+        return True  # it answered
+    except Exception:
+        return False
+
+
+class LiveStack:
+    def __init__(self, tmp):
+        from django.conf import settings
+
+        from yardstick.embedded import EmbeddedRedis
+
+        self.tmp = tmp
+        self.services = ROOT / "var" / "test-services" / uuid.uuid4().hex[:12]
+        self.services.mkdir(parents=True)
+        self.redis = EmbeddedRedis(self.services)
+        self.data_dir = tmp / "data"
+        (self.data_dir / "models").mkdir(parents=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.procs = []
+        self.env = {
+            **os.environ, "DJANGO_SETTINGS_MODULE": "yardstick.settings", "YARDSTICK_DATA_DIR": str(self.data_dir),
+            "DATABASE_URL": database_url(), "REDIS_URL": self.redis.url, "SECRET_KEY": settings.SECRET_KEY,
+            "PYTHONUNBUFFERED": "1", "DJANGO_ALLOW_ASYNC_UNSAFE": "",
+        }
+
+    def start(self):
+        tiny_models(self.data_dir / "models")
+        self.redis.start(daemonize=True)
+        self._spawn("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                               "yardstick.asgi:application"])
+        self._spawn("worker", [sys.executable, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs,default",
+                               "-P", "solo", "-n", f"dashboard-test-{os.getpid()}@%h", "--without-heartbeat",
+                               "--without-mingle", "--without-gossip", "--loglevel", "INFO"])
+        logs = [self.log("daphne"), self.log("worker")]
+        _wait(lambda: _http_ok(self.url + "/healthz"), 60, "Daphne to answer", logs)
+        _wait(lambda: "ready" in self.log("worker").read_text(), 90, "the Celery worker to be ready", logs)
+        return self
+
+    def log(self, name):
+        return self.tmp / f"{name}.log"
+
+    def _spawn(self, name, argv):
+        out = open(self.log(name), "w")
+        self.procs.append((subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True), out))
+
+    def stop(self):
+        for proc, _ in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc, out in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            out.close()
+        self.redis.stop()
+        shutil.rmtree(self.services, ignore_errors=True)
+
+
+@pytest.fixture
+def live_stack(transactional_db, tmp_path):
+    """Daphne and a worker on this test's database (its name is only final inside a test)."""
+    stack = LiveStack(tmp_path)
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()

@@ -1,0 +1,59 @@
+"""The compare page: eval score of several jobs against step, wall time or dollars; the IPD table."""
+
+import json
+from datetime import datetime, timedelta, timezone
+
+from tests.dashboard import builders as b
+
+UTC = timezone.utc
+
+
+def two_charged_jobs():
+    now = datetime.now(UTC)
+    start = b.floor_minute(now) - timedelta(minutes=40)
+    b.prices(per_hour="3.60", per_kwh="0", pue="1")
+    n = b.node("gpu-a")
+    d0, d1 = b.device(n, 0), b.device(n, 1)
+    b.minutes(d0, start, 30)
+    b.minutes(d1, start, 30)
+    cheap, dear = b.job(name="cheap"), b.job(name="dear")
+    b.stint(cheap, d0, start, start + timedelta(minutes=10))
+    b.stint(dear, d1, start, start + timedelta(minutes=30))
+    b.steps(cheap, 10, start=start, every_s=60, pass1=(30.0, 1.0))
+    b.steps(dear, 10, start=start, every_s=180, pass1=(30.0, 0.5))
+    b.attribute(now)
+    return cheap, dear
+
+
+def test_it_puts_dollars_on_the_x_axis_and_fills_the_table(viewer_client):
+    cheap, dear = two_charged_jobs()
+    resp = viewer_client.get(f"/compare?jobs={cheap.pk},{dear.pk}&x=usd")
+    assert resp.status_code == 200
+    fig = json.loads(resp.context["figures_json"])["compare"]
+    assert fig["layout"]["xaxis"]["title"]["text"] == "cost (USD)"
+    assert [t["name"] for t in fig["data"]] == [f"#{cheap.pk} cheap", f"#{dear.pk} dear"]
+    assert fig["data"][0]["x"][-1] < fig["data"][1]["x"][-1], "the dear run spent more"
+    table = {r["job"].pk: r for r in resp.context["table"]}
+    assert table[cheap.pk]["cost_usd"] == "0.60" and table[dear.pk]["cost_usd"] == "1.80"
+    assert table[cheap.pk]["gain_points"] == 10.0 and table[cheap.pk]["usd_per_point"] == "0.06"
+
+
+def test_step_and_time_axes(viewer_client):
+    cheap, dear = two_charged_jobs()
+    by_step = json.loads(viewer_client.get(f"/compare?jobs={cheap.pk},{dear.pk}").context["figures_json"])
+    assert by_step["compare"]["data"][0]["x"] == [0, 5, 10]
+    by_time = json.loads(viewer_client.get(f"/compare?jobs={cheap.pk}&x=time").context["figures_json"])
+    assert by_time["compare"]["layout"]["xaxis"]["title"]["text"].startswith("wall time")
+
+
+def test_the_jobs_page_checkboxes_work_without_javascript(viewer_client):
+    a, c = b.job(), b.job()
+    resp = viewer_client.get(f"/compare?pick={a.pk}&pick={c.pk}")
+    assert [j.pk for j in resp.context["jobs"]] == [a.pk, c.pk]
+
+
+def test_bad_ids_are_named(viewer_client):
+    resp = viewer_client.get("/compare?jobs=1,abc,999999&x=km")
+    errors = resp.context["errors"]
+    assert "x must be one of step, time, usd, got 'km'" in errors
+    assert any("'abc'" in e for e in errors) and "no job 999999" in errors

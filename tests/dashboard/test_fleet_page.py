@@ -1,0 +1,94 @@
+"""The fleet page: cards, heatmap, node table, honest badges, the range picker."""
+
+from datetime import datetime, timedelta, timezone
+
+from tests.dashboard import builders as b
+
+UTC = timezone.utc
+
+
+def test_it_counts_busy_idle_and_stale_devices_and_shows_power_and_burn(viewer_client):
+    now = datetime.now(UTC)
+    b.prices(per_hour="2.00", per_kwh="0.10", pue="1.5")
+    n1 = b.node("gpu-a", team="research", interval_s=30)
+    busy = b.device(n1, 0)
+    idle = b.device(n1, 1)
+    b.latest(busy, util_pct=90, power_w=600, ts=now)
+    b.latest(idle, util_pct=2, power_w=100, ts=now)
+    n2 = b.node("gpu-b", interval_s=30)
+    b.latest(b.device(n2, 0), util_pct=80, power_w=500, ts=now - timedelta(minutes=5))
+
+    resp = viewer_client.get("/")
+    assert resp.status_code == 200
+    cards = resp.context["cards"]
+    assert (cards["busy"], cards["idle"], cards["stale"]) == (1, 1, 1)
+    assert cards["power_kw"] == 0.7, "stale devices draw nothing we know of"
+    # 2 fresh devices x $2/h + 0.7 kW x $0.10/kWh x PUE 1.5 = $4.105 → $4.11 (half up)
+    assert str(cards["burn_usd_per_h"]) == "4.11"
+    html = resp.content.decode()
+    assert 'href="/nodes/gpu-a"' in html and "stale" in html
+    assert '<script id="figures" type="application/json">' in html
+
+
+def test_simulated_devices_carry_a_badge(viewer_client):
+    n = b.node("sim-0")
+    b.latest(b.device(n, 0, source="sim", simulated=True), util_pct=50, power_w=300)
+    html = viewer_client.get("/").content.decode()
+    assert "1 simulated device" in html
+    assert "◇ simulated" in html, "the node's row says so too"
+
+
+def test_the_range_lives_in_the_url_and_a_bad_one_is_named(viewer_client):
+    resp = viewer_client.get("/?range=6h&live=0")
+    assert resp.status_code == 200
+    assert resp.context["tr"].key == "6h" and resp.context["tr"].live is False
+    assert resp.context["topics"] == "", "paused: the page subscribes to nothing"
+    bad = viewer_client.get("/?range=3w")
+    assert bad.status_code == 400
+    assert "range must be one of 15m, 1h, 6h, 24h, 7d" in bad.content.decode()
+
+
+def test_fleet_power_sums_the_rollups_of_the_range(viewer_client):
+    n = b.node("gpu-a")
+    start = b.floor_minute(datetime.now(UTC)) - timedelta(minutes=10)
+    b.minutes(b.device(n, 0), start, 5, power_w=300)
+    b.minutes(b.device(n, 1), start, 5, power_w=500)
+    resp = viewer_client.get("/?range=1h")
+    import json
+
+    figs = json.loads(resp.context["figures_json"])
+    assert figs["power"]["data"][0]["y"] == [0.8] * 5
+
+
+def test_an_anonymous_visitor_is_sent_to_log_in(client):
+    resp = client.get("/")
+    assert resp.status_code == 302 and resp["Location"].startswith("/accounts/login/")
+
+
+def test_plotly_js_comes_from_the_installed_package(viewer_client):
+    import plotly
+
+    html = viewer_client.get("/").content.decode()
+    src = f"/assets/plotly-{plotly.__version__}.min.js"
+    assert src in html and "cdn" not in html.lower()
+    resp = viewer_client.get(src)
+    assert resp.status_code == 200 and "immutable" in resp["Cache-Control"]
+    assert b"plotly" in b"".join(resp.streaming_content)[:2000].lower()
+
+
+def test_the_pages_one_query_fleet_read_agrees_with_the_collectors(db):
+    from collector import store
+    from dashboard.readings import fleet_nodes
+
+    now = datetime.now(UTC)
+    n1 = b.node("gpu-a", team="research", interval_s=2.0)
+    b.latest(b.device(n1, 0), util_pct=90, power_w=600, ts=now - timedelta(seconds=5))
+    b.device(n1, 1)  # never reported
+    b.latest(b.device(b.node("gpu-b"), 0), util_pct=1, power_w=50, ts=now - timedelta(seconds=10))
+    b.node("empty")
+    ours, theirs = fleet_nodes(now), store.fleet(now)
+    assert [(n["name"], n["owner"], n["status"], n["newest_sample_at"]) for n in ours] == \
+        [(n["name"], n["owner"], n["status"], n["newest_sample_at"]) for n in theirs]
+    for a, c in zip(ours, theirs):
+        assert [(d["uuid"], d["index"], d["simulated"], d["latest"] and d["latest"]["util_pct"]) for d in a["devices"]] == \
+            [(d["uuid"], d["index"], d["simulated"], d["latest"] and d["latest"]["util_pct"]) for d in c["devices"]]

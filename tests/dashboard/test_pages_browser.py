@@ -1,0 +1,141 @@
+"""The pages in Chromium (served by pytest-django's live server): roles, comparing by dollars, the costs CSV."""
+
+import csv
+import io
+from decimal import Decimal
+
+import pytest
+
+from tests.browser import page  # noqa: F401 - fixture
+from tests.dashboard import builders as b
+from tests.dashboard.browser_helpers import log_in, shot, user_in_role
+from tests.dashboard.test_compare_page import two_charged_jobs
+from tests.dashboard.test_costs_page import charged_fleet
+
+pytestmark = pytest.mark.browser
+
+
+def test_a_viewer_sees_no_start_stop_or_resume(live_server, page, transactional_db, django_user_model):  # noqa: F811
+    running = b.job(name="someone's run", status="running")
+    b.steps(running, 8)
+    b.job(name="stopped run", status="stopped")
+    user_in_role(django_user_model, "vera", "viewer")
+    log_in(page, live_server.url, "vera", "/jobs/")
+
+    assert page.locator("#jobs-table tbody tr").count() == 2
+    assert page.locator("#start").count() == 0, "no Start form"
+    assert page.get_by_role("button", name="Stop").count() == 0
+    assert page.get_by_role("button", name="Resume").count() == 0
+    page.goto(f"{live_server.url}/jobs/{running.pk}")
+    page.wait_for_selector('.chart[data-fig="reward"][data-drawn="true"]')
+    assert page.get_by_role("button", name="Stop").count() == 0
+    assert "vera" in page.inner_text(".who") and "viewer" in page.inner_text(".role")
+
+
+def test_two_jobs_are_compared_by_dollars(live_server, page, transactional_db, django_user_model, output_dir, request):  # noqa: F811
+    cheap, dear = two_charged_jobs()
+    user_in_role(django_user_model, "lena", "viewer")
+    log_in(page, live_server.url, "lena", "/jobs/")
+
+    # Tick both on the Jobs page and compare; then switch the x-axis to dollars from the keyboard.
+    page.check(f'input[name="pick"][value="{cheap.pk}"]')
+    page.check(f'input[name="pick"][value="{dear.pk}"]')
+    page.click("#compare-submit")
+    page.wait_for_selector('.chart[data-fig="compare"][data-drawn="true"]')
+    shot(page, output_dir, request, "by-step")
+    page.focus("#x-usd")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**x=usd")
+    page.wait_for_selector('.chart[data-fig="compare"][data-drawn="true"]')
+
+    chart = page.evaluate("""() => { const el = document.querySelector('[data-fig=compare]');
+        return {title: el.layout.xaxis.title.text, traces: el.data.map(t => ({name: t.name, x: t.x, y: t.y}))}; }""")
+    assert chart["title"] == "cost (USD)"
+    traces = {t["name"]: t for t in chart["traces"]}
+    assert set(traces) == {f"#{cheap.pk} cheap", f"#{dear.pk} dear"}
+    c, d = traces[f"#{cheap.pk} cheap"], traces[f"#{dear.pk} dear"]
+    assert c["x"][-1] < d["x"][-1], "the dear run spent more dollars"
+    assert c["y"][-1] > d["y"][-1], "and the cheap one scored higher"
+    table = page.inner_text("#compare-table")
+    assert "$0.60" in table and "$1.80" in table
+    assert page.locator("#x-usd").get_attribute("aria-current") == "true"
+
+
+def test_the_costs_csv_downloads_with_totals_that_add_up(live_server, page, transactional_db, django_user_model,  # noqa: F811
+                                                          output_dir, request):
+    charged_fleet()
+    user_in_role(django_user_model, "tim", "viewer")
+    log_in(page, live_server.url, "tim", "/costs/?group=job")
+    page.wait_for_selector('.chart[data-fig="by_day"][data-drawn="true"]')
+    shown_fleet = page.inner_text("#total-fleet")
+
+    with page.expect_download() as info:
+        page.click("#csv-link")
+    download = info.value
+    assert download.suggested_filename.startswith("costs-job-") and download.suggested_filename.endswith(".csv")
+    rows = list(csv.DictReader(io.StringIO(open(download.path()).read())))
+    body, total = rows[:-1], rows[-1]
+    assert total["key"] == "TOTAL" and len(body) == 2, "the job and the idle owner"
+    money = lambda r, k: Decimal(r[k] or "0")  # noqa: E731
+    assert sum(money(r, "total_usd") for r in body) == money(total, "total_usd")
+    assert sum(money(r, "attributed_usd") for r in body) == money(total, "attributed_usd")
+    assert money(total, "attributed_usd") + money(total, "idle_usd") == money(total, "total_usd")
+    assert shown_fleet == f"${money(total, 'total_usd'):,.2f}", "the page and the CSV agree to the cent"
+    assert any(r["simulated"] == "true" for r in body), "the simulated device is flagged in the export"
+
+    page.emulate_media(media="print")
+    assert not page.locator("header.top").is_visible(), "the print stylesheet drops the navigation"
+    assert page.locator(".print-only").first.is_visible()
+    shot(page, output_dir, request, "print")
+    page.emulate_media(media="screen")
+
+
+def test_the_fleet_and_node_pages_draw_and_the_range_lives_in_the_url(live_server, page, transactional_db,  # noqa: F811
+                                                                      django_user_model, output_dir, request):
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime.now(timezone.utc)
+    b.prices()
+    for n in range(3):
+        node = b.node(f"gpu-{n}", team="research" if n else "infra", interval_s=30)
+        for i in range(4):
+            dev = b.device(node, i, source="sim" if n == 2 else "nvml", simulated=n == 2)
+            b.latest(dev, util_pct=(n * 4 + i) * 8, power_w=200 + 50 * i, ts=now if n != 1 else now - timedelta(minutes=9))
+            b.samples(dev, now - timedelta(minutes=20), 120, every_s=10, util_pct=10 + 20 * i)
+    user_in_role(django_user_model, "ian", "viewer")
+    log_in(page, live_server.url, "ian", "/")
+
+    page.wait_for_selector('.chart[data-fig="heatmap"][data-drawn="true"]')
+    assert page.inner_text("#card-stale") == "4", page.inner_text("#node-table")
+    assert "4 simulated devices" in page.inner_text(".page-head")
+    heat = page.evaluate("document.querySelector('[data-fig=heatmap]').data[0].z")
+    assert heat[1] == [None] * 4 and heat[0][1] == 8
+    shot(page, output_dir, request, "fleet")
+
+    # Keyboard: tab to the 6h chip and press Enter; the URL keeps the range and the pause.
+    page.focus('a.chip:has-text("6h")')
+    page.keyboard.press("Enter")
+    page.wait_for_url("**range=6h")
+    page.click("#live-toggle")
+    assert "live=0" in page.url and page.get_attribute("#live-state", "data-state") == "paused"
+    page.reload()
+    assert page.get_attribute("#live-toggle", "aria-pressed") == "false", "paused survives a reload"
+
+    page.click('a:has-text("gpu-2")')
+    page.wait_for_selector('.chart[data-fig="util"][data-drawn="true"]')
+    util = page.evaluate("document.querySelector('[data-fig=util]').data.map(t => [t.name, t.x.length])")
+    assert util == [[f"GPU {i} (sim)", 0] for i in range(4)] or all(n > 0 for _, n in util)
+    page.goto(f"{live_server.url}/nodes/gpu-2?range=1h")
+    page.wait_for_selector('.chart[data-fig="util"][data-drawn="true"]')
+    util = page.evaluate("document.querySelector('[data-fig=util]').data.map(t => [t.name, t.x.length])")
+    assert util == [[f"GPU {i} (sim)", 120] for i in range(4)]
+    assert page.inner_text("#resolution") == "raw"
+    shot(page, output_dir, request, "node")
+
+    # A wall display: the same fleet page, more columns and bigger figures.
+    page.set_viewport_size({"width": 2560, "height": 1440})
+    page.goto(f"{live_server.url}/?range=1h")
+    page.wait_for_selector('.chart[data-fig="heatmap"][data-drawn="true"]')
+    columns = page.evaluate("getComputedStyle(document.querySelector('.grid-2')).gridTemplateColumns.split(' ').length")
+    assert columns == 3, "three charts a row on a wall display (two on a laptop)"
+    shot(page, output_dir, request, "wall")

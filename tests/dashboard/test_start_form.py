@@ -1,0 +1,52 @@
+"""The Start form: presets, and every bad field named with what is accepted (the trainer's own messages)."""
+
+from trainer.models import Job
+
+
+def test_it_starts_a_job_from_a_preset_with_the_form_overrides(operator_client, operator, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        resp = operator_client.post("/jobs/start", {
+            "preset": "smoke", "name": "from the form", "team": "research", "env": "arithmetic",
+            "steps": "7", "prompts_per_step": "4", "group_size": "2", "lr": "0.0005", "kl_coef": "0.02",
+            "eval_every": "2", "budget_usd": "12.50", "device": "cpu",
+        })
+    job = Job.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"/jobs/{job.pk}"
+    assert (job.name, job.team, job.env, job.device, str(job.budget_usd)) == ("from the form", "research", "arithmetic", "cpu", "12.50")
+    assert job.config["steps"] == 7 and job.config["max_new_tokens"] == 12, "the preset supplies the rest"
+    assert job.created_by == operator and job.status == "queued"
+    assert callbacks, "enqueued after commit, like the API"
+
+
+def test_it_names_each_bad_field_and_creates_nothing(operator_client):
+    resp = operator_client.post("/jobs/start", {
+        "preset": "smoke", "name": "", "team": "research", "env": "arithmetic",
+        "steps": "0", "prompts_per_step": "four", "group_size": "2", "lr": "-1", "kl_coef": "0.02",
+        "eval_every": "2", "budget_usd": "-3", "device": "tpu",
+    })
+    assert resp.status_code == 400
+    errors = resp.context["form_errors"]
+    assert set(errors) == {"name", "steps", "prompts_per_step", "lr", "budget_usd", "device"}
+    assert errors["steps"] == "steps must be an integer >= 1, got 0"
+    assert errors["prompts_per_step"] == "prompts_per_step must be an integer >= 1, got 'four'"
+    assert errors["device"] == "device must be auto, cpu, cuda or cuda:N, got 'tpu'"
+    assert "budget_usd must be a number >= 0" in errors["budget_usd"]
+    html = resp.content.decode()
+    assert 'aria-invalid="true"' in html and "fix 6 fields" in html
+    assert 'value="four"' in html, "what was typed stays in the form"
+    assert Job.objects.count() == 0
+
+
+def test_the_form_and_the_api_give_the_same_message(operator_client):
+    import json
+
+    api = operator_client.post("/api/jobs", json.dumps({"name": "x", "team": "t", "env": "arithmetic",
+                                                        "config": {"steps": 0}}), content_type="application/json")
+    form = operator_client.post("/jobs/start", {"preset": "smoke", "name": "x", "team": "t", "env": "arithmetic",
+                                                "steps": "0"})
+    assert api.json()["error"] == form.context["form_errors"]["steps"]
+
+
+def test_a_viewer_cannot_start(viewer_client):
+    resp = viewer_client.post("/jobs/start", {"preset": "smoke", "name": "x", "team": "t"})
+    assert resp.status_code == 403 and Job.objects.count() == 0
