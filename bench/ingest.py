@@ -115,7 +115,7 @@ def main(argv=None):
         with psycopg.connect(dsn, autocommit=True) as conn:
             schema.ensure_partitions(conn.cursor(), [start.date()])
             # register devices once so the raw reference gets the same ids
-            Writer(conn).write(Batch(batches[0].devices, batches[0].rows[: args.gpus]))
+            Writer(conn).write(Batch(batches[0].devices, batches[0].rows[: args.gpus]), now=start)
             ids = dict(conn.execute("SELECT uuid, id FROM collector_device").fetchall())
         id_batches = [[(ids[r[0]], *r[1:]) for r in b.rows] for b in batches]
         agent_s, raw_s = [], []

@@ -3,22 +3,34 @@
 The fast path COPYs a batch straight into `telemetry_sample`. A batch that
 repeats rows already stored (a spool replayed after a commit whose reply was
 lost, a file imported twice) fails that COPY with a unique violation; the
-writer then COPYs the batch into a temporary table and moves it across with
-`INSERT ... ON CONFLICT DO NOTHING`, so a replayed batch adds nothing. New
-data, the common case, pays only for the COPY.
+writer rolls the write back and does it again, this time COPYing the batch
+into a temporary table and moving it across with `INSERT ... ON CONFLICT DO
+NOTHING`, so a replayed batch adds nothing. New data, the common case, pays
+only for the COPY (no savepoint around it: the retry redoes the whole write).
 
 In the same transaction it registers nodes and devices it has not seen on
-this connection, updates `telemetry_latest` (one row per device), marks the
-(device, hour) pairs the rollup task must recompute, and records who holds
-each device.
+this connection and, in one statement right after the COPY, updates
+`telemetry_latest` (one row per device) and marks the (device, hour) pairs
+the rollup task must recompute; it also records who holds each device. That
+statement gets only the batch's newest row and oldest ts per device, as
+binary arrays. The per-row work on the client (ids for UUIDs, future check,
+newest/oldest per device) is map/zip in C, and what can wait is done while
+the server is still digesting the COPY.
 """
 
+import functools
 import json
 import logging
+import struct
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from itertools import chain, repeat
+from operator import itemgetter, le as _le
 
+import psycopg
 from psycopg import errors
+from psycopg.adapt import Dumper
+from psycopg.pq import Format, TransactionStatus
 
 from . import schema
 
@@ -31,23 +43,52 @@ FUTURE_LIMIT = timedelta(minutes=5)
 _COLS = ", ".join(schema.SAMPLE_COLUMNS)
 _COPY_SAMPLES = f"COPY telemetry_sample ({_COLS}) FROM STDIN (FORMAT BINARY)"
 _COPY_STAGING = f"COPY telemetry_staging ({_COLS}) FROM STDIN (FORMAT BINARY)"
-_ARRAY_TYPES = ", ".join(f"%b::{t}[]" for t in schema.SAMPLE_COPY_TYPES)
-_UPSERT_LATEST = (
-    f"INSERT INTO telemetry_latest ({_COLS}) SELECT * FROM unnest({_ARRAY_TYPES}) "
-    "ON CONFLICT (device_id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in schema.SAMPLE_COLUMNS[1:])
-    + " WHERE telemetry_latest.ts < excluded.ts"
-)
-# DO UPDATE, not DO NOTHING: it locks the existing row even when its WHERE is
-# false (in-order data: no new row version written), and that lock orders this
-# writer against a rollup that has claimed the same row, so no committed
-# sample is missed.
-_MARK_PENDING = (
-    "INSERT INTO telemetry_rollup_pending (device_id, hour, from_ts) "
-    "SELECT * FROM unnest(%b::int4[], %b::timestamptz[], %b::timestamptz[]) "
-    "ON CONFLICT (device_id, hour) DO UPDATE SET from_ts = excluded.from_ts "
-    "WHERE excluded.from_ts < telemetry_rollup_pending.from_ts"
-)
+_SET_LATEST = ", ".join(f"{c} = v.{c}" for c in schema.SAMPLE_COLUMNS[1:])
+_SET_EXCLUDED = ", ".join(f"{c} = excluded.{c}" for c in schema.SAMPLE_COLUMNS[1:])
+_V_COLS = ", ".join(f"v.{c}" for c in schema.SAMPLE_COLUMNS)
+# One statement per batch, fed the batch's newest row of each device (sorted
+# by device id) and that device's oldest ts in the batch (`lo`):
+# - telemetry_latest: an UPDATE (cheaper than an upsert: no speculative
+#   insertion) that only ever moves a row forward (l.ts < v.ts, re-checked on
+#   the newest row version when a concurrent writer got there first), and,
+#   unless this writer knows every device has its row, an upsert with the same
+#   guard for devices that have none yet. Both see the same snapshot, so no row
+#   is touched twice.
+# - telemetry_rollup_pending: every UTC hour from `lo` to the newest ts,
+#   from_ts the oldest ts in that hour. DO UPDATE, not DO NOTHING: it locks the
+#   existing row even when its WHERE is false (in-order data: no new row
+#   version written), and that lock orders this writer against a rollup that
+#   has claimed the same row (the rollup deletes it; this insert waits, finds
+#   it gone and inserts it again), so no committed sample is missed. Rows come
+#   in (device, hour) order: the arrays are sorted by device id (no sort node).
+# It runs in the write's transaction right after the COPY; the transaction
+# commits samples, latest and pending marks together or none of them.
+def _mark_sql(add_new):
+    added = (
+        f"added AS (INSERT INTO telemetry_latest ({_COLS}) SELECT {_V_COLS} FROM v "
+        "WHERE NOT EXISTS (SELECT FROM telemetry_latest l WHERE l.device_id = v.device_id) "
+        f"ORDER BY v.device_id ON CONFLICT (device_id) DO UPDATE SET {_SET_EXCLUDED} "
+        "WHERE telemetry_latest.ts < excluded.ts) "
+    )
+    return (
+        "WITH v AS (SELECT * FROM unnest("
+        + ", ".join(f"%b::{t}[]" for t in schema.SAMPLE_COPY_TYPES)
+        + f", %b::timestamptz[]) AS v({_COLS}, lo)), "
+        f"moved AS (UPDATE telemetry_latest l SET {_SET_LATEST} FROM v "
+        "WHERE l.device_id = v.device_id AND l.ts < v.ts) "
+        + (", " + added if add_new else "")
+        + "INSERT INTO telemetry_rollup_pending (device_id, hour, from_ts) "
+        "SELECT v.device_id, h.hour, greatest(v.lo, h.hour) FROM v CROSS JOIN LATERAL "
+        "generate_series(date_trunc('hour', v.lo, 'UTC'), v.ts, interval '1 hour') AS h(hour) "
+        "ON CONFLICT (device_id, hour) DO UPDATE SET from_ts = excluded.from_ts "
+        "WHERE excluded.from_ts < telemetry_rollup_pending.from_ts"
+    )
+
+
+# With the upsert for devices that may have no latest row yet, and without it
+# (every device of the batch got its row in a write this writer committed).
+_MARK_NEW = _mark_sql(add_new=True)
+_MARK = _mark_sql(add_new=False)
 # A holder unseen for longer than a gap starts a new holding (a reused PID).
 _UPSERT_HOLDERS = (
     "INSERT INTO telemetry_device_holder (device_id, holder, pid, used_mem_mib, first_seen, last_seen) "
@@ -93,42 +134,100 @@ class Writer:
         self.conn = conn
         self._nodes = {}  # (name, labels json, interval_s) -> node id
         self._devices = {}  # DeviceInfo -> device id
+        self._last = None  # (the last batch's devices, their {uuid: id})
+        self._have_latest = set()  # device ids whose telemetry_latest row a write of ours committed
         self._staging_ready = False
 
     def forget(self):
         self._nodes.clear()
         self._devices.clear()
+        self._last = None
+        self._have_latest.clear()
         self._staging_ready = False
 
     def write(self, batch, now=None):
         """Store `batch` in one transaction and return a WriteResult."""
         limit = (now or datetime.now(timezone.utc)) + FUTURE_LIMIT
+        dedupe = False  # True once the fast COPY met a row already stored
+        created_for = None
         try:
-            with self.conn.transaction(), self.conn.cursor() as cur:
-                ids = self._register(cur, batch)
-                rows, latest, first, rejected = _prepare(batch.rows, ids, limit)
-                result = WriteResult(rejected_future=rejected)
-                if rejected:
-                    log.warning(
-                        "rejected %d samples stamped more than %d minutes in the future "
-                        "(is this node's clock right?)",
-                        rejected,
-                        FUTURE_LIMIT.seconds // 60,
-                    )
-                if rows:
-                    result.inserted = self._store(cur, rows)
-                    result.duplicates = len(rows) - result.inserted
-                    cur.execute(_UPSERT_LATEST, [list(col) for col in zip(*latest.values())])
-                    cur.execute(_MARK_PENDING, _pending(first, latest))
-                if batch.holders:
-                    self._store_holders(cur, batch.holders, ids, limit)
+            while True:
+                try:
+                    result = self._write_once(batch, limit, dedupe)
+                except _Duplicate:
+                    # Rolled back whole: do it again through the staging table.
+                    self.forget()
+                    if dedupe:
+                        raise AssertionError("unique violation from the de-duplicating path") from None
+                    dedupe = True
+                    continue
+                except _NoPartition as missing:
+                    # "no partition of relation telemetry_sample found for row":
+                    # the periodic task makes days ahead; old imports need old days.
+                    self.forget()
+                    if created_for is not None:
+                        raise missing.__cause__ from None
+                    created_for = missing.days
+                    with self.conn.transaction(), self.conn.cursor() as cur:
+                        created = schema.ensure_partitions(cur, missing.days)
+                    log.info("created partitions %s", ", ".join(created) or "(none needed)")
+                    continue
+                break
         except BaseException:
             # Ids registered in a rolled-back transaction do not exist.
             self.forget()
             raise
+        if result.rejected_future:
+            log.warning(
+                "rejected %d samples stamped more than %d minutes in the future "
+                "(is this node's clock right?)",
+                result.rejected_future,
+                FUTURE_LIMIT.seconds // 60,
+            )
+        return result
+
+    def _write_once(self, batch, limit, dedupe):
+        # Our own transaction (not a savepoint in someone else's), whose commit is final?
+        top_level = self.conn.info.transaction_status == TransactionStatus.IDLE
+        # A plain (server-binding) cursor even on a connection whose factory
+        # binds on the client (Django's): the arrays of _MARK travel in binary.
+        with self.conn.transaction(), psycopg.Cursor(self.conn) as cur:
+            ids = self._register(cur, batch)
+            accepted = _accept(batch.rows, ids, limit)
+            rows = accepted.rows
+            result = WriteResult(rejected_future=accepted.rejected)
+            if rows:
+                if dedupe:
+                    result.inserted = self._insert_new(cur, list(accepted.copy_rows()))
+                else:
+                    try:
+                        # The marks are computed inside the COPY, after its last row:
+                        # the server is still working through the rows buffered ahead
+                        # of it (it, not this loop, is the slower side), so that
+                        # client work costs no wall time.
+                        _copy(cur, _COPY_SAMPLES, accepted.copy_rows(), then=accepted.mark)
+                    except errors.UniqueViolation:
+                        raise _Duplicate() from None
+                    except errors.CheckViolation as exc:
+                        if "partition" not in str(exc):
+                            raise
+                        raise _NoPartition({row[1].astimezone(timezone.utc).date() for row in rows}) from exc
+                    result.inserted = len(rows)
+                result.duplicates = len(rows) - result.inserted
+                marks, device_ids = accepted.mark()
+                cur.adapters.register_dumper(_BinaryArray, _BinaryArrayDumper)
+                cur.execute(_MARK if self._have_latest.issuperset(device_ids) else _MARK_NEW, marks)
+            if batch.holders:
+                self._store_holders(cur, batch.holders, ids, limit)
+        if rows and top_level:
+            self._have_latest.update(device_ids)
         return result
 
     def _register(self, cur, batch):
+        if self._last is not None and self._last[0] == batch.devices:
+            # The same devices as the last batch (every tick, usually): a list
+            # comparison, mostly by identity, instead of hashing each DeviceInfo.
+            return self._last[1]
         new = [d for d in dict.fromkeys(batch.devices) if d not in self._devices]
         if new:
             node_ids = [self._node_id(cur, d.node, batch) for d in new]
@@ -148,7 +247,9 @@ class Writer:
             ids = dict(cur.fetchall())
             for d in new:
                 self._devices[d] = ids[d.uuid]
-        return {d.uuid: self._devices[d] for d in batch.devices}
+        ids = {d.uuid: self._devices[d] for d in batch.devices}
+        self._last = (list(batch.devices), ids)
+        return ids
 
     def _node_id(self, cur, name, batch):
         labels = json.dumps(batch.labels, sort_keys=True)
@@ -157,28 +258,6 @@ class Writer:
             cur.execute(_UPSERT_NODE, {"name": name, "labels": labels, "interval": batch.interval_s})
             self._nodes[key] = cur.fetchone()[0]
         return self._nodes[key]
-
-    def _store(self, cur, rows):
-        """COPY `rows`; return how many were new."""
-        for attempt in (1, 2):
-            try:
-                try:
-                    with self.conn.transaction():
-                        _copy(cur, _COPY_SAMPLES, rows)
-                    return len(rows)
-                except errors.UniqueViolation:
-                    with self.conn.transaction():
-                        return self._insert_new(cur, rows)
-            except errors.CheckViolation as exc:
-                # "no partition of relation telemetry_sample found for row":
-                # the periodic task makes days ahead; old imports need old days.
-                if attempt == 2 or "partition" not in str(exc):
-                    raise
-                days = {row[1].astimezone(timezone.utc).date() for row in rows}
-                with self.conn.transaction():
-                    created = schema.ensure_partitions(cur, days)
-                log.info("created partitions %s", ", ".join(created) or "(none needed)")
-        raise AssertionError("unreachable")
 
     def _insert_new(self, cur, rows):
         if not self._staging_ready:
@@ -189,7 +268,12 @@ class Writer:
             self._staging_ready = True
         cur.execute("TRUNCATE telemetry_staging")
         _copy(cur, _COPY_STAGING, rows)
-        cur.execute("INSERT INTO telemetry_sample SELECT * FROM telemetry_staging ON CONFLICT DO NOTHING")
+        try:
+            cur.execute("INSERT INTO telemetry_sample SELECT * FROM telemetry_staging ON CONFLICT DO NOTHING")
+        except errors.CheckViolation as exc:
+            if "partition" not in str(exc):
+                raise
+            raise _NoPartition({row[1].astimezone(timezone.utc).date() for row in rows}) from exc
         inserted = cur.rowcount
         cur.execute("TRUNCATE telemetry_staging")
         return inserted
@@ -223,57 +307,143 @@ class Writer:
         )
 
 
-def _copy(cur, statement, rows):
+def _copy(cur, statement, rows, then=None):
+    """COPY `rows` (an iterable) in binary; call `then()` after the last row, before the COPY ends."""
     with cur.copy(statement) as copy:
         copy.set_types(schema.SAMPLE_COPY_TYPES)
         write_row = copy.write_row
         for row in rows:
             write_row(row)
+        if then is not None:
+            then()
 
 
-def _prepare(rows, ids, limit):
-    """Swap UUIDs for ids and drop rows from the future.
+class _Duplicate(Exception):
+    """The fast COPY met a (device, ts) already stored; the write was rolled back."""
 
-    Return (rows, newest row per device id, oldest ts per device id, rejected count).
-    """
-    out = []
-    append = out.append
-    latest = {}
-    first = {}
+
+class _NoPartition(Exception):
+    """A row's day has no partition; the write was rolled back."""
+
+    def __init__(self, days):
+        super().__init__(days)
+        self.days = days
+
+
+_UUID = itemgetter(0)
+_TS = itemgetter(1)
+_VALUES = itemgetter(slice(1, None))
+
+
+_MARK_TYPES = schema.SAMPLE_COPY_TYPES + ("timestamptz",)
+
+
+class _Accepted:
+    """The rows of a batch that will be written, and the marks they call for."""
+
+    __slots__ = ("rows", "uuids", "stamps", "in_order", "ids", "rejected", "_marks")
+
+    def __init__(self, rows, uuids, stamps, in_order, ids, rejected):
+        self.rows, self.uuids, self.stamps, self.in_order = rows, uuids, stamps, in_order
+        self.ids, self.rejected = ids, rejected
+        self._marks = None
+
+    def copy_rows(self):
+        """The COPY rows, lazily: each row with its device id in place of the UUID."""
+        return map(tuple.__add__, zip(map(self.ids.__getitem__, self.uuids)), map(_VALUES, self.rows))
+
+    def mark(self):
+        """(The parameters of `_MARK`, the device ids), computed once: column arrays of
+        the newest row of each device (ids for UUIDs, sorted by id), then of its oldest ts."""
+        if self._marks is None:
+            self._marks = _marks(self.rows, self.uuids, self.stamps, self.in_order, self.ids)
+        return self._marks
+
+
+def _accept(rows, ids, limit):
+    """Drop rows from the future; check every row's device is listed (map/zip: the per-row work stays in C)."""
+    stamps = list(map(_TS, rows))
+    in_order = all(map(_le, stamps, stamps[1:]))
     rejected = 0
-    for row in rows:
-        ts = row[1]
-        if ts > limit:
-            rejected += 1
-            continue
-        try:
-            device_id = ids[row[0]]
-        except KeyError:
-            raise ValueError(f"sample for device {row[0]!r}, which the batch does not list") from None
-        row = (device_id, *row[1:])
-        append(row)
-        newest = latest.get(device_id)
-        if newest is None:
-            latest[device_id] = row
-            first[device_id] = ts
-        elif ts > newest[1]:
-            latest[device_id] = row
-        elif ts < first[device_id]:
-            first[device_id] = ts
-    return out, latest, first, rejected
+    if stamps and (stamps[-1] if in_order else max(stamps)) > limit:
+        kept = [row for row in rows if row[1] <= limit]
+        rejected = len(rows) - len(kept)
+        rows = kept
+        stamps = list(map(_TS, rows))
+    uuids = list(map(_UUID, rows))
+    if not ids.keys() >= set(uuids):
+        missing = next(u for u in uuids if u not in ids)
+        raise ValueError(f"sample for device {missing!r}, which the batch does not list")
+    return _Accepted(rows, uuids, stamps, in_order, ids, rejected)
 
 
-def _pending(first, latest):
-    """Return the (device ids, hours, from_ts) arrays of the hours a batch touched, sorted."""
-    entries = []
-    for device_id, lo in first.items():
-        lo = lo.astimezone(timezone.utc)
-        hi = latest[device_id][1]
-        hour = lo.replace(minute=0, second=0, microsecond=0)
-        start = lo
-        while hour <= hi:
-            entries.append((device_id, hour, start))
-            hour += timedelta(hours=1)
-            start = hour
-    entries.sort()
-    return [[e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries]]
+def _marks(rows, uuids, stamps, in_order, ids):
+    if in_order:
+        # In time order (every batch the agent makes): a device's last row is
+        # its newest, its first row's ts its oldest.
+        newest = dict(zip(uuids, rows))
+        oldest = dict(zip(reversed(uuids), reversed(stamps)))
+    else:
+        newest, oldest = {}, {}
+        for uuid, row in zip(uuids, rows):
+            seen = newest.get(uuid)
+            if seen is None:
+                newest[uuid] = row
+                oldest[uuid] = row[1]
+            elif row[1] > seen[1]:
+                newest[uuid] = row
+            elif row[1] < oldest[uuid]:
+                oldest[uuid] = row[1]
+    by_id = sorted((ids[u], u) for u in newest)
+    device_ids = [d for d, _ in by_id]
+    marks = [device_ids]
+    if by_id:
+        marks.extend(map(list, zip(*[newest[u][1:] for _, u in by_id])))
+    else:
+        marks.extend([] for _ in schema.SAMPLE_COLUMNS[1:])
+    marks.append([oldest[u] for _, u in by_id])
+    return list(map(_binary_array, marks, _MARK_TYPES)), device_ids
+
+
+class _BinaryArray(bytes):
+    """A one-dimensional array in PostgreSQL's binary format; the SQL cast names its type."""
+
+
+class _BinaryArrayDumper(Dumper):
+    format = Format.BINARY  # oid 0: the server takes the type from the `%b::type[]` cast
+
+    def dump(self, obj):
+        return obj
+
+
+# Element oid, struct code and size of the types the `_MARK` arrays carry.
+_ELEMENTS = {"int4": (23, "i", 4), "float4": (700, "f", 4), "float8": (701, "d", 8), "timestamptz": (1184, "q", 8)}
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+_US = timedelta(microseconds=1)
+
+
+@functools.lru_cache(maxsize=32)
+def _array_struct(code, n):
+    return struct.Struct(">5i" + ("i" + code) * n)
+
+
+def _binary_array(values, pg_type):
+    """Encode `values` as a binary `pg_type[]` in one struct.pack (psycopg's list dumper goes element by element).
+
+    Return the list itself, for psycopg to dump, when there is a NULL or a
+    value the struct cannot hold: the `::type[]` cast then converts or refuses
+    it as before.
+    """
+    if not values:
+        return values
+    oid, code, size = _ELEMENTS[pg_type]
+    try:
+        if pg_type == "timestamptz":
+            micros = {ts: (ts - _PG_EPOCH) // _US for ts in set(values)}
+            values = list(map(micros.__getitem__, values))
+        n = len(values)
+        return _BinaryArray(
+            _array_struct(code, n).pack(1, 0, oid, n, 1, *chain.from_iterable(zip(repeat(size, n), values)))
+        )
+    except (TypeError, struct.error, OverflowError):  # None among them (NULL), or out of range
+        return values

@@ -116,3 +116,45 @@ def test_a_device_that_moves_to_another_node_is_re_registered(pg_conn):
 def test_a_sample_for_an_unlisted_device_is_a_clear_error(pg_conn):
     with pytest.raises(ValueError, match="sample for device 'GPU-1', which the batch does not list"):
         Writer(pg_conn).write(Batch([GPU0], rows(GPU1, 0, 1)))
+
+
+def test_a_batch_out_of_time_order_still_marks_its_oldest_hour_and_keeps_its_newest_row(pg_conn):
+    shuffled = rows(GPU0, 60, 180)  # 11:59:00 .. 12:01:59
+    shuffled = shuffled[90:] + shuffled[:90]
+    Writer(pg_conn).write(Batch([GPU0], shuffled))
+    device_id = Device.objects.get().id
+
+    assert pending(pg_conn) == [
+        (device_id, T0.replace(minute=0), T0 + timedelta(seconds=60)),
+        (device_id, T0.replace(hour=12, minute=0), T0.replace(hour=12, minute=0)),
+    ]
+    assert LatestSample.objects.get().ts == T0 + timedelta(seconds=239)
+
+
+def test_the_latest_row_keeps_missing_values_as_null_and_follows_each_batch(pg_conn):
+    writer = Writer(pg_conn)
+    writer.write(Batch([GPU0, GPU1], rows(GPU0, 0, 2) + rows(GPU1, 0, 2)))
+    partial = [(GPU0.uuid, T0 + timedelta(seconds=5), 70.0, None, 310.0, None, None, None, None, None, None)]
+    writer.write(Batch([GPU0, GPU1], partial + rows(GPU1, 5, 1, power=111.0)))
+
+    latest = {s.device.uuid: s for s in LatestSample.objects.select_related("device")}
+    assert (latest["GPU-0"].ts, latest["GPU-0"].util_pct, latest["GPU-0"].power_w) == (T0 + timedelta(seconds=5), 70.0, 310.0)
+    assert latest["GPU-0"].energy_j is None and latest["GPU-0"].sm_active_pct is None
+    assert (latest["GPU-1"].ts, latest["GPU-1"].power_w) == (T0 + timedelta(seconds=5), 111.0)
+
+
+def test_an_autocommit_writer_keeps_the_latest_table_right_across_batches_and_replays(telemetry_dsn):
+    import psycopg
+
+    with psycopg.connect(telemetry_dsn, autocommit=True) as conn:
+        writer = Writer(conn)
+        writer.write(Batch([GPU0], rows(GPU0, 0, 3)))
+        writer.write(Batch([GPU0, GPU1], rows(GPU0, 3, 3) + rows(GPU1, 3, 3, power=222.0)))  # GPU-1 is new
+        writer.write(Batch([GPU0], rows(GPU0, 0, 3)))  # a replay: adds nothing, moves nothing back
+        got = conn.execute(
+            "SELECT d.uuid, l.ts, l.power_w FROM telemetry_latest l JOIN collector_device d ON d.id = l.device_id ORDER BY 1"
+        ).fetchall()
+        stored = conn.execute("SELECT count(*) FROM telemetry_sample").fetchone()[0]
+
+    assert got == [("GPU-0", T0 + timedelta(seconds=5), 300.0), ("GPU-1", T0 + timedelta(seconds=5), 222.0)]
+    assert stored == 9
