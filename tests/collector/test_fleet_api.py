@@ -2,7 +2,6 @@
 
 from datetime import timedelta
 
-import pytest
 from django.utils import timezone
 
 from collector.agent.batch import Batch, DeviceInfo

@@ -8,7 +8,6 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # so tests can `import cost_builders`
 
-DATA = HERE.parent.parent.parent / "shared" / "data" / "telemetry"
 
 
 @pytest.fixture
@@ -17,12 +16,6 @@ def fleet(db):
 
     return Fleet()
 
-
-@pytest.fixture(scope="session")
-def telemetry_data():
-    if not DATA.is_dir():
-        pytest.skip(f"real telemetry files not found at {DATA}")
-    return DATA
 
 
 @pytest.fixture

@@ -16,31 +16,13 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from urllib.parse import quote
+from tests.conftest import database_url, free_port
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def database_url():
-    """A DATABASE_URL naming the test database, for the processes started here."""
-    from django.db import connection
-
-    cfg = connection.settings_dict
-    host = cfg.get("HOST") or "localhost"
-    auth = quote(cfg.get("USER") or "", safe="")
-    if cfg.get("PASSWORD"):
-        auth += ":" + quote(cfg["PASSWORD"], safe="")
-    return f"postgresql://{auth}@{quote(host, safe='')}:{cfg.get('PORT') or 5432}/{cfg['NAME']}"
-
-
-def free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tiny_models(path):

@@ -10,7 +10,8 @@ import os
 
 import pytest
 
-from tests.trainer.helpers import TINY, database_url
+from tests.conftest import database_url
+from tests.trainer.helpers import TINY
 
 
 @pytest.fixture(scope="session")

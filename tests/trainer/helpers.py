@@ -4,7 +4,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 
@@ -35,17 +34,6 @@ STEP_KEYS = [
     "timing/generate_s", "timing/score_s", "timing/train_s", "timing/eval_s", "timing/checkpoint_s", "timing/step_s",
 ]
 
-
-def database_url():
-    """A DATABASE_URL naming the test database, for processes this test starts."""
-    from django.db import connection
-
-    cfg = connection.settings_dict
-    host = cfg.get("HOST") or "localhost"
-    auth = quote(cfg.get("USER") or "", safe="")
-    if cfg.get("PASSWORD"):
-        auth += ":" + quote(cfg["PASSWORD"], safe="")
-    return f"postgresql://{auth}@{quote(host, safe='')}:{cfg.get('PORT') or 5432}/{cfg['NAME']}"
 
 
 def wait_for(predicate, timeout_s=60.0, every_s=0.1, what="condition"):
