@@ -37,14 +37,15 @@ class TrainConfig:
     """Seeds prompt selection, sampling and the Python/torch global RNGs."""
 
     # --- rollout ----------------------------------------------------------
-    prompts_per_step: int = 32
-    """Distinct training prompts per step."""
+    prompts_per_step: int = 128
+    """Distinct training prompts per step (many prompts generalise better than many completions of few)."""
     group_size: int = 8
     """Completions sampled per prompt (G); advantages are normalised within a group."""
     temperature: float = 1.0
     """Sampling temperature for training rollouts (evaluation is always greedy)."""
     top_k: int = 0
-    """Sample only from the k most likely tokens; 0 turns the filter off."""
+    """Sample only from the k most likely tokens; 0 turns the filter off. The update still scores
+    tokens under the full temperature-scaled distribution."""
     max_new_tokens: int = 40
     """Cap on completion tokens per rollout, tool results included; longer ones are truncated (reward 0)."""
 
@@ -60,12 +61,13 @@ class TrainConfig:
     inner_epochs: int = 1
     """Passes over each step's rollouts."""
     minibatch_size: int = 256
-    """Sequences per optimizer step; a step's prompts_per_step * group_size rollouts are split into chunks of this size."""
+    """Rollouts per optimizer step: a step's prompts_per_step * group_size rollouts (1024 by default) are
+    shuffled and split into chunks of this size, so the defaults make 4 clipped updates per step."""
     max_grad_norm: float = 1.0
     """Gradients are clipped to this global L2 norm before each optimizer step."""
     warmup_steps: int = 10
     """Steps of linear LR warmup from lr / warmup_steps up to lr."""
-    lr_schedule: str = "constant"
+    lr_schedule: str = "cosine"
     """After warmup: "constant", or "cosine" decay to 10% of lr at the last step."""
 
     # --- evaluation and bookkeeping (read by the job runner) ---------------

@@ -3,7 +3,8 @@
 RL needs a policy that already speaks the format and is right only some of
 the time. `pretrain` trains a fresh GPT on generated demonstrations and stops
 as soon as greedy pass@1 on a probe set of training prompts reaches
-`target_pass1` (30 by default), or after `max_steps`. The result is cached in
+`target_pass1` (the environment's `warm_start_target`, 30 unless it says
+otherwise), or after `max_steps`. The result is cached in
 `cache_dir` as base-<env>.pt; `ensure_base_checkpoint` builds it on first use
 and afterwards just returns the path, whatever size of model the file holds
 (tests put a tiny base there first).
@@ -53,14 +54,16 @@ def pretrain(
     max_steps: int = 1500,
     batch_size: int = 128,
     lr: float = 2e-3,
-    target_pass1: float = 30.0,
-    probe_every: int = 25,
+    target_pass1: float | None = None,
+    probe_every: int = 10,
     probe_size: int = 200,
     seed: int = 0,
 ) -> Path:
     """Train a base policy for `env_name`, save it atomically as base-<env>.pt, return its path."""
     env = get_env(env_name)
     config = model_config or GPTConfig()
+    if target_pass1 is None:
+        target_pass1 = env.warm_start_target
     torch.manual_seed(seed)
     model = GPT(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)

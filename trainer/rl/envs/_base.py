@@ -26,6 +26,7 @@ class Environment:
     prompt_width: int = 0  # prompts are left-padded with PAD to this many tokens
     max_tool_calls: int = 0  # 0: the environment has no tools
     format_credit: float = 0.1  # reward for a well-formed but wrong answer
+    warm_start_target: float = 30.0  # greedy pass@1 at which the supervised warm start stops
 
     # --- to implement --------------------------------------------------------
     def make_prompt(self, rng: random.Random) -> str:

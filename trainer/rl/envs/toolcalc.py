@@ -1,12 +1,12 @@
 """toolcalc: products too big to do in the head, with a calculator to call.
 
-Prompt "47*863+512=", expected answer "41073". Problems are a*b, a*b+c or
-a*b-c with a of 2 digits, b of 2 or 3 digits and c of 1 to 3 digits.
+Prompt "47*86+51=", expected answer "4093". Problems are a*b, a*b+c or a*b-c
+with a and b of 2 digits and c of 1 or 2.
 
-The policy may write a calculator call, `<calc>47*863+512</calc>`. Generation
+The policy may write a calculator call, `<calc>47*86+51</calc>`. Generation
 pauses at `</calc>`; the environment computes the expression (non-negative
 integers with + - * and the usual precedence, parsed by hand, never eval) and
-appends `<out>41073</out>`, or `<err>` for anything it cannot compute
+appends `<out>4093</out>`, or `<err>` for anything it cannot compute
 (malformed text, more than 8 numbers, numbers over 9 digits, or more than
 MAX_TOOL_CALLS calls in one episode). A malformed call is an observation for
 the policy, never a crash. The policy then writes its final answer.
@@ -17,10 +17,11 @@ partial credit for a well-formed but wrong integer; 0.0 otherwise. Tool calls
 cost nothing and earn nothing by themselves.
 
 The warm-start demonstrator reaches for the calculator on 85% of problems
-whose first digit is 1-3 and 10% of the others, and otherwise writes the true
-answer directly, which a small model cannot compute. So the base policy uses the
-tool on about a third of the problems, greedily, and RL has to learn that the
-calculator pays off everywhere: reward and tool use should rise together.
+whose first digit is 1-4 and 10% of the others, and otherwise writes the true
+answer directly, which a small model cannot compute. So the base policy, greedy,
+uses the tool on the 4 problems in 9 that start with 1-4 and on few others, and
+RL has to learn that the calculator pays off everywhere: reward and tool use
+should rise together.
 """
 
 from __future__ import annotations
@@ -60,24 +61,22 @@ def calculate(expr: str) -> int | None:
 
 class ToolCalc(Environment):
     name = "toolcalc"
-    prompt_width = 12  # "99*999+999=" is 11
+    prompt_width = 10  # "99*99+99=" is 9
     max_tool_calls = MAX_TOOL_CALLS
 
     def make_prompt(self, rng: random.Random) -> str:
-        a = rng.randint(10, 99)
-        b = rng.randint(10, 99) if rng.random() < 0.5 else rng.randint(100, 999)
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
         kind = rng.choice(("", "+", "-"))
         if not kind:
             return f"{a}*{b}="
-        c = rng.randint(1, 10 ** rng.randint(1, 3) - 1)
-        return f"{a}*{b}{kind}{c}="
+        return f"{a}*{b}{kind}{rng.randint(1, 99)}="
 
     def answer(self, prompt: str) -> int:
         return calculate(prompt.rstrip("="))
 
     def demonstration(self, prompt: str, rng: random.Random) -> list[tuple[str, bool]]:
         value = str(self.answer(prompt))
-        use_tool = rng.random() < (0.85 if prompt[0] in "123" else 0.10)
+        use_tool = rng.random() < (0.85 if prompt[0] in "1234" else 0.10)
         if not use_tool:
             return [(value, True)]
         expr = prompt.rstrip("=")
