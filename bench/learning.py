@@ -50,7 +50,7 @@ def main() -> None:
     while trainer.step < config.steps:
         result = trainer.train_step()
         m = result.metrics
-        if trainer.step % args.log_every == 0:
+        if trainer.step % args.log_every == 0 or trainer.step == 1:
             print(
                 f"step {trainer.step:4d}  reward {m['train/reward_mean']:.3f}  kl {m['train/kl']:.4f}  "
                 f"ent {m['train/entropy']:.3f}  tools {m['train/tool_calls_mean']:.2f}  "
