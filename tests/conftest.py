@@ -74,14 +74,10 @@ def telemetry_data():
 
 
 def connection_dsn(cfg):
-    parts = {
-        "host": cfg.get("HOST") or "",
-        "port": cfg.get("PORT") or "",
-        "user": cfg.get("USER") or "",
-        "password": cfg.get("PASSWORD") or "",
-        "dbname": cfg["NAME"],
-    }
-    return " ".join(f"{k}={v}" for k, v in parts.items() if v)
+    """A libpq DSN for Django's database settings: the one `manage.py collect` hands the agent."""
+    from collector.management.commands.collect import settings_dsn
+
+    return settings_dsn(cfg)
 
 
 @pytest.fixture
