@@ -1,6 +1,6 @@
 """Ingest: the agent's whole write path against raw binary COPY of the same rows, same run.
 
-    python bench/ingest.py [--dsn DSN] [--gpus 1000] [--ticks 500] [--batch-ticks 10] [--rounds 2]
+    python bench/ingest.py [--dsn DSN] [--gpus 1000] [--ticks 500] [--batch-ticks 10] [--rounds 4]
 
 Without --dsn it uses DATABASE_URL, else the embedded PostgreSQL of the
 settings (started if needed). Works in a scratch database `bench_telemetry`,
@@ -56,7 +56,7 @@ def fresh_database(admin_dsn):
         conn.execute(f"CREATE DATABASE {BENCH_DB}")
     dsn = psycopg.conninfo.make_conninfo(admin_dsn, dbname=BENCH_DB)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(schema.CREATE_SQL)
+        conn.execute(schema.SCHEMA_SQL)
     return dsn
 
 
@@ -104,7 +104,7 @@ def main(argv=None):
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--ticks", type=int, default=500)
     parser.add_argument("--batch-ticks", type=int, default=10, help="ticks per write (rows per batch = gpus x this)")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args(argv)
 
     start = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -129,9 +129,13 @@ def main(argv=None):
     agent_rate = total / statistics.median(agent_s)
     print(f"PostgreSQL {version}; {total:,} samples ({args.gpus} GPUs x {args.ticks} ticks), "
           f"{len(batches)} batches of {args.gpus * args.batch_ticks:,}; median of {args.rounds} rounds")
-    print(f"raw binary COPY (reference):          {raw_rate:>10,.0f} samples/s")
-    print(f"agent write path (COPY+latest+pending): {agent_rate:>8,.0f} samples/s")
+    print(f"raw binary COPY (reference):            {raw_rate:>10,.0f} samples/s")
+    print(f"agent write path (COPY+latest+marks):   {agent_rate:>10,.0f} samples/s")
     print(f"ratio agent/raw: {agent_rate / raw_rate:.2f}  (goal >= 0.8; >= 100,000 samples/s)")
+    # On a shared machine the median moves with the neighbours' load; the
+    # fastest round of each is the least disturbed estimate of its own cost.
+    print(f"fastest rounds: raw {total / min(raw_s):,.0f}/s, agent {total / min(agent_s):,.0f}/s, "
+          f"ratio {min(raw_s) / min(agent_s):.2f}")
     assert stored == total, f"stored {stored} of {total}"
 
 

@@ -11,14 +11,17 @@ power integrated over the interval (trapezoid). Intervals longer than
 `schema.MAX_GAP_S` are a gap: no energy and no device time.
 """
 
+import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from collector.agent import schema
 from collector.models import Device, Node
+
+log = logging.getLogger(__name__)
 
 GAP = f"interval '{schema.MAX_GAP_S} seconds'"
 
@@ -121,13 +124,62 @@ def create_partitions(days_ahead=7, today=None):
         )
 
 
-def roll_up(limit=2000, max_rounds=50):
+# How long the roll-up waits for writers to let it move the watermark. Writers
+# that start meanwhile queue behind it, so it must be short; a long write (a
+# big import in one transaction) makes it give up until the next run.
+WATERMARK_WAIT_MS = 500
+
+_MARK_BETWEEN = """
+INSERT INTO telemetry_rollup_pending (device_id, hour, from_ts)
+SELECT l.device_id, h.hour, greatest(%(lo)s, h.hour) FROM telemetry_latest l
+CROSS JOIN LATERAL generate_series(date_trunc('hour', %(lo)s, 'UTC'), least(l.ts, %(hi)s), interval '1 hour') AS h(hour)
+WHERE l.ts >= %(lo)s
+ORDER BY 1, 2
+ON CONFLICT (device_id, hour) DO UPDATE SET from_ts = excluded.from_ts
+WHERE excluded.from_ts < telemetry_rollup_pending.from_ts
+"""
+
+
+def advance_watermark(now=None):
+    """Move the roll-up watermark to `now` and mark (device, hour) pending for the samples it passed.
+
+    Writers mark pending only samples older than the watermark. Moving it
+    takes the advisory lock writers hold shared, so every writer that read
+    the old line has committed; the samples they wrote between the old and
+    the new line are then marked here, from `telemetry_latest` (a device has
+    samples past the old line only if its newest is). The mark is its own
+    transaction and remembers how far it got (`marked_upto`), so a failed
+    one is redone by the next run. Return True when the line moved.
+    """
+    now = now or timezone.now()
+    moved = True
+    try:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(f"SET LOCAL lock_timeout = '{WATERMARK_WAIT_MS}ms'")
+            cur.execute(f"SELECT pg_advisory_xact_lock({schema.WATERMARK_LOCK})")
+            cur.execute("UPDATE telemetry_rollup_watermark SET upto = greatest(upto, %s)", [now])
+    except OperationalError as err:  # lock_not_available: a long write holds the line; next run
+        log.info("roll-up watermark not moved this run (writers busy): %s", err)
+        moved = False
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SELECT marked_upto, upto FROM telemetry_rollup_watermark FOR UPDATE")
+        lo, hi = cur.fetchone()
+        if lo < hi:
+            cur.execute(_MARK_BETWEEN, {"lo": lo, "hi": hi})
+            cur.execute("UPDATE telemetry_rollup_watermark SET marked_upto = %s", [hi])
+    return moved
+
+
+def roll_up(limit=2000, max_rounds=50, now=None):
     """Recompute the 1-minute and 1-hour rollups of every (device, hour) written since its last roll-up.
 
-    Idempotent: a bucket is recomputed whole from the raw samples (1m) or the
-    1m rollups (1h) and upserted. Claims pending rows with SKIP LOCKED, so two
-    workers never do the same hour. Return the number of (device, hour) pairs done.
+    First moves the watermark to `now`, which marks the live samples since the
+    last run. Idempotent: a bucket is recomputed whole from the raw samples
+    (1m) or the 1m rollups (1h) and upserted. Claims pending rows with SKIP
+    LOCKED, so two workers never do the same hour. Return the number of
+    (device, hour) pairs done.
     """
+    advance_watermark(now)
     done = 0
     for _ in range(max_rounds):
         with transaction.atomic(), connection.cursor() as cur:

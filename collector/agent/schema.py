@@ -1,8 +1,9 @@
 """The telemetry schema, in one place.
 
-The Django migration runs `CREATE_SQL` (and `DROP_SQL` to reverse); the agent
-and the benchmarks use the same text and the same partition helper, so a node
-that writes with plain psycopg and the control plane agree on every column.
+The Django migrations run `CREATE_SQL` and `WATERMARK_SQL` (`DROP_SQL` reverses
+both); tests and the benchmarks run `SCHEMA_SQL`, the two together. The agent
+uses the same text and the same partition helper, so a node that writes with
+plain psycopg and the control plane agree on every column.
 
 Tables:
 
@@ -16,6 +17,12 @@ Tables:
 - `telemetry_rollup_1m`, `telemetry_rollup_1h`: per device and bucket.
 - `telemetry_rollup_pending`: (device, hour) pairs written since their last
   roll-up; the rollup task claims them, so late and replayed data is rolled up.
+- `telemetry_rollup_watermark` (one row, added by `WATERMARK_SQL`): the line
+  between old and new samples. A writer marks pending only the samples older
+  than `upto`; the roll-up moves `upto` to now once a minute and marks the
+  samples between the old and the new line itself, for every device at once
+  (see collector/store.py `advance_watermark`). Live samples, always newer
+  than the line, so cost a writer no pending marks at all.
 - `telemetry_device_holder`: which processes (host PID) or pods hold a device.
 """
 
@@ -143,8 +150,30 @@ CREATE TABLE telemetry_device_holder (
 );
 """
 
+# Added after the first schema (collector migration 0002). `upto`: writers mark
+# (device, hour) pending for samples older than this. `marked_upto`: the
+# roll-up has marked every device's samples older than this; it trails `upto`
+# only between the two transactions of one advance, or after one that failed.
+WATERMARK_SQL = """
+CREATE TABLE telemetry_rollup_watermark (
+    id boolean PRIMARY KEY DEFAULT true CHECK (id),
+    upto timestamptz NOT NULL,
+    marked_upto timestamptz NOT NULL
+);
+INSERT INTO telemetry_rollup_watermark VALUES (true, now(), now());
+"""
+WATERMARK_DROP_SQL = "DROP TABLE IF EXISTS telemetry_rollup_watermark;"
+
+# Writers hold it shared (pg_advisory_xact_lock_shared) from before they read
+# the watermark to their commit; the roll-up takes it exclusively to move the
+# watermark, so it knows that every writer that saw the old line has committed.
+WATERMARK_LOCK = 0x7961_7264_776D  # "yardwm"
+
+# The whole schema, for a database made without Django's migrations (tests, benchmarks).
+SCHEMA_SQL = CREATE_SQL + WATERMARK_SQL
+
 DROP_SQL = """
-DROP TABLE IF EXISTS telemetry_device_holder, telemetry_rollup_pending,
+DROP TABLE IF EXISTS telemetry_rollup_watermark, telemetry_device_holder, telemetry_rollup_pending,
     telemetry_rollup_1h, telemetry_rollup_1m, telemetry_latest, telemetry_sample,
     collector_device, collector_node CASCADE;
 """

@@ -11,7 +11,9 @@ only for the COPY (no savepoint around it: the retry redoes the whole write).
 In the same transaction it registers nodes and devices it has not seen on
 this connection and, in one statement right after the COPY, updates
 `telemetry_latest` (one row per device) and marks the (device, hour) pairs
-the rollup task must recompute; it also records who holds each device. That
+the rollup task must recompute for samples older than the roll-up watermark
+(late or replayed data; live samples are newer and need none); it also
+records who holds each device. That
 statement gets only the batch's newest row and oldest ts per device, as
 binary arrays. The per-row work on the client (ids for UUIDs, future check,
 newest/oldest per device) is map/zip in C, and what can wait is done while
@@ -54,7 +56,10 @@ _V_COLS = ", ".join(f"v.{c}" for c in schema.SAMPLE_COLUMNS)
 #   unless this writer knows every device has its row, an upsert with the same
 #   guard for devices that have none yet. Both see the same snapshot, so no row
 #   is touched twice.
-# - telemetry_rollup_pending: every UTC hour from `lo` to the newest ts,
+# - telemetry_rollup_pending, only for devices with samples older than the
+#   watermark's `upto` (the roll-up marks newer ones when it moves the line;
+#   the shared advisory lock taken before the COPY keeps the line still until
+#   this write commits): every UTC hour from `lo` to the newest ts or `upto`,
 #   from_ts the oldest ts in that hour. DO UPDATE, not DO NOTHING: it locks the
 #   existing row even when its WHERE is false (in-order data: no new row
 #   version written), and that lock orders this writer against a rollup that
@@ -78,8 +83,9 @@ def _mark_sql(add_new):
         "WHERE l.device_id = v.device_id AND l.ts < v.ts) "
         + (", " + added if add_new else "")
         + "INSERT INTO telemetry_rollup_pending (device_id, hour, from_ts) "
-        "SELECT v.device_id, h.hour, greatest(v.lo, h.hour) FROM v CROSS JOIN LATERAL "
-        "generate_series(date_trunc('hour', v.lo, 'UTC'), v.ts, interval '1 hour') AS h(hour) "
+        "SELECT v.device_id, h.hour, greatest(v.lo, h.hour) FROM v CROSS JOIN telemetry_rollup_watermark w "
+        "CROSS JOIN LATERAL generate_series(date_trunc('hour', v.lo, 'UTC'), least(v.ts, w.upto), "
+        "interval '1 hour') AS h(hour) WHERE v.lo < w.upto "
         "ON CONFLICT (device_id, hour) DO UPDATE SET from_ts = excluded.from_ts "
         "WHERE excluded.from_ts < telemetry_rollup_pending.from_ts"
     )
@@ -89,6 +95,7 @@ def _mark_sql(add_new):
 # (every device of the batch got its row in a write this writer committed).
 _MARK_NEW = _mark_sql(add_new=True)
 _MARK = _mark_sql(add_new=False)
+_HOLD_WATERMARK = f"SELECT pg_advisory_xact_lock_shared({schema.WATERMARK_LOCK})"
 # A holder unseen for longer than a gap starts a new holding (a reused PID).
 _UPSERT_HOLDERS = (
     "INSERT INTO telemetry_device_holder (device_id, holder, pid, used_mem_mib, first_seen, last_seen) "
@@ -197,6 +204,8 @@ class Writer:
             rows = accepted.rows
             result = WriteResult(rejected_future=accepted.rejected)
             if rows:
+                # Held to commit: the roll-up cannot move the watermark under this write.
+                cur.execute(_HOLD_WATERMARK)
                 if dedupe:
                     result.inserted = self._insert_new(cur, list(accepted.copy_rows()))
                 else:
@@ -380,9 +389,16 @@ def _accept(rows, ids, limit):
 def _marks(rows, uuids, stamps, in_order, ids):
     if in_order:
         # In time order (every batch the agent makes): a device's last row is
-        # its newest, its first row's ts its oldest.
-        newest = dict(zip(uuids, rows))
-        oldest = dict(zip(reversed(uuids), reversed(stamps)))
+        # its newest, its first row's ts its oldest. A batch of whole ticks
+        # ends (and starts) with one row of every device it lists: when the
+        # last (first) len(ids) rows hold them all, only those are looked at.
+        n = len(ids)
+        newest = dict(zip(uuids[-n:], rows[-n:]))
+        if len(newest) < n:
+            newest = dict(zip(uuids, rows))
+        oldest = dict(zip(reversed(uuids[:n]), reversed(stamps[:n])))
+        if len(oldest) < n:
+            oldest = dict(zip(reversed(uuids), reversed(stamps)))
     else:
         newest, oldest = {}, {}
         for uuid, row in zip(uuids, rows):

@@ -77,7 +77,7 @@ def test_postgres_stopped_and_restarted_under_a_running_agent_loses_and_doubles_
     server = embedded_pg_factory(tmp_path / "pg")
     server.start()
     with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
-        conn.execute(schema.CREATE_SQL)
+        conn.execute(schema.SCHEMA_SQL)
     dsn = server.dsn("postgres")
     agent = Agent(SimSource(gpus=3, seed=5), dsn, Spool(tmp_path / "spool"), interval_s=0.05)
     stop = threading.Event()
