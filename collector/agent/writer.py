@@ -20,13 +20,14 @@ newest/oldest per device) is map/zip in C, and what can wait is done while
 the server is still digesting the COPY.
 """
 
+import array
 import functools
 import json
 import logging
 import struct
+import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from itertools import chain, repeat
 from operator import itemgetter, le as _le
 
 import psycopg
@@ -432,34 +433,47 @@ class _BinaryArrayDumper(Dumper):
         return obj
 
 
-# Element oid, struct code and size of the types the `_MARK` arrays carry.
-_ELEMENTS = {"int4": (23, "i", 4), "float4": (700, "f", 4), "float8": (701, "d", 8), "timestamptz": (1184, "q", 8)}
+# Element oid and array-module code of the types the `_MARK` arrays carry.
+_ELEMENTS = {"int4": (23, "i"), "float4": (700, "f"), "float8": (701, "d"), "timestamptz": (1184, "q")}
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 _US = timedelta(microseconds=1)
+_HEADER = struct.Struct(">5i")  # dimensions, has-nulls flag, element oid, length, lower bound
+_SWAP = sys.byteorder == "little"  # the wire is big-endian
 
 
-@functools.lru_cache(maxsize=32)
-def _array_struct(code, n):
-    return struct.Struct(">5i" + ("i" + code) * n)
+@functools.lru_cache(maxsize=8)
+def _slot(size):
+    """One element's bytes before its value is filled in: its length, then zeros."""
+    return struct.pack(">i", size) + bytes(size)
 
 
 def _binary_array(values, pg_type):
-    """Encode `values` as a binary `pg_type[]` in one struct.pack (psycopg's list dumper goes element by element).
+    """Encode `values` as a binary `pg_type[]` (psycopg's list dumper goes element by element).
+
+    The values go into an `array.array` in one C call; each byte of them is
+    then copied into its place among the length words with one slice
+    assignment per byte of the element size.
 
     Return the list itself, for psycopg to dump, when there is a NULL or a
-    value the struct cannot hold: the `::type[]` cast then converts or refuses
-    it as before.
+    value the element type cannot hold: the `::type[]` cast then converts or
+    refuses it as before.
     """
     if not values:
         return values
-    oid, code, size = _ELEMENTS[pg_type]
+    oid, code = _ELEMENTS[pg_type]
     try:
         if pg_type == "timestamptz":
             micros = {ts: (ts - _PG_EPOCH) // _US for ts in set(values)}
             values = list(map(micros.__getitem__, values))
-        n = len(values)
-        return _BinaryArray(
-            _array_struct(code, n).pack(1, 0, oid, n, 1, *chain.from_iterable(zip(repeat(size, n), values)))
-        )
-    except (TypeError, struct.error, OverflowError):  # None among them (NULL), or out of range
+        packed = array.array(code, values)
+    except (TypeError, OverflowError):  # None among them (NULL), or out of range
         return values
+    if _SWAP:
+        packed.byteswap()
+    size, n = packed.itemsize, len(packed)
+    raw = packed.tobytes()
+    body = bytearray(_slot(size) * n)
+    stride = 4 + size
+    for k in range(size):
+        body[4 + k::stride] = raw[k::size]
+    return _BinaryArray(_HEADER.pack(1, 0, oid, n, 1) + body)

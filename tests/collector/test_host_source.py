@@ -47,3 +47,30 @@ def test_the_same_machine_keeps_the_same_device_uuid():
 def test_it_rejects_a_tdp_that_is_not_positive():
     with pytest.raises(ValueError, match="cpu_tdp_w must be > 0, got -5"):
         HostSource("h", cpu_tdp_w=-5)
+
+
+def test_busy_processes_are_recorded_as_holders_with_their_memory_and_idle_ones_are_not():
+    import subprocess
+    import sys
+    import time
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        source = HostSource("h", cpu_tdp_w=100, holders_every_s=0.5)
+        [first] = source.read(TS)
+        assert first.holders == ()  # the first scan only takes the baseline
+        time.sleep(1.5)
+        [second] = source.read(TS)
+        [between] = source.read(TS)  # no scan due yet
+    finally:
+        busy.kill()
+        idle.kill()
+        busy.wait()
+        idle.wait()
+
+    holders = {h.pid: h for h in second.holders}
+    assert busy.pid in holders and idle.pid not in holders
+    assert holders[busy.pid].holder == f"pid:{busy.pid}"
+    assert holders[busy.pid].used_mem_mib > 0
+    assert between.holders == ()

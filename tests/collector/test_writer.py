@@ -158,3 +158,32 @@ def test_an_autocommit_writer_keeps_the_latest_table_right_across_batches_and_re
 
     assert got == [("GPU-0", T0 + timedelta(seconds=5), 300.0), ("GPU-1", T0 + timedelta(seconds=5), 222.0)]
     assert stored == 9
+
+
+@pytest.mark.parametrize("pg_type, values", [
+    ("int4", [0, -1, 2**31 - 1, 81920]),
+    ("float4", [0.0, -1.5, 299.25, 1e-3]),
+    ("float8", [1e12 + 0.125, -2.5, 0.0]),
+    ("timestamptz", [T0, T0 + timedelta(microseconds=1), datetime(1999, 12, 31, 23, 59, tzinfo=timezone.utc)]),
+    ("int4", [1, None, 3]),  # a NULL: handed to psycopg as a list, the cast still gives the array
+    ("int4", [2**40]),  # out of range for int4: the server refuses it, as for any other int4
+])
+def test_the_binary_arrays_of_the_mark_statement_read_back_as_the_values_sent(pg_conn, pg_type, values):
+    import psycopg
+
+    from collector.agent.writer import _BinaryArray, _BinaryArrayDumper, _binary_array
+
+    cur = psycopg.Cursor(pg_conn)
+    cur.adapters.register_dumper(_BinaryArray, _BinaryArrayDumper)
+    encoded = _binary_array(values, pg_type)
+    assert isinstance(encoded, _BinaryArray) == (None not in values and values != [2**40])
+    if values == [2**40]:
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange), pg_conn.transaction():
+            cur.execute(f"SELECT %b::{pg_type}[]", [encoded])
+        return
+    cur.execute(f"SELECT %b::{pg_type}[]", [encoded])
+    got = cur.fetchone()[0]
+    if pg_type == "float4":
+        assert got == pytest.approx(values, rel=1e-7)
+    else:
+        assert got == values

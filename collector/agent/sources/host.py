@@ -4,6 +4,10 @@ Measured: utilization (all cores, since the previous tick), memory, clock,
 temperature where a sensor exists. Estimated, and flagged `power_estimated`:
 power, as idle share + load share of a configured TDP (`--cpu-tdp-w`), and the
 energy counter, which integrates that estimate from the agent's start.
+
+Holders: every HOLDERS_EVERY_S the processes that used at least
+HOLDER_MIN_CORES of a core since the previous scan, with their resident
+memory, so a CPU-only job can be told apart from the rest of the machine.
 """
 
 import platform
@@ -14,13 +18,19 @@ from pathlib import Path
 
 import psutil
 
-from ..batch import DeviceInfo, Reading
+from ..batch import DeviceInfo, Holder, Reading
 
 # A server CPU draws roughly this share of its TDP when idle (an estimate).
 IDLE_SHARE = 0.3
 # Default TDP per logical CPU when --cpu-tdp-w is not given (an estimate).
 TDP_PER_CPU_W = 10.0
 MIB = 2**20
+# How often the process table is scanned for holders (a scan reads every
+# process's /proc entry: a few milliseconds, too much for every tick).
+HOLDERS_EVERY_S = 10.0
+# A process holds the CPU when it used at least this many cores on average
+# between two scans.
+HOLDER_MIN_CORES = 0.1
 
 
 def default_tdp_w():
@@ -30,7 +40,7 @@ def default_tdp_w():
 class HostSource:
     name = "host"
 
-    def __init__(self, node, cpu_tdp_w=None, clock=time.monotonic):
+    def __init__(self, node, cpu_tdp_w=None, clock=time.monotonic, holders_every_s=HOLDERS_EVERY_S):
         self.node = node
         self.tdp_w = float(cpu_tdp_w) if cpu_tdp_w else default_tdp_w()
         if self.tdp_w <= 0:
@@ -48,6 +58,9 @@ class HostSource:
         psutil.cpu_percent(None)  # primes the counter: the first real read covers one tick
         self.energy_j = 0.0
         self._last = None  # (monotonic time, power_w) of the previous tick
+        self.holders_every_s = holders_every_s
+        self._scanned_at = None  # time.monotonic() of the last process scan
+        self._cpu_s = {}  # (pid, create time) -> CPU seconds at the last scan
 
     def power_w(self, util_pct):
         return self.tdp_w * (IDLE_SHARE + (1 - IDLE_SHARE) * util_pct / 100.0)
@@ -73,7 +86,28 @@ class HostSource:
             None if freq is None else int(freq.current),
             None,  # no SM activity on a CPU
         )
-        return [Reading(self.info, values)]
+        return [Reading(self.info, values, self._holders())]
+
+    def _holders(self):
+        """The busy processes since the last scan, when a scan is due; else ()."""
+        now = time.monotonic()
+        if self._scanned_at is not None and now - self._scanned_at < self.holders_every_s:
+            return ()
+        cpu_s, busy = {}, []
+        for proc in psutil.process_iter(["pid", "create_time", "cpu_times", "memory_info"]):
+            info = proc.info
+            times, mem = info["cpu_times"], info["memory_info"]
+            if times is None:  # gone or not ours to read
+                continue
+            key = (info["pid"], info["create_time"])  # a reused PID is another process
+            cpu_s[key] = used = times.user + times.system
+            before = self._cpu_s.get(key)
+            if self._scanned_at is not None and before is not None:
+                if (used - before) / (now - self._scanned_at) >= HOLDER_MIN_CORES:
+                    busy.append(Holder(holder=f"pid:{info['pid']}", pid=info["pid"],
+                                       used_mem_mib=None if mem is None else mem.rss // MIB))
+        self._cpu_s, self._scanned_at = cpu_s, now
+        return tuple(busy)
 
     def close(self):
         pass
