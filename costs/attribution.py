@@ -199,8 +199,11 @@ def _allocate(rollups, stints, teams):
     return out
 
 
-def _replace(rollups, now):
-    """Recompute and replace the allocation rows of the given rollup minutes; return rows written."""
+def _replace(rollups, now, touched):
+    """Recompute and replace the allocation rows of the given rollup minutes; return rows written.
+
+    Adds to `touched` the jobs whose rows were replaced: those charged now and those that lost
+    rows (a stint cut back to a crashed worker's last heartbeat)."""
     if not rollups:
         return 0
     lo = min(r[1] for r in rollups)
@@ -213,10 +216,14 @@ def _replace(rollups, now):
     rows = _allocate(rollups, stints, teams)
     with connection.cursor() as cur:
         cur.execute(
-            "DELETE FROM costs_allocation a USING unnest(%s::int4[], %s::timestamptz[]) AS p(device_id, minute) "
-            "WHERE a.device_id = p.device_id AND a.minute = p.minute",
+            "WITH gone AS (DELETE FROM costs_allocation a "
+            "USING unnest(%s::int4[], %s::timestamptz[]) AS p(device_id, minute) "
+            "WHERE a.device_id = p.device_id AND a.minute = p.minute RETURNING a.job_id) "
+            "SELECT DISTINCT job_id FROM gone WHERE job_id IS NOT NULL",
             [[r[0] for r in rollups], [r[1] for r in rollups]],
         )
+        touched.update(job_id for (job_id,) in cur.fetchall())
+        touched.update(r[2] for r in rows if r[2] is not None)
         # COPY, not bulk_create: about 4x faster for the thousands of rows of a run.
         with cur.cursor.copy(f"COPY costs_allocation ({', '.join(_COPY_COLUMNS)}) FROM STDIN") as copy:
             for row in rows:
@@ -224,21 +231,25 @@ def _replace(rollups, now):
     return len(rows)
 
 
-def attribute_range(lo, hi, now=None):
-    """Recompute every rollup minute in [lo, hi); return the number of allocation rows written."""
+def attribute_range(lo, hi, now=None, touched=None):
+    """Recompute every rollup minute in [lo, hi); return the number of allocation rows written.
+
+    `touched` (a set), when given, gets the ids of the jobs whose rows changed."""
     now = now or timezone.now()
+    touched = set() if touched is None else touched
     written = 0
     start = lo
     while start < hi:
         end = min(hi, start + CHUNK)
         with transaction.atomic():
-            written += _replace(_rollups(start, end), now)
+            written += _replace(_rollups(start, end), now, touched)
         start = end
     return written
 
 
 def attribute(now=None, since=None):
-    """Attribute the closed minutes that are new or changed since the last run; return a summary dict.
+    """Attribute the closed minutes that are new or changed since the last run; return a summary dict:
+    {"from", "to", "late_minutes", "rows", "jobs": ids of the jobs whose allocations were replaced}.
 
     `since` (an aware datetime) recomputes everything from then on (backfill).
     Serialised by a row lock on the state, so two workers never interleave.
@@ -265,13 +276,14 @@ def attribute(now=None, since=None):
 
         late = _changed_minutes(lo - LATE_WINDOW, lo) if since is None and state.done_through else []
         written = 0
+        touched = set()
         for i in range(0, len(late), 20000):
-            written += _replace(_rollups(None, None, pairs=late[i:i + 20000]), now)
-        written += attribute_range(lo, closed_before, now)
+            written += _replace(_rollups(None, None, pairs=late[i:i + 20000]), now, touched)
+        written += attribute_range(lo, closed_before, now, touched)
 
         state.done_through = max(closed_before, state.done_through or closed_before)
         state.open_stints = list(Stint.objects.filter(ended_at__isnull=True).values_list("pk", flat=True))
         state.last_stint_id = Stint.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
         state.ran_at = now
         state.save()
-    return {"from": lo, "to": closed_before, "late_minutes": len(late), "rows": written}
+    return {"from": lo, "to": closed_before, "late_minutes": len(late), "rows": written, "jobs": sorted(touched)}

@@ -86,20 +86,17 @@ def job_intelligence(job, book=None):
     cost = sum((u.total_usd for u in rows), Decimal(0))
     energy_j = sum((u.energy_j for u in rows), Decimal(0))
     scores = Scores([job.pk])
-    baseline, latest = scores.baseline(job.pk), scores.latest(job.pk)
-    gain = None if latest is None else latest - baseline
-    cost_cents = cost.quantize(CENT, ROUND_HALF_UP)
-    points_per_usd, usd_per_point, state = ipd(gain, cost_cents)
+    money = _money(cost, scores, job.pk)
     tokens = Step.objects.filter(job=job, step__gt=0).aggregate(n=Sum("gen_tokens"))["n"] or 0
     return {
         "job_id": job.pk,
-        "baseline_pass1": baseline,
-        "latest_pass1": latest,
-        "gain_points": gain,
-        "cost_usd": str(cost_cents),
-        "ipd_points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
-        "usd_per_point": None if usd_per_point is None else str(usd_per_point.quantize(CENT, ROUND_HALF_UP)),
-        "state": state,
+        "baseline_pass1": scores.baseline(job.pk),
+        "latest_pass1": scores.latest(job.pk),
+        "gain_points": money["gain_points"],
+        "cost_usd": money["cost_usd"],
+        "ipd_points_per_usd": money["points_per_usd"],
+        "usd_per_point": money["usd_per_point"],
+        "state": money["state"],
         "rollout_tokens": tokens,
         "usd_per_million_tokens": (str((cost / (Decimal(tokens) / 1_000_000)).quantize(CENT, ROUND_HALF_UP))
                                    if tokens and cost > 0 else None),
@@ -109,6 +106,34 @@ def job_intelligence(job, book=None):
         "simulated": any(u.simulated for u in rows),
         "power_estimated": any(u.power_estimated for u in rows),
         "example_prices": any(u.example_price for u in rows),
+    }
+
+
+def jobs_money(job_ids, book=None):
+    """{job id: {cost_usd, points_per_usd, usd_per_point, state, gain_points}} of many jobs at once,
+    each as job_intelligence computes it (one usage read and one scores read for all of them)."""
+    book = book or PriceBook()
+    job_ids = list(job_ids)
+    costs = dict.fromkeys(job_ids, Decimal(0))
+    for u in usage(job_ids=job_ids, book=book):
+        costs[u.job_id] += u.total_usd
+    scores = Scores(job_ids)
+    return {job_id: _money(cost, scores, job_id) for job_id, cost in costs.items()}
+
+
+def _money(cost, scores, job_id):
+    """A job's cost (unrounded Decimal dollars) and IPD as the pages show them: money as strings to the
+    cent, IPD as a float to 6 places; the gain is the newest score over the baseline."""
+    latest = scores.latest(job_id)
+    gain = None if latest is None else latest - scores.baseline(job_id)
+    cost_cents = cost.quantize(CENT, ROUND_HALF_UP)
+    points_per_usd, usd_per_point, state = ipd(gain, cost_cents)
+    return {
+        "cost_usd": str(cost_cents),
+        "points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
+        "usd_per_point": None if usd_per_point is None else str(usd_per_point.quantize(CENT, ROUND_HALF_UP)),
+        "state": state,
+        "gain_points": gain,
     }
 
 

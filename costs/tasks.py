@@ -1,4 +1,4 @@
-"""Celery entry points for costs: thin wrappers around costs.attribution and costs.budget."""
+"""Celery entry points for costs: thin wrappers around costs.attribution, costs.budget and costs.live."""
 
 import logging
 
@@ -6,6 +6,7 @@ from celery import shared_task
 
 from costs.attribution import attribute as attribute_minutes
 from costs.budget import check_budgets
+from costs.live import publish_figures
 
 log = logging.getLogger(__name__)
 
@@ -15,9 +16,11 @@ ATTRIBUTE_EVERY_S = 60.0
 
 @shared_task(name="costs.tasks.attribute", ignore_result=True)
 def attribute():
-    """Attribute the closed minutes since the last run, then stop jobs over budget; return a summary."""
+    """Attribute the closed minutes since the last run, stop jobs over budget, then share the new
+    figures with the pages (costs.live); return a summary."""
     summary = attribute_minutes()
     summary["budget_stops"] = check_budgets()
     if summary["budget_stops"]:
         log.info("budget stops requested for jobs %s", summary["budget_stops"])
+    publish_figures(summary)
     return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in summary.items()}

@@ -8,51 +8,85 @@ whatever the history) and sends the rows that changed straight to its own
 subscribers. Sending locally rather than through the channel layer means two
 web processes never deliver the same sample twice.
 
-Events: topic "fleet", kind "samples": {"ts", "power_kw", "devices": [...]};
-topic "node.<id>", kind "samples": {"samples": [...]} (the node's devices only).
+Events: topic "fleet", kind "samples": {"ts", "power_kw", "devices": [...], "cards": {"busy", "idle",
+"stale", "devices", "burn_usd_per_h"}}, sent when a sample is new or the cards changed (a device goes
+stale without any new row); topic "node.<id>", kind "samples": {"samples": [...]} (the node's devices
+only). The cards follow the fleet page's rules (dashboard.readings.device_state and
+device_burn_usd_per_h), with prices read at most once a minute.
 """
 
 import asyncio
 import logging
+import time
+from decimal import ROUND_HALF_UP, Decimal
 
 from channels.db import database_sync_to_async
 from django.db import connection
 from django.utils import timezone
 
+from dashboard.readings import CENT, device_burn_usd_per_h, device_state
+
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5
+PRICES_EVERY_S = 60.0
 FIELDS = ("util_pct", "sm_active_pct", "power_w", "temp_c", "mem_used_mib")
 
+# Every device, with its newest sample when it has one (a device that never reported is stale).
 _READ = f"""
-SELECT l.device_id, d.uuid, d.node_id, n.name, n.interval_s, d.index, l.ts, {', '.join('l.' + f for f in FIELDS)}
-FROM telemetry_latest l JOIN collector_device d ON d.id = l.device_id JOIN collector_node n ON n.id = d.node_id
+SELECT d.id, d.uuid, d.node_id, n.name, n.interval_s, d.index, d.model, d.source, l.ts,
+       {', '.join('l.' + f for f in FIELDS)}
+FROM collector_device d JOIN collector_node n ON n.id = d.node_id
+LEFT JOIN telemetry_latest l ON l.device_id = d.id
 """
 
 
 def read_latest():
-    """Every device's newest sample: [dict], one per device."""
+    """Every device and its newest sample: [dict], one per device (ts and the fields None without one)."""
     with connection.cursor() as cur:
         cur.execute(_READ)
         rows = cur.fetchall()
-    names = ("device_id", "uuid", "node_id", "node", "interval_s", "index", "ts") + FIELDS
+    names = ("device_id", "uuid", "node_id", "node", "interval_s", "index", "model", "source", "ts") + FIELDS
     return [dict(zip(names, row)) for row in rows]
 
 
-def events(rows, seen, now=None):
-    """(fleet event data or None, {node_id: node event data}) for rows newer than `seen` (updated in place)."""
+def cards(rows, now, book=None):
+    """The fleet page's live cards from every device's row: busy, idle and stale counts, devices, and
+    with a price book (costs.prices.PriceBook) the burn rate in USD per hour, a string to the cent."""
+    from costs.prices import model_key
+
+    out = {"busy": 0, "idle": 0, "stale": 0, "devices": len(rows)}
+    burn = Decimal(0)
+    for r in rows:
+        state = device_state(r["ts"], r["util_pct"], r["interval_s"], now)
+        out[state] += 1
+        if state != "stale" and book is not None:
+            burn += device_burn_usd_per_h(book.price(model_key(r["model"], r["source"]), now.date()), r["power_w"])
+    if book is not None:
+        out["burn_usd_per_h"] = str(burn.quantize(CENT, ROUND_HALF_UP))
+    return out
+
+
+def events(rows, seen, now=None, book=None, shown=None):
+    """(fleet event data or None, {node_id: node event data}) for rows newer than `seen` (updated in place).
+
+    The fleet event also goes out with no new row when its cards differ from `shown` (the cards last sent).
+    """
     now = now or timezone.now()
     changed = []
     for row in rows:
-        if seen.get(row["device_id"]) != row["ts"]:
+        if row["ts"] is not None and seen.get(row["device_id"]) != row["ts"]:
             seen[row["device_id"]] = row["ts"]
             changed.append(row)
-    if not changed:
+    now_cards = cards(rows, now, book)
+    if not changed and now_cards == shown:
         return None, {}
-    fresh_w = sum(r["power_w"] or 0 for r in rows if (now - r["ts"]).total_seconds() <= 3 * r["interval_s"])
+    fresh = [r for r in rows if device_state(r["ts"], r["util_pct"], r["interval_s"], now) != "stale"]
+    fresh_w = sum(r["power_w"] or 0 for r in fresh)
     sample = lambda r: {"uuid": r["uuid"], "node": r["node"], "index": r["index"], "ts": r["ts"].isoformat(),  # noqa: E731
                         **{f: r[f] for f in FIELDS}}
-    fleet = {"ts": now.isoformat(), "power_kw": fresh_w / 1000, "devices": [sample(r) for r in changed]}
+    fleet = {"ts": now.isoformat(), "power_kw": fresh_w / 1000, "devices": [sample(r) for r in changed],
+             "cards": now_cards}
     nodes = {}
     for r in changed:
         nodes.setdefault(r["node_id"], []).append(sample(r))
@@ -66,10 +100,15 @@ class Broadcaster:
         self.poll_s = poll_s
         self.subscribers = {}
         self.seen = {}
+        self.shown = None  # the cards last sent
+        self.book = None
+        self.book_read_at = 0.0
         self.task = None
 
     def subscribe(self, consumer, topics):
         self.subscribers[consumer] = set(topics)
+        if "fleet" in topics:
+            self.shown = None  # the cards may have moved since its page was rendered: send them again
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._loop())
 
@@ -88,12 +127,21 @@ class Broadcaster:
         finally:
             self.task = None
 
+    def _read(self):
+        """The rows, and the price book when it is older than PRICES_EVERY_S (sync: runs in a thread)."""
+        from costs.prices import PriceBook
+
+        if self.book is None or time.monotonic() - self.book_read_at > PRICES_EVERY_S:
+            self.book, self.book_read_at = PriceBook(), time.monotonic()
+        return read_latest()
+
     async def _tick(self, send=True):
         # database_sync_to_async closes the connection after the read (CONN_MAX_AGE = 0).
-        rows = await database_sync_to_async(read_latest, thread_sensitive=False)()
-        fleet, nodes = events(rows, self.seen)
+        rows = await database_sync_to_async(self._read, thread_sensitive=False)()
+        fleet, nodes = events(rows, self.seen, book=self.book, shown=self.shown)
         if not send or fleet is None:
             return
+        self.shown = fleet["cards"]
         for consumer, topics in list(self.subscribers.items()):
             try:
                 if "fleet" in topics:

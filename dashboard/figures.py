@@ -298,13 +298,16 @@ def costs_by_day(stacks):
                                            xaxis={"type": "category", "title": {"text": "day (UTC)"}})}
 
 
-def sparkline(values, width=120, height=28):
-    """SVG polyline points for a small inline chart of `values` (None skipped); '' when too few."""
-    pts = [(i, v) for i, v in enumerate(values) if _num(v) is not None]
+def sparkline(values, width=120, height=28, xs=None):
+    """SVG polyline points for a small inline chart of `values` (None skipped) at `xs` (default: their
+    positions; the jobs page passes steps); '' when too few. dashboard.js draws the same when it extends one."""
+    xs = range(len(values)) if xs is None else xs
+    pts = [(x, v) for x, v in zip(xs, values) if _num(v) is not None]
     if len(pts) < 2:
         return ""
     lo, hi = min(v for _, v in pts), max(v for _, v in pts)
     span = (hi - lo) or 1.0
-    last = pts[-1][0] or 1
-    return " ".join(f"{i / last * (width - 2) + 1:.1f},{height - 2 - (v - lo) / span * (height - 4):.1f}"
-                    for i, v in pts)
+    first = pts[0][0]
+    run = (pts[-1][0] - first) or 1
+    return " ".join(f"{(x - first) / run * (width - 2) + 1:.1f},{height - 2 - (v - lo) / span * (height - 4):.1f}"
+                    for x, v in pts)

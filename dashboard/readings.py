@@ -4,11 +4,12 @@ Each function returns plain data for one page (or one part of it); the views
 only parse parameters and render. Nothing here writes.
 """
 
+import json
+import math
 from collections import defaultdict
-from datetime import datetime, time, timedelta, timezone
+from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
-from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone as djtz
 
@@ -85,16 +86,16 @@ def fleet_overview(now=None):
         utils, node_power = [], 0.0
         for d in node["devices"]:
             latest = d["latest"]
-            is_stale = node["status"] == "stale" or latest is None or (
-                now - latest["ts"]).total_seconds() > 3 * node["interval_s"]
             util = latest["util_pct"] if latest else None
             watts = latest["power_w"] if latest else None
+            state = device_state(latest and latest["ts"], util, node["interval_s"], now)
+            is_stale = node["status"] == "stale" or state == "stale"
             simulated += d["simulated"]
             estimated += d["power_estimated"]
             if is_stale:
                 stale += 1
             else:
-                if util is not None and util >= BUSY_UTIL_PCT:
+                if state == "busy":
                     busy += 1
                 else:
                     idle += 1
@@ -105,12 +106,10 @@ def fleet_overview(now=None):
                     unpriced = True
                 else:
                     example_prices |= price.is_example
-                    burn += price.usd_per_hour
+                burn += device_burn_usd_per_h(price, watts)
                 if watts is not None:
                     power_w += watts
                     node_power += watts
-                    if price is not None:
-                        burn += Decimal(repr(watts)) / 1000 * price.usd_per_kwh * price.pue
             rows.append({**d, "stale": is_stale, "util_pct": util, "power_w": watts})
         newest = node["newest_sample_at"]
         nodes.append({
@@ -132,21 +131,37 @@ def fleet_overview(now=None):
     return {"cards": cards, "nodes": nodes, "flags": flags}
 
 
+def device_state(ts, util_pct, interval_s, now):
+    """"stale" when the device has no sample (`ts` None) or its newest is older than its node's
+    Node.STALE_INTERVALS intervals; else "busy" at BUSY_UTIL_PCT or more, "idle" below."""
+    from collector.models import Node
+
+    if ts is None or (now - ts).total_seconds() > Node.STALE_INTERVALS * interval_s:
+        return "stale"
+    return "busy" if util_pct is not None and util_pct >= BUSY_UTIL_PCT else "idle"
+
+
+def device_burn_usd_per_h(price, power_w):
+    """What a fresh device costs per hour now (unrounded Decimal): the device-hour price plus its power
+    at the energy price x PUE; nothing when no price applies (`price` None)."""
+    if price is None:
+        return Decimal(0)
+    burn = price.usd_per_hour
+    if power_w is not None:
+        burn += Decimal(repr(power_w)) / 1000 * price.usd_per_kwh * price.pue
+    return burn
+
+
 def fleet_ipd_today(now=None):
-    """Today's fleet IPD from the cost report (cached a minute per process): gain, dollars, state, as_of."""
-    from costs import report
+    """Today's fleet IPD: gain, dollars, state, as_of; as the attribute task last stored it (costs.live),
+    else computed here and kept FLEET_IPD_CACHE_S (a cold computation reads every allocation of the day)."""
+    from costs import live
 
     now = now or djtz.now()
-    key = f"dashboard:fleet-ipd:{now.date().isoformat()}"
-    cached = cache.get(key)
-    if cached is not None:
-        return cached
-    start = datetime.combine(now.date(), time(0), tzinfo=timezone.utc)
-    totals = report.build(report.Period(start, now), "day").totals
-    value = {"points_per_usd": totals["ipd_points_per_usd"], "usd_per_point": totals["usd_per_point"],
-             "state": totals["ipd_state"], "gain_points": totals["gain_points"], "fleet_usd": totals["fleet_usd"],
-             "example_prices": totals["example_prices"], "as_of": now}
-    cache.set(key, value, FLEET_IPD_CACHE_S)
+    value = live.cached_fleet_today(now.date())
+    if value is None:
+        value = live.fleet_today(now)
+        live.store_fleet_today(value, FLEET_IPD_CACHE_S)
     return value
 
 
@@ -200,27 +215,29 @@ def ipd_of(job, cost):
 
 
 def reward_sparks(job_ids):
-    """{job id: [reward_mean ...]} downsampled in SQL to about SPARK_POINTS a job."""
+    """{job id: [(step, reward_mean) ...]} downsampled in SQL to at most SPARK_POINTS a job: every
+    stride-th step (stride = steps done / SPARK_POINTS, rounded up) and the newest."""
     if not job_ids:
         return {}
     with connection.cursor() as cur:
         cur.execute(
             """
-            SELECT s.job_id, s.reward_mean FROM trainer_step s JOIN trainer_job j ON j.id = s.job_id
+            SELECT s.job_id, s.step, s.reward_mean FROM trainer_step s JOIN trainer_job j ON j.id = s.job_id
             WHERE s.job_id = ANY(%s) AND s.step > 0
-              AND (s.step %% greatest(1, j.steps_done / %s) = 0 OR s.step = j.steps_done)
+              AND (s.step %% greatest(1, (j.steps_done + %s - 1) / %s) = 0 OR s.step = j.steps_done)
             ORDER BY s.job_id, s.step
             """,
-            [list(job_ids), SPARK_POINTS],
+            [list(job_ids), SPARK_POINTS, SPARK_POINTS],
         )
         out = defaultdict(list)
-        for job_id, value in cur.fetchall():
-            out[job_id].append(value)
+        for job_id, step, value in cur.fetchall():
+            out[job_id].append((step, value))
     return out
 
 
 def jobs_table(status=None, limit=100):
-    """The newest `limit` jobs with progress, sparkline, cost and IPD."""
+    """The newest `limit` jobs with progress, sparkline (and its points as JSON, for the page to extend),
+    cost and IPD."""
     from dashboard.figures import sparkline
     from trainer.models import Job
 
@@ -235,8 +252,11 @@ def jobs_table(status=None, limit=100):
     for job in jobs:
         cost = money.get(job.pk)
         points_per_usd, usd_per_point, state = ipd_of(job, cost)
+        points = sparks.get(job.pk, [])
         rows.append({"job": job, "cost_usd": cost, "ipd": points_per_usd, "usd_per_point": usd_per_point,
-                     "ipd_state": state, "spark": sparkline(sparks.get(job.pk, [])),
+                     "ipd_state": state, "spark": sparkline([v for _, v in points], xs=[s for s, _ in points]),
+                     "spark_points": json.dumps([[s, v if v is None or math.isfinite(v) else None] for s, v in points],
+                                                 separators=(",", ":")),
                      "progress_pct": round(job.progress * 100, 1)})
     return rows
 

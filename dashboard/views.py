@@ -88,7 +88,7 @@ def fleet_page(request):
     figs = {"heatmap": figures.fleet_heatmap(data["nodes"]), "power": figures.fleet_power(readings.fleet_power(tr))}
     return render(request, "dashboard/fleet.html", {
         **data, **_range_context(request, tr), "figures_json": _json(figs),
-        "topics": "fleet" if tr.live and tr.follows_now else "",
+        "topics": "fleet,costs" if tr.live and tr.follows_now else "",
     })
 
 
@@ -130,7 +130,8 @@ def _jobs_context(request, form=None):
         "form_values": form.initial(), "form_errors": errors, "presets": PRESETS, "envs": ENV_NAMES,
         "config_fields": [{"name": n, "kind": k, "label": label} for n, k, label in FORM_CONFIG],
         "presets_json": _json({k: {"env": env, "config": cfg} for k, (_, env, cfg) in PRESETS.items()}),
-        "topics": "jobs",
+        "topics": "jobs,costs",
+        "spark_max": readings.SPARK_POINTS,
     }
 
 
@@ -208,7 +209,7 @@ def job_page(request, job_id):
         "samples": samples, "sample_step": shown_step, "sample_steps": sample_steps,
         "history": job.status_changes.order_by("at", "id"), "stints": job.stints.order_by("started_at", "id"),
         "config_items": sorted(job.config.items()), "live": live, "last_step": x[-1] if x else None,
-        "topics": f"job.{job.pk},jobs" if live else "",
+        "topics": f"job.{job.pk},jobs,costs" if live else "",
     })
 
 

@@ -126,7 +126,9 @@ UNMANAGED_TABLES = (
 def empty_unmanaged_tables_after_transactional_tests(request, django_db_blocker):
     """What one test committed to the telemetry tables must not reach the next."""
     yield
-    if not {"transactional_db", "live_server", "pg_dsn"} & set(request.fixturenames):
+    marker = request.node.get_closest_marker("django_db")
+    marked = marker is not None and marker.kwargs.get("transaction", False)
+    if not marked and not {"transactional_db", "live_server", "pg_dsn"} & set(request.fixturenames):
         return
     from django.db import connection
 

@@ -269,12 +269,15 @@ def _train(job, device, stint, progress):
         Sample.objects.filter(job=job, step__gt=keep_through).delete()
         _update_active(job, steps_done=trainer.step)
         Stint.objects.filter(pk=stint.pk).update(first_step=trainer.step)
+        # Pages drop the re-run steps' old points (publish waits for this commit).
+        publish(f"job.{job.pk}", "rewind", {"job": job.pk, "through": keep_through})
 
     if resume_from is None:
         # -- baseline: pass@1 before the first update ----------------------------------
         metrics = _clean(trainer.evaluate())
         _record(job, 0, metrics, [], config)
         publish(f"job.{job.pk}", "step", {"job": job.pk, "step": 0, "steps": config.steps, "metrics": metrics})
+        publish("jobs", "progress", {"id": job.pk, "step": 0, "steps": config.steps, "reward_mean": None})
         if progress:
             progress(job, 0, metrics)
 
@@ -317,6 +320,8 @@ def _train(job, device, stint, progress):
 
         # -- publish -----------------------------------------------------------------------
         publish(f"job.{job.pk}", "step", {"job": job.pk, "step": step, "steps": config.steps, "metrics": metrics})
+        publish("jobs", "progress", {"id": job.pk, "step": step, "steps": config.steps,
+                                     "reward_mean": metrics.get("train/reward_mean")})
         if progress:
             progress(job, step, metrics)
     return Outcome(Status.COMPLETED, f"all {config.steps} steps done")

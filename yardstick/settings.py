@@ -109,6 +109,18 @@ CHANNEL_LAYERS = {
     }
 }
 
+# One cache for every process: the attribute task (a worker) leaves today's fleet totals
+# there for the fleet page (a web process), see costs/live.py. Readers treat an
+# unreachable cache as empty, so short timeouts keep a page from waiting on it.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "yardstick",
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    }
+}
+
 # -- Yardstick ---------------------------------------------------------------
 
 # A beat tick older than this makes /healthz report beat as down.

@@ -3,6 +3,9 @@
 // The page's root element (.page) says which page it is (data-page) and which live
 // topics it follows (data-topics, empty when paused or not live). Figures come from
 // <script id="figures">; a figure with a `live` spec grows with Plotly.extendTraces.
+// Events, by kind: step and rewind (a job's charts), progress (a Jobs row's bar and sparkline),
+// status, costs (cost and IPD figures after each attribution run), samples (telemetry and the
+// fleet cards).
 (function () {
   "use strict";
   const root = document.querySelector(".page");
@@ -86,9 +89,9 @@
   let fallbackTopics = topics;
   if (!fallbackTopics) {
     // Paused on load: what to follow when the user turns live on.
-    if (page === "job") fallbackTopics = "job." + root.dataset.job + ",jobs";
-    else if (page === "jobs") fallbackTopics = "jobs";
-    else if (page === "fleet") fallbackTopics = "fleet";
+    if (page === "job") fallbackTopics = "job." + root.dataset.job + ",jobs,costs";
+    else if (page === "jobs") fallbackTopics = "jobs,costs";
+    else if (page === "fleet") fallbackTopics = "fleet,costs";
     else if (page === "node") fallbackTopics = root.dataset.liveTopic || "";
   }
   function setState(state, text) {
@@ -143,6 +146,12 @@
           const resp = await fetch("/api/jobs/" + id + "/steps?after=" + after, { cache: "no-store" });
           if (!resp.ok) break;
           const body = await resp.json();
+          if (after >= 0 && body.steps_done < after) {
+            // Resumed from an earlier checkpoint while we were not listening: its steps run again.
+            handlers.rewind({ topic: "job." + id, kind: "rewind", data: { job: Number(id), through: body.steps_done } });
+            after = body.steps_done;
+            continue;
+          }
           body.steps.forEach(function (s) { handlers.step({ topic: "job." + id, kind: "step", data: { step: s.step, metrics: s.metrics } }); });
           handlers.status({ topic: "jobs", kind: "status", data: { id: Number(id), status: body.status, steps_done: body.steps_done } });
           if (!body.steps.length || body.next_after === after) break;
@@ -169,6 +178,43 @@
       if (prog) prog.value = d.step;
       if (m["train/reward_mean"] != null) text("reward-now", Number(m["train/reward_mean"]).toFixed(3));
       if (m["eval/pass1"] != null) text("pass1-now", Number(m["eval/pass1"]).toFixed(1));
+    },
+    rewind: function (ev) {
+      if (page !== "job" || ev.topic !== "job." + root.dataset.job) return;
+      rewindTo(Number(ev.data.through));
+    },
+    progress: function (ev) {
+      if (page !== "jobs") return;
+      const d = ev.data;
+      const row = document.querySelector('tr[data-job="' + d.id + '"]');
+      if (!row) return;
+      const prog = row.querySelector("progress");
+      if (prog && d.steps) { prog.max = d.steps; prog.value = d.step; }
+      const t = row.querySelector(".progress-text");
+      if (t && d.steps) t.textContent = d.step + " / " + d.steps;
+      const spark = row.querySelector(".job-spark");
+      if (spark && d.reward_mean !== null && d.reward_mean !== undefined) sparkAdd(spark, d.step, Number(d.reward_mean));
+    },
+    costs: function (ev) {
+      const d = ev.data;
+      if (page === "fleet" && d.fleet) fleetCosts(d.fleet);
+      (d.jobs || []).forEach(function (j) {
+        if (page === "jobs") {
+          const row = document.querySelector('tr[data-job="' + j.id + '"]');
+          if (!row) return;
+          setText(row.querySelector(".job-cost"), usd(j.cost_usd));
+          const cell = row.querySelector(".job-ipd");
+          if (!cell) return;
+          if (j.points_per_usd !== null) { cell.textContent = num(j.points_per_usd, 3) + " pts/$ "; return; }
+          const span = document.createElement("span");
+          span.className = "muted"; span.title = j.state; span.textContent = j.state;
+          cell.replaceChildren(span);
+        } else if (page === "job" && String(j.id) === root.dataset.job) {
+          text("job-cost", usd(j.cost_usd));
+          withUnit(document.getElementById("job-ipd"), j.points_per_usd === null ? null : num(j.points_per_usd, 3), "pts/$");
+          text("job-ipd-hint", j.usd_per_point ? usd(j.usd_per_point) + " per point" : j.state);
+        }
+      });
     },
     status: function (ev) {
       const d = ev.data;
@@ -206,7 +252,29 @@
     if (h) h(ev);
     document.dispatchEvent(new CustomEvent("yardstick:event", { detail: ev }));
   }
-  function text(id, value) { const el = document.getElementById(id); if (el) el.textContent = value; }
+  function text(id, value) { setText(document.getElementById(id), value); }
+  function setText(el, value) { if (el) el.textContent = value; }
+  // "12.5 <small>pts/$</small>", or "—" without a figure.
+  function withUnit(el, value, unit) {
+    if (!el) return;
+    if (value === null) { el.textContent = "—"; return; }
+    const small = document.createElement("small");
+    small.textContent = unit;
+    el.replaceChildren(value + " ", small);
+  }
+
+  // The template filters `num` and `usd` (dashboard/templatetags): fixed places, thousands separated by commas.
+  function num(value, places) {
+    if (value === null || value === undefined || value === "") return "—";
+    const v = Number(value);
+    const [whole, frac] = Math.abs(v).toFixed(places).split(".");
+    return (v < 0 ? "-" : "") + whole.replace(/\B(?=(\d{3})+(?!\d))/g, ",") + (frac ? "." + frac : "");
+  }
+  function usd(value) { return value === null || value === undefined || value === "" ? "—" : "$" + num(value, 2); }
+  function hhmm(iso) {
+    const t = new Date(iso), pad = function (n) { return String(n).padStart(2, "0"); };
+    return pad(t.getUTCHours()) + ":" + pad(t.getUTCMinutes());
+  }
   const ICONS = { queued: "…", running: "▶", stopping: "◼…", stopped: "■", completed: "✓", failed: "✗", budget_exhausted: "$✗" };
   function badge(status) {
     const span = document.createElement("span");
@@ -221,10 +289,11 @@
     });
   }
 
-  // Fleet: recolour the heatmap cells that changed, extend the power chart, recount power.
+  // Fleet: recount the cards, recolour the heatmap cells that changed, extend the power chart, recount power.
   function fleetSamples(d) {
+    if (d.cards) fleetCards(d.cards);
     const heat = figs.heatmap;
-    if (heat) {
+    if (heat && d.devices.length) {
       const trace = heat.el.data[0];
       const z = trace.z.map(function (row) { return row.slice(); });
       const rowOf = {};
@@ -241,6 +310,95 @@
       Plotly.extendTraces(el, { x: [[d.ts]], y: [[d.power_kw]] }, [0]);
     }
     text("card-power", Number(d.power_kw).toFixed(2));
+  }
+
+  // Fleet: today's cost and IPD, as the attribute task computed them (the "costs" event).
+  function fleetCosts(f) {
+    withUnit(document.getElementById("card-ipd"), f.points_per_usd === null ? null : num(f.points_per_usd, 3), "pts/$");
+    text("card-ipd-state", f.state);
+    text("card-fleet-usd", usd(f.fleet_usd));
+    text("card-ipd-as-of", hhmm(f.as_of));
+  }
+  function fleetCards(c) {
+    text("card-busy", c.busy);
+    text("card-idle", c.idle);
+    text("card-stale", c.stale);
+    text("card-devices", c.devices);
+    if (c.burn_usd_per_h !== undefined) text("card-burn", usd(c.burn_usd_per_h));
+    const stale = document.getElementById("card-stale");
+    if (stale) stale.closest(".card").classList.toggle("stat-warn", c.stale > 0);
+  }
+
+  // Job: the job resumed from its checkpoint at step k, so steps after k run again: drop their points.
+  function rewindTo(k) {
+    pending.forEach(function (q) {
+      q.forEach(function (pts) {
+        const keep = pts.x.map(function (x) { return xValue(x) <= k; });
+        pts.x = pts.x.filter(function (_, i) { return keep[i]; });
+        pts.y = pts.y.filter(function (_, i) { return keep[i]; });
+      });
+    });
+    Object.values(figs).forEach(function (f) {
+      if (!f.live) return;
+      const xs = [], ys = [], idx = [];
+      f.live.traces.forEach(function (t) {
+        const trace = f.el.data[t.trace];
+        if (!trace || !trace.x) return;
+        const keep = Array.from(trace.x, function (x) { return xValue(x) <= k; });
+        if (keep.every(Boolean)) return;
+        xs.push(Array.from(trace.x).filter(function (_, i) { return keep[i]; }));
+        ys.push(Array.from(trace.y).filter(function (_, i) { return keep[i]; }));
+        idx.push(t.trace);
+      });
+      if (idx.length) Plotly.restyle(f.el, { x: xs, y: ys }, idx);
+    });
+    root.dataset.lastStep = k < 0 ? "" : k;
+    text("steps-done", Math.max(k, 0));
+    const prog = document.getElementById("job-progress");
+    if (prog) prog.value = Math.max(k, 0);
+  }
+
+  // Jobs: a row's reward sparkline grows a point a step. It holds at most the table's data-spark-max
+  // points: every stride-th step and the newest; past the limit the stride doubles (as the server's
+  // downsampling does for the whole run). Drawn as dashboard.figures.sparkline draws it.
+  function sparkAdd(cell, step, value) {
+    const max = Number(cell.closest("table").dataset.sparkMax) || 40;
+    let pts = JSON.parse(cell.dataset.points || "[]").filter(function (p) { return p[0] < step; });
+    let stride = Number(cell.dataset.stride) ||
+      Math.max(1, Math.ceil((pts.length ? pts[pts.length - 1][0] : step) / max));
+    if (pts.length && pts[pts.length - 1][0] % stride !== 0) pts.pop(); // the previous newest, off the stride
+    pts.push([step, value]);
+    while (pts.length > max) {
+      stride *= 2;
+      pts = pts.filter(function (p, i) { return p[0] % stride === 0 || i === pts.length - 1; });
+    }
+    cell.dataset.points = JSON.stringify(pts);
+    cell.dataset.stride = stride;
+    sparkDraw(cell, pts);
+  }
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  function sparkDraw(cell, pts) {
+    const good = pts.filter(function (p) { return p[1] !== null && isFinite(p[1]); });
+    if (good.length < 2) return;
+    const width = 120, height = 28;
+    let svg = cell.querySelector("svg.spark");
+    if (!svg) {
+      svg = document.createElementNS(SVG_NS, "svg");
+      Object.entries({ class: "spark", viewBox: "0 0 120 28", width: width, height: height, role: "img" })
+        .forEach(function ([k, v]) { svg.setAttribute(k, v); });
+      const line = document.createElementNS(SVG_NS, "polyline");
+      Object.entries({ fill: "none", stroke: "#0072B2", "stroke-width": "1.5" })
+        .forEach(function ([k, v]) { line.setAttribute(k, v); });
+      svg.append(line);
+      cell.replaceChildren(svg);
+    }
+    const ys = good.map(function (p) { return p[1]; });
+    const lo = Math.min.apply(null, ys), hi = Math.max.apply(null, ys), span = (hi - lo) || 1;
+    const first = good[0][0], run = (good[good.length - 1][0] - first) || 1;
+    svg.querySelector("polyline").setAttribute("points", good.map(function (p) {
+      return ((p[0] - first) / run * (width - 2) + 1).toFixed(1) + "," + (height - 2 - (p[1] - lo) / span * (height - 4)).toFixed(1);
+    }).join(" "));
+    svg.setAttribute("aria-label", "reward trend, latest " + num(good[good.length - 1][1], 3));
   }
 
   // -- the Start form: a preset fills the fields ------------------------------------------------

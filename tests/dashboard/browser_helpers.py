@@ -36,3 +36,34 @@ def shot(page, output_dir, request, suffix):
     page.screenshot(path=str(output_dir / f"{request.node.name}-{suffix}.png"), full_page=True, timeout=60_000)
     if live:
         page.evaluate("window.Yardstick.setLive(true)")
+
+
+def record_events(page):
+    """Keep every live event the page handles in window.__events (from the next navigation on)."""
+    page.add_init_script("window.__events = []; document.addEventListener('yardstick:event', "
+                         "function (e) { window.__events.push(e.detail); });")
+
+
+def wait_subscribed(page, times=1):
+    """Until the page's socket has been told its topics `times` times: its groups are joined by then."""
+    page.wait_for_function(f"(window.__events || []).filter(e => e.kind === 'subscribed').length >= {times}")
+
+
+def in_thread(fn, *args):
+    """Call fn(*args) in a thread of its own and return its result.
+
+    Playwright's sync API keeps an event loop in the test's thread, where async_to_sync (the channel
+    layer's send) refuses to run; the thread also gets its own database connection, closed after.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    def call():
+        try:
+            return fn(*args)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(call).result()

@@ -130,3 +130,19 @@ def attribute(now=None):
 
 def floor_minute(ts):
     return ts.replace(second=0, microsecond=0)
+
+
+def minutes_of_today(count=3):
+    """(start, count, end) of the last `count` closed minutes, all of today (UTC), for figures "today so far".
+
+    In the day's first minutes there are fewer (waits out the very first one)."""
+    import time
+
+    now = datetime.now(UTC)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if now - midnight < timedelta(minutes=1):
+        time.sleep((midnight + timedelta(minutes=1) - now).total_seconds() + 0.1)
+        now = datetime.now(UTC)
+    end = floor_minute(now)
+    count = min(count, int((end - midnight).total_seconds() // 60))
+    return end - timedelta(minutes=count), count, end

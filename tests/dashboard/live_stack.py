@@ -1,10 +1,14 @@
 """The real thing for live browser tests: Daphne (HTTP + WebSockets) and a Celery worker, as subprocesses.
 
-Both run against this suite's test database, with a Redis of their own (an
-embedded redis-server in a throwaway folder), so no other suite's worker on
-the shared test Redis can take our jobs, nor we theirs. A data dir holding a
-tiny base policy (one layer, 32 wide) makes a GRPO step take well under a
-second. Everything started here is stopped on the way out, by process group.
+`live_stack`: both run against this suite's test database, with a Redis of
+their own (an embedded redis-server in a throwaway folder), so no other
+suite's worker on the shared test Redis can take our jobs, nor we theirs. A
+data dir holding a tiny base policy (one layer, 32 wide) makes a GRPO step
+take well under a second.
+
+`live_web`: Daphne alone, on this suite's database and Redis, so what the test
+publishes (yardstick.live, or a task run in the test) reaches the pages it
+serves. Everything started here is stopped on the way out, by process group.
 """
 
 import os
@@ -55,15 +59,16 @@ def _http_ok(url):
 
 
 class LiveStack:
-    def __init__(self, tmp):
+    def __init__(self, tmp, worker=True):
         from django.conf import settings
 
         from yardstick.embedded import EmbeddedRedis
 
         self.tmp = tmp
+        self.worker = worker
         self.services = ROOT / "var" / "test-services" / uuid.uuid4().hex[:12]
         self.services.mkdir(parents=True)
-        self.redis = EmbeddedRedis(self.services)
+        self.redis = EmbeddedRedis(self.services) if worker else None
         self.data_dir = tmp / "data"
         (self.data_dir / "models").mkdir(parents=True)
         self.port = free_port()
@@ -71,21 +76,25 @@ class LiveStack:
         self.procs = []
         self.env = {
             **os.environ, "DJANGO_SETTINGS_MODULE": "yardstick.settings", "YARDSTICK_DATA_DIR": str(self.data_dir),
-            "DATABASE_URL": database_url(), "REDIS_URL": self.redis.url, "SECRET_KEY": settings.SECRET_KEY,
+            "DATABASE_URL": database_url(), "REDIS_URL": self.redis.url if worker else settings.REDIS_URL,
+            "SECRET_KEY": settings.SECRET_KEY,
             "PYTHONUNBUFFERED": "1", "DJANGO_ALLOW_ASYNC_UNSAFE": "",
         }
 
     def start(self):
-        tiny_models(self.data_dir / "models")
-        self.redis.start(daemonize=True)
+        if self.worker:
+            tiny_models(self.data_dir / "models")
+            self.redis.start(daemonize=True)
         self._spawn("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
                                "yardstick.asgi:application"])
-        self._spawn("worker", [sys.executable, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs,default",
-                               "-P", "solo", "-n", f"dashboard-test-{os.getpid()}@%h", "--without-heartbeat",
-                               "--without-mingle", "--without-gossip", "--loglevel", "INFO"])
+        if self.worker:
+            self._spawn("worker", [sys.executable, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs,default",
+                                   "-P", "solo", "-n", f"dashboard-test-{os.getpid()}@%h", "--without-heartbeat",
+                                   "--without-mingle", "--without-gossip", "--loglevel", "INFO"])
         logs = [self.log("daphne"), self.log("worker")]
         _wait(lambda: _http_ok(self.url + "/healthz"), 60, "Daphne to answer", logs)
-        _wait(lambda: "ready" in self.log("worker").read_text(), 90, "the Celery worker to be ready", logs)
+        if self.worker:
+            _wait(lambda: "ready" in self.log("worker").read_text(), 90, "the Celery worker to be ready", logs)
         return self
 
     def log(self, name):
@@ -107,7 +116,8 @@ class LiveStack:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
             out.close()
-        self.redis.stop()
+        if self.redis is not None:
+            self.redis.stop()
         shutil.rmtree(self.services, ignore_errors=True)
 
 
@@ -115,6 +125,16 @@ class LiveStack:
 def live_stack(transactional_db, tmp_path):
     """Daphne and a worker on this test's database (its name is only final inside a test)."""
     stack = LiveStack(tmp_path)
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+def live_web(transactional_db, tmp_path):
+    """Daphne alone on this test's database and the suite's Redis: the test publishes, the pages hear it."""
+    stack = LiveStack(tmp_path, worker=False)
     try:
         yield stack.start()
     finally:

@@ -22,7 +22,7 @@ def test_it_shows_reward_band_evals_throughput_timing_losses_and_cost(viewer_cli
     assert [t["name"] for t in figs["timing"]["data"]] == ["generate", "score", "train", "eval", "checkpoint"]
     assert figs["throughput"]["data"][1]["y"][1] == 480 / 0.75, "tokens per second of wall time"
     assert len(figs["losses"]["data"]) == 4
-    assert resp.context["topics"] == f"job.{job.pk},jobs"
+    assert resp.context["topics"] == f"job.{job.pk},jobs,costs"
     html = resp.content.decode()
     assert "<code>12+30=</code>" in html, "the newest step's rollouts"
     assert "prompts_per_step" in html, "the config"

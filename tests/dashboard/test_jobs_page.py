@@ -1,5 +1,7 @@
 """The jobs page: the table, and the Start / Stop / Resume controls for operators only."""
 
+import pytest
+
 from trainer.models import Job, StatusChange
 from tests.dashboard import builders as b
 
@@ -15,6 +17,20 @@ def test_it_lists_jobs_with_progress_sparkline_cost_and_ipd(viewer_client):
     assert row["ipd_state"] == "no cost yet", "no device time charged yet: no IPD, never a division by zero"
     html = resp.content.decode()
     assert "#%d grpo-a" % job.pk in html and 'value="20"' in html
+
+
+def test_the_sparkline_keeps_at_most_spark_points_steps_across_the_whole_run_for_the_page_to_extend(viewer_client):
+    import json
+
+    from dashboard.readings import SPARK_POINTS
+
+    job = b.job(name="long", steps_total=200)
+    b.steps(job, 79)  # 79 steps: every 2nd (39 points) and the newest
+    row = viewer_client.get("/jobs/").context["rows"][0]
+    points = json.loads(row["spark_points"])
+    assert [s for s, _ in points] == list(range(2, 79, 2)) + [79]
+    assert len(points) <= SPARK_POINTS and points[-1][1] == pytest.approx(0.3 + 0.002 * 79)
+    assert len(row["spark"].split()) == len(points), "the same points are drawn"
 
 
 def test_a_viewer_sees_no_start_stop_or_resume(viewer_client):

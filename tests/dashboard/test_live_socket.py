@@ -3,7 +3,6 @@
 import asyncio
 from datetime import datetime, timedelta, timezone
 
-import pytest
 from channels.testing import WebsocketCommunicator
 
 from dashboard import broadcast
@@ -26,8 +25,7 @@ def test_every_topic_family_needs_a_role_and_unknown_ones_are_refused(viewer, ou
     assert allowed_topics(outsider, ["fleet"]) == ([], ["fleet"])
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_viewer_gets_the_events_of_its_topics_and_is_told_what_was_refused(viewer):
+def test_a_viewer_gets_the_events_of_its_topics_and_is_told_what_was_refused(transactional_db, viewer):
     from yardstick.live import send_now
 
     async def scenario():
@@ -45,8 +43,7 @@ def test_a_viewer_gets_the_events_of_its_topics_and_is_told_what_was_refused(vie
     asyncio.run(scenario())
 
 
-@pytest.mark.django_db(transaction=True)
-def test_an_outsider_is_closed_with_4403(outsider):
+def test_an_outsider_is_closed_with_4403(transactional_db, outsider):
     async def scenario():
         comm = communicator(outsider, "fleet")
         connected, code = await comm.connect()
@@ -66,14 +63,46 @@ def test_the_broadcaster_sends_only_devices_whose_newest_sample_changed(db):
     assert {d["uuid"] for d in fleet["devices"]} == {d0.uuid, d1.uuid}
     assert fleet["power_kw"] == 0.3, "only fresh devices count toward fleet power"
     assert list(nodes) == [n.pk]
-    assert broadcast.events(broadcast.read_latest(), seen, now) == (None, {}), "nothing new: nothing sent"
+    shown = fleet["cards"]
+    assert broadcast.events(broadcast.read_latest(), seen, now, shown=shown) == (None, {}), "nothing new: nothing sent"
     b.latest(d0, 70, 350, ts=now)
-    fleet, nodes = broadcast.events(broadcast.read_latest(), seen, now)
+    fleet, nodes = broadcast.events(broadcast.read_latest(), seen, now, shown=shown)
     assert [d["uuid"] for d in fleet["devices"]] == [d0.uuid] and fleet["devices"][0]["util_pct"] == 70
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_node_subscriber_receives_new_samples_within_a_second(viewer):
+def test_the_fleet_event_carries_the_cards_and_goes_out_when_a_device_goes_stale_without_a_new_row(db):
+    from decimal import Decimal
+
+    from dashboard.readings import fleet_overview
+
+    now = datetime.now(UTC)
+    from costs.prices import PriceBook
+
+    b.prices(per_hour="2.00", per_kwh="0.10", pue="1.5")
+    book = PriceBook()
+    busy_node, quick_node = b.node("gpu-a", interval_s=30), b.node("gpu-b", interval_s=1)
+    busy = b.device(busy_node, 0)
+    b.device(busy_node, 1)  # never reported: stale
+    idle = b.device(quick_node, 0)
+    b.latest(busy, 90, 600, ts=now)
+    b.latest(idle, 5, 100, ts=now)
+    seen = {}
+    fleet, _ = broadcast.events(broadcast.read_latest(), seen, now, book=book)
+    # 2 fresh devices x $2/h + 0.7 kW x $0.10/kWh x PUE 1.5 = $4.105 → $4.11, as the page's card says.
+    assert fleet["cards"] == {"busy": 1, "idle": 1, "stale": 1, "devices": 3, "burn_usd_per_h": "4.11"}
+    page = fleet_overview(now)["cards"]
+    assert (page["busy"], page["idle"], page["stale"], page["burn_usd_per_h"]) == (1, 1, 1, Decimal("4.11"))
+
+    later = now + timedelta(seconds=3.5)  # gpu-b's sample is older than 3 of its 1 s intervals
+    fleet, nodes = broadcast.events(broadcast.read_latest(), seen, later, book=book, shown=fleet["cards"])
+    assert fleet["devices"] == [] and nodes == {}, "no new sample"
+    assert fleet["cards"] == {"busy": 1, "idle": 0, "stale": 2, "devices": 3, "burn_usd_per_h": "2.09"}
+    assert fleet["power_kw"] == 0.6
+    assert broadcast.events(broadcast.read_latest(), seen, later, book=book, shown=fleet["cards"]) == (None, {})
+
+
+# The fixture rather than the marker: the root conftest empties the telemetry tables after tests that name it.
+def test_a_node_subscriber_receives_new_samples_within_a_second(transactional_db, viewer):
     n = b.node("gpu-a")
     dev = b.device(n, 0)
     b.latest(dev, 50, 300)

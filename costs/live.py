@@ -1,0 +1,102 @@
+"""Cost figures for the live pages: today's fleet totals and each job's cost and IPD, after each attribution run.
+
+Allocations change only when attribution runs, so the attribute task computes
+what the pages show of them once and shares it twice:
+
+- it keeps today's fleet totals in the Django cache (Redis, shared by every
+  process), where the fleet page reads them (`cached_fleet_today`); the page
+  computes them itself only when the cache has none;
+- it publishes topic "costs", kind "costs" (`publish_figures`):
+
+    {"fleet": {"fleet_usd": "12.34", "points_per_usd": 0.5, "usd_per_point": "2.00", "state": "ok",
+               "gain_points": 6.17, "example_prices": false, "as_of": "2025-05-01T12:00:03+00:00"},
+     "jobs": [{"id": 3, "cost_usd": "1.20", "points_per_usd": 4.1, "usd_per_point": "0.24", "state": "ok"}]}
+
+Money is dollars as a string rounded to the cent and IPD a float (6 places),
+as the JSON API gives them; null where the state says why there is no figure.
+The jobs are every queued, running or stopping one and every job whose
+allocations this run replaced, each as `costs.intelligence.job_intelligence`
+computes it.
+"""
+
+import logging
+from datetime import datetime, time, timezone
+
+from django.core.cache import cache
+from django.utils import timezone as djtz
+
+log = logging.getLogger(__name__)
+
+# Three attribution runs: one slow or missed run does not send the fleet page back to computing.
+FLEET_TODAY_TTL_S = 180
+
+
+def fleet_today_key(day):
+    """The cache key of the fleet's totals for UTC `day` (the fleet page reads the same key)."""
+    return f"costs:fleet-today:{day.isoformat()}"
+
+
+def fleet_today(now=None, book=None):
+    """The fleet's cost and IPD over today (UTC) so far, from the cost report:
+    {fleet_usd (Decimal), points_per_usd, usd_per_point (Decimal), state, gain_points, example_prices, as_of}."""
+    from costs import report
+
+    now = now or djtz.now()
+    start = datetime.combine(now.date(), time(0), tzinfo=timezone.utc)
+    totals = report.build(report.Period(start, now), "day", book=book).totals
+    return {"points_per_usd": totals["ipd_points_per_usd"], "usd_per_point": totals["usd_per_point"],
+            "state": totals["ipd_state"], "gain_points": totals["gain_points"], "fleet_usd": totals["fleet_usd"],
+            "example_prices": totals["example_prices"], "as_of": now}
+
+
+def cached_fleet_today(day):
+    """Today's totals as last stored for `day`, or None when none are (or the cache cannot be reached)."""
+    try:
+        return cache.get(fleet_today_key(day))
+    except Exception as err:  # a page must render without Redis: it computes the figure instead
+        log.warning("fleet totals not read from the cache: %s", err)
+        return None
+
+
+def store_fleet_today(value, ttl_s=FLEET_TODAY_TTL_S):
+    """Keep `value` (as fleet_today returns it) for its day; a cache that cannot be reached is only logged."""
+    try:
+        cache.set(fleet_today_key(value["as_of"].date()), value, ttl_s)
+    except Exception as err:
+        log.warning("fleet totals not stored in the cache: %s", err)
+
+
+def fleet_json(value):
+    """fleet_today's dict in JSON types (money as strings, as_of in ISO 8601)."""
+    return {**value, "fleet_usd": str(value["fleet_usd"]),
+            "usd_per_point": None if value["usd_per_point"] is None else str(value["usd_per_point"]),
+            "as_of": value["as_of"].isoformat()}
+
+
+def figures(now=None, job_ids=(), book=None):
+    """The "costs" event's data (see the module docstring) for the active jobs and `job_ids`; also
+    returns fleet_today's dict: (data, fleet)."""
+    from costs.intelligence import jobs_money
+    from costs.prices import PriceBook
+    from trainer.models import Job, Status
+
+    now = now or djtz.now()
+    book = book or PriceBook()
+    fleet = fleet_today(now, book)
+    active = Job.objects.filter(status__in=(Status.QUEUED, Status.RUNNING, Status.STOPPING))
+    ids = sorted(set(active.values_list("pk", flat=True)) | set(job_ids))
+    money = jobs_money(ids, book)
+    jobs = [{"id": i, **{k: money[i][k] for k in ("cost_usd", "points_per_usd", "usd_per_point", "state")}}
+            for i in ids]
+    return {"fleet": fleet_json(fleet), "jobs": jobs}, fleet
+
+
+def publish_figures(summary, now=None):
+    """After attribution (`summary` as costs.attribution.attribute returns it): store today's fleet
+    totals in the cache and publish the "costs" event. Return the event's data."""
+    from yardstick.live import publish
+
+    data, fleet = figures(now, summary.get("jobs", ()))
+    store_fleet_today(fleet)
+    publish("costs", "costs", data)
+    return data

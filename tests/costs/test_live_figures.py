@@ -1,0 +1,144 @@
+"""The cost figures the attribute task shares with the pages: today's fleet totals and each job's cost and IPD.
+
+Hand-computed example (every device-minute costs $0.10: $6/h, energy free).
+It is 12:10 UTC on 1 May 2025. Node n1 has two GPUs:
+- g1 reports 11:50-12:10 (20 minutes, $2.00); job A (running) holds it from
+  11:55: A $1.50, idle $0.50.
+- g2 reports 23:50 on 30 April to 00:10 (20 minutes); job C (completed) held
+  it all along: C $2.00 in all, $1.00 of it today.
+Evals: A 30 → 36 points (gain 6); C 40 (yesterday) → 45 (today; gain 5).
+
+Fleet today: $2.00 + $1.00 = $3.00 for 6 + 5 = 11 points: 3.666667 points
+per dollar, $0.27 per point. A: $1.50, 6 / 1.5 = 4 points per dollar, $0.25
+a point. C: $2.00, 2.5 points per dollar, $0.40 a point. A queued job Q: $0.00,
+no eval yet. A stopped job B with no cost and no change is left out.
+"""
+
+import asyncio
+import json
+from datetime import date, timedelta
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from cost_builders import set_prices, utc
+
+from costs import live
+from costs.attribution import attribute
+from costs.intelligence import job_intelligence
+from tests.dashboard.builders import minutes_of_today
+
+NOW = utc(2025, 5, 1, 12, 10)
+
+
+def build(fleet):
+    set_prices(("*", "6.00", "0", "1", date(2020, 1, 1)))
+    n1 = fleet.node("n1", team="infra")
+    g1, g2 = fleet.device(n1), fleet.device(n1)
+    fleet.minutes(g1, utc(2025, 5, 1, 11, 50), 20, power_w=300)
+    fleet.minutes(g2, utc(2025, 4, 30, 23, 50), 20, power_w=300)
+    a = fleet.job("job A", "red")
+    b = fleet.job("job B", "red", status="stopped")
+    c = fleet.job("job C", "blue", status="completed")
+    q = fleet.job("job Q", "blue", status="queued")
+    fleet.stint(a, g1, utc(2025, 5, 1, 11, 55))
+    fleet.stint(c, g2, utc(2025, 4, 30, 23, 50), utc(2025, 5, 1, 0, 10))
+    fleet.evals(a, (0, utc(2025, 5, 1, 11, 56), 30.0), (10, utc(2025, 5, 1, 12, 5), 36.0))
+    fleet.evals(c, (0, utc(2025, 4, 30, 23, 51), 40.0), (10, utc(2025, 5, 1, 0, 5), 45.0))
+    return a, b, c, q
+
+
+def test_the_costs_event_carries_todays_fleet_totals_and_each_jobs_cost_and_ipd(fleet):
+    a, b, c, q = build(fleet)
+    summary = attribute(now=NOW, since=utc(2025, 4, 30, 23, 0))
+    assert summary["jobs"] == [a.pk, c.pk], "the jobs whose allocations this run wrote"
+
+    data, _ = live.figures(NOW, summary["jobs"])
+
+    assert data["fleet"] == {"fleet_usd": "3.00", "points_per_usd": 3.666667, "usd_per_point": "0.27",
+                             "state": "ok", "gain_points": 11.0, "example_prices": False,
+                             "as_of": "2025-05-01T12:10:00+00:00"}
+    assert data["jobs"] == [
+        {"id": a.pk, "cost_usd": "1.50", "points_per_usd": 4.0, "usd_per_point": "0.25", "state": "ok"},
+        {"id": c.pk, "cost_usd": "2.00", "points_per_usd": 2.5, "usd_per_point": "0.40", "state": "ok"},
+        {"id": q.pk, "cost_usd": "0.00", "points_per_usd": None, "usd_per_point": None, "state": "no eval yet"},
+    ]
+    for job, sent in zip((a, c, q), data["jobs"]):
+        card = job_intelligence(job)
+        assert (sent["cost_usd"], sent["points_per_usd"], sent["usd_per_point"], sent["state"]) == \
+            (card["cost_usd"], card["ipd_points_per_usd"], card["usd_per_point"], card["state"]), "as the job page"
+    assert json.loads(json.dumps(data)) == data, "plain JSON, as the channel layer carries it"
+
+
+def test_a_job_whose_time_was_cut_back_is_sent_though_it_is_no_longer_running(fleet):
+    a, _, _, q = build(fleet)
+    attribute(now=NOW, since=utc(2025, 4, 30, 23, 0))
+    # The crash detector found A's worker dead: its stint ends at the last heartbeat, 12:00.
+    a.stints.update(ended_at=utc(2025, 5, 1, 12, 0))
+    a.__class__.objects.filter(pk=a.pk).update(status="failed")
+
+    summary = attribute(now=NOW + timedelta(minutes=1))
+
+    assert summary["jobs"] == [a.pk], "A lost the minutes from 12:00 on"
+    data, _ = live.figures(NOW, summary["jobs"])
+    assert [j["id"] for j in data["jobs"]] == [a.pk, q.pk], "A beside the queued job"
+    # 11:55-12:00: 5 minutes, $0.50; 6 points / $0.50.
+    assert data["jobs"][0] == {"id": a.pk, "cost_usd": "0.50", "points_per_usd": 12.0, "usd_per_point": "0.08",
+                               "state": "ok"}
+
+
+def run_collecting(topic, fn):
+    """Run `fn` in a thread (its own database connection); return (its result, the events published on `topic`)."""
+    from django.db import connection
+
+    from yardstick.live import group_name
+
+    layer = get_channel_layer()
+
+    def in_thread():
+        try:
+            return fn()
+        finally:
+            connection.close()
+
+    async def scenario():
+        channel = await layer.new_channel()
+        await layer.group_add(group_name(topic), channel)
+        result = await asyncio.get_running_loop().run_in_executor(None, in_thread)
+        events = []
+        try:
+            while True:
+                events.append(await asyncio.wait_for(layer.receive(channel), timeout=2))
+        except asyncio.TimeoutError:
+            return result, events
+
+    return async_to_sync(scenario)()
+
+
+def test_the_attribute_task_publishes_the_figures_and_leaves_the_fleet_totals_for_the_page(clean_telemetry, fleet):
+    from decimal import Decimal
+
+    from costs.tasks import attribute as attribute_task
+    from dashboard.readings import fleet_ipd_today
+
+    set_prices(("*", "6.00", "0", "1", date(2020, 1, 1)))
+    g1 = fleet.device(fleet.node("n1", team="infra"))
+    start, count, floor = minutes_of_today()
+    fleet.minutes(g1, start, count, power_w=300)
+    job = fleet.job("live", "red")
+    fleet.stint(job, g1, start)
+    fleet.evals(job, (0, start + timedelta(seconds=1), 30.0), (10, floor - timedelta(seconds=1), 36.0))
+
+    summary, events = run_collecting("costs", attribute_task)
+
+    assert summary["jobs"] == [job.pk]
+    [event] = events
+    assert (event["topic"], event["kind"]) == ("costs", "costs")
+    cost = Decimal("0.10") * count  # $0.10 a device-minute, every minute held by the job
+    assert event["data"]["jobs"] == [{"id": job.pk, "cost_usd": str(cost), "points_per_usd": round(6 / float(cost), 6),
+                                      "usd_per_point": str((cost / 6).quantize(Decimal("0.01"))), "state": "ok"}]
+    sent = event["data"]["fleet"]
+    assert (sent["fleet_usd"], sent["points_per_usd"], sent["state"]) == (str(cost), round(6 / float(cost), 6), "ok")
+    # The fleet page reads what the task stored, rather than computing it again (a computation is "as of" now).
+    shown = fleet_ipd_today()
+    assert live.fleet_json(shown) == sent
+    assert shown["fleet_usd"] == cost

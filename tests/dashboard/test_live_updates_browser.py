@@ -1,0 +1,199 @@
+"""Live updates in Chromium, served by a real Daphne: costs, fleet cards, the Jobs list, a job's rewind.
+
+The test publishes what the producers would (or runs the producer itself: the
+attribute task, the telemetry broadcaster inside Daphne), and checks the page
+changed in place: `window.__yardstickLoadedAt` stays what it was at load.
+"""
+
+from datetime import datetime, timedelta, timezone
+from decimal import ROUND_HALF_UP, Decimal
+
+import pytest
+
+from tests.browser import page  # noqa: F401 - fixture
+from tests.dashboard import builders as b
+from tests.dashboard.browser_helpers import in_thread, log_in, record_events, shot, user_in_role, wait_subscribed
+from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
+from yardstick.live import send_now
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+UTC = timezone.utc
+LOADED_AT = "window.__yardstickLoadedAt"
+
+
+def open_live(page, url, path):  # noqa: F811 - a page, not the fixture
+    """Go to `path` (logged in) and wait until its socket is subscribed; return its load stamp."""
+    record_events(page)
+    page.goto(url + path)
+    wait_subscribed(page)
+    return page.evaluate(LOADED_AT)
+
+
+def text_is(page, selector, expected):  # noqa: F811 - a page, not the fixture
+    page.wait_for_function("([s, t]) => document.querySelector(s)?.textContent.trim() === t", arg=[selector, expected])
+
+
+def test_a_cost_update_reaches_the_fleet_jobs_and_job_pages_without_a_reload(  # noqa: F811
+        live_web, page, django_user_model, output_dir, request):
+    from costs.tasks import attribute
+    from trainer.models import Step
+
+    # $0.10 a device-minute; the job holds its GPU for the last `count` closed minutes of today.
+    b.prices(per_hour="6.00", per_kwh="0", pue="1")
+    gpu = b.device(b.node("gpu-a", team="infra"), 0)
+    start, count, end = b.minutes_of_today()
+    b.minutes(gpu, start, count, power_w=300)
+    job = b.job(name="priced live", status="running")
+    b.stint(job, gpu, start)
+    Step.objects.create(job=job, step=0, at=start + timedelta(seconds=1), eval_pass1=30.0, metrics={"eval/pass1": 30.0})
+    Step.objects.create(job=job, step=10, at=end - timedelta(seconds=1), eval_pass1=36.0, metrics={"eval/pass1": 36.0})
+    cost = Decimal("0.10") * count
+    dollars, ipd = f"${cost}", f"{6 / float(cost):.3f} pts/$"
+    per_point = f"${(cost / 6).quantize(Decimal('0.01'), ROUND_HALF_UP)} per point"
+
+    user_in_role(django_user_model, "vera", "viewer", subprocess=True)
+    log_in(page, live_web.url, "vera", "/")
+    fleet = page
+    jobs, one = page.context.new_page(), page.context.new_page()
+    paths = {fleet: "/", jobs: "/jobs/", one: f"/jobs/{job.pk}"}
+    stamps = {p: open_live(p, live_web.url, path) for p, path in paths.items()}
+    row = f'tr[data-job="{job.pk}"]'
+    assert fleet.inner_text("#card-fleet-usd") == "$0.00", "nothing attributed yet"
+    assert jobs.inner_text(f"{row} .job-cost") == "—"
+    assert one.inner_text("#job-cost") == "$0.00"
+
+    summary = in_thread(attribute)  # the periodic task itself: attribute, check budgets, publish
+    assert summary["jobs"] == [job.pk]
+
+    text_is(fleet, "#card-fleet-usd", dollars)
+    text_is(fleet, "#card-ipd", ipd)
+    assert fleet.inner_text("#card-ipd-state") == "ok"
+    shown_at = fleet.inner_text("#card-ipd-as-of")
+    assert shown_at in {(datetime.now(UTC) - timedelta(minutes=m)).strftime("%H:%M") for m in (0, 1)}
+    text_is(jobs, f"{row} .job-cost", dollars)
+    text_is(jobs, f"{row} .job-ipd", ipd)
+    text_is(one, "#job-cost", dollars)
+    text_is(one, "#job-ipd", ipd)
+    text_is(one, "#job-ipd-hint", per_point)
+    for p, stamp in stamps.items():
+        assert p.evaluate(LOADED_AT) == stamp, "updated in place, not reloaded"
+    shot(fleet, output_dir, request, "fleet")
+
+
+def test_the_fleet_cards_follow_devices_going_idle_and_stale(  # noqa: F811
+        live_web, page, django_user_model, output_dir, request):
+    # $2/h + kW x $0.10/kWh x PUE 1.5: 600 W costs $2.09/h, 100 W $2.015/h.
+    b.prices(per_hour="2.00", per_kwh="0.10", pue="1.5")
+    steady = b.device(b.node("gpu-a", interval_s=30), 0)
+    quick = b.device(b.node("gpu-b", interval_s=1), 0)  # stale 3 s after its newest sample
+    b.latest(steady, util_pct=90, power_w=600)
+    user_in_role(django_user_model, "ian", "viewer", subprocess=True)
+    log_in(page, live_web.url, "ian", "/")
+    loaded = open_live(page, live_web.url, "/")
+    cards = "['busy', 'idle', 'stale', 'burn'].map(k => document.getElementById('card-' + k).textContent).join(' ')"
+    warn = "document.getElementById('card-stale').closest('.card').classList.contains('stat-warn')"
+    assert page.evaluate(cards) == "1 0 1 $2.09", "gpu-b has never reported"
+
+    # gpu-b reports (dated a little ahead, so it stays fresh long enough to be seen): idle.
+    b.latest(quick, util_pct=5, power_w=100, ts=datetime.now(UTC) + timedelta(seconds=6))
+    page.wait_for_function(f"{cards} === '1 1 0 $4.11'")  # 2.09 + 2.015 = 4.105, half up
+    assert page.evaluate(warn) is False
+
+    # Then it goes quiet: no new row at all, and still the cards move.
+    page.wait_for_function(f"{cards} === '1 0 1 $2.09'", timeout=30_000)
+    assert page.evaluate(warn) is True
+
+    b.latest(steady, util_pct=2, power_w=100)
+    page.wait_for_function(f"{cards} === '0 1 1 $2.02'")  # 2.015 half up
+    assert page.evaluate(LOADED_AT) == loaded
+    shot(page, output_dir, request, "cards")
+
+
+def progress(job, step, reward):
+    return in_thread(send_now, "jobs", "progress", {"id": job.pk, "step": step, "steps": 100, "reward_mean": reward})
+
+
+def test_a_jobs_row_grows_its_progress_and_sparkline_with_each_step(live_web, page, django_user_model,  # noqa: F811
+                                                                    output_dir, request):
+    from dashboard.readings import SPARK_POINTS
+
+    running = b.job(name="growing", status="running")
+    b.steps(running, 5)  # rewards 0.302 .. 0.310 at steps 1..5
+    fresh = b.job(name="just started", status="running")
+    user_in_role(django_user_model, "lena", "viewer", subprocess=True)
+    log_in(page, live_web.url, "lena", "/jobs/")
+    loaded = open_live(page, live_web.url, "/jobs/")
+    row, new_row = f'tr[data-job="{running.pk}"]', f'tr[data-job="{fresh.pk}"]'
+    spark = """(row) => { const cell = document.querySelector(row + ' .job-spark');
+        const line = cell.querySelector('polyline');
+        return {points: JSON.parse(cell.dataset.points),
+                drawn: line ? line.getAttribute('points').split(' ').length : 0,
+                progress: cell.closest('tr').querySelector('progress').value,
+                text: cell.closest('tr').querySelector('.progress-text').textContent}; }"""
+    assert page.evaluate(spark, row)["drawn"] == 5
+    assert page.evaluate(spark, new_row)["drawn"] == 0 and page.inner_text(f"{new_row} .job-spark") == "—"
+
+    for step in (6, 7, 8):
+        assert progress(running, step, round(0.5 + step / 100, 4))
+    page.wait_for_function(f"({spark})('{row}').drawn === 8")
+    now = page.evaluate(spark, row)
+    assert now["points"][-3:] == [[6, 0.56], [7, 0.57], [8, 0.58]]
+    assert (now["progress"], now["text"]) == (8, "8 / 100")
+
+    for step in (1, 2):
+        assert progress(fresh, step, 0.1 * step)
+    page.wait_for_function(f"({spark})('{new_row}').drawn === 2")
+
+    for step in range(9, 91):
+        assert progress(running, step, round(0.5 + step / 1000, 4))
+    page.wait_for_function(f"({spark})('{row}').text === '90 / 100'")
+    done = page.evaluate(spark, row)
+    assert len(done["points"]) <= SPARK_POINTS and done["drawn"] == len(done["points"])
+    assert done["points"][-1] == [90, 0.59] and done["points"][0][0] < 10, "the whole run, thinned"
+    assert page.evaluate(LOADED_AT) == loaded
+    shot(page, output_dir, request, "jobs")
+
+
+def step(job, n, reward):
+    metrics = {"train/reward_mean": reward, "train/reward_std": 0.01, "performance/gen_tokens_per_s": 100.0 * n}
+    return in_thread(send_now, f"job.{job.pk}", "step", {"job": job.pk, "step": n, "steps": 100, "metrics": metrics})
+
+
+def test_a_rewind_truncates_the_job_charts_and_the_re_run_steps_replace_the_old_ones(live_web, page,  # noqa: F811
+                                                                                       django_user_model, output_dir,
+                                                                                       request):
+    from trainer.models import Job
+
+    job = b.job(name="resumed", status="running")
+    user_in_role(django_user_model, "rita", "viewer", subprocess=True)
+    log_in(page, live_web.url, "rita", f"/jobs/{job.pk}")
+    loaded = open_live(page, live_web.url, f"/jobs/{job.pk}")
+    reward = "document.querySelector('[data-fig=reward]').data[2]"
+    xs = f"JSON.stringify({reward}.x)"
+    every_live_trace = """() => ['reward', 'throughput', 'timing', 'losses'].flatMap(k => {
+        const el = document.querySelector('[data-fig=' + k + ']');
+        return window.Yardstick.figs[k].live.traces.map(t => el.data[t.trace].x.length); })"""
+
+    for n in range(1, 6):
+        assert step(job, n, 0.1 * n)
+    page.wait_for_function(f"{xs} === '[1,2,3,4,5]'")
+    assert set(page.evaluate(every_live_trace)) - {0} == {5}  # eval pass@1 has no points (no eval)
+
+    assert in_thread(send_now, f"job.{job.pk}", "rewind", {"job": job.pk, "through": 2})
+    page.wait_for_function(f"{xs} === '[1,2]'")
+    assert set(page.evaluate(every_live_trace)) - {0} == {2}, "every live trace"
+    assert page.inner_text("#steps-done") == "2"
+
+    assert step(job, 3, 0.9)
+    page.wait_for_function(f"{xs} === '[1,2,3]'")
+    assert page.evaluate(f"{reward}.y") == [0.1, 0.2, 0.9], "step 3 as it ran again, not as it first did"
+
+    # Missed while the socket was down: the job now reports fewer steps done than the page shows.
+    Job.objects.filter(pk=job.pk).update(steps_done=1)
+    page.evaluate("window.Yardstick.setLive(false); window.Yardstick.setLive(true)")
+    wait_subscribed(page, times=2)
+    page.wait_for_function(f"{xs} === '[1]'")
+    assert page.inner_text("#steps-done") == "1"
+    assert page.evaluate(LOADED_AT) == loaded
+    shot(page, output_dir, request, "rewound")

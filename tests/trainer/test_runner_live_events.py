@@ -1,0 +1,69 @@
+"""What the runner tells the pages besides steps: compact progress for the Jobs list, and a rewind on resume."""
+
+import asyncio
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from trainer import runner
+from trainer.models import Step
+
+
+def run_collecting(job, progress=None):
+    """runner.run(job) in a thread (its own connection); return (the Job, events on job.<id> and jobs, in order)."""
+    from django.db import connection
+
+    from yardstick.live import group_name
+
+    layer = get_channel_layer()
+
+    def in_thread():
+        try:
+            return runner.run(job.pk, progress=progress)
+        finally:
+            connection.close()
+
+    async def scenario():
+        channel = await layer.new_channel()
+        await layer.group_add(group_name(f"job.{job.pk}"), channel)
+        await layer.group_add(group_name("jobs"), channel)
+        result = await asyncio.get_running_loop().run_in_executor(None, in_thread)
+        events = []
+        try:
+            while True:
+                events.append(await asyncio.wait_for(layer.receive(channel), timeout=2))
+        except asyncio.TimeoutError:
+            return result, events
+
+    return async_to_sync(scenario)()
+
+
+def test_each_step_is_also_published_to_the_jobs_list_as_progress(transactional_db, make_job):
+    job, events = run_collecting(make_job(steps=3))
+
+    assert job.status == "completed", job.error
+    progress = [e for e in events if e["kind"] == "progress"]
+    assert all(e["topic"] == "jobs" for e in progress)
+    rewards = dict(Step.objects.filter(job=job).values_list("step", "reward_mean"))
+    assert [e["data"] for e in progress] == [
+        {"id": job.pk, "step": s, "steps": 3, "reward_mean": rewards[s]} for s in range(4)]
+    assert rewards[3] is not None
+
+
+def test_a_resume_from_an_earlier_checkpoint_publishes_a_rewind_before_the_steps_run_again(transactional_db,
+                                                                                            make_job):
+    def crash_after_3(job, step, metrics):
+        if step == 3:
+            raise RuntimeError("the worker died")
+
+    job, _ = run_collecting(make_job(steps=4, checkpoint_every=2), progress=crash_after_3)
+    assert job.status == "failed" and job.steps_done == 3
+    assert runner.latest_checkpoint(job).name == "step-000002.pt", "step 3 has a row but no checkpoint"
+    assert job.resume() is True
+
+    job, events = run_collecting(job)
+
+    assert job.status == "completed", job.error
+    mine = [(e["kind"], e["data"]) for e in events if e["topic"] == f"job.{job.pk}"]
+    assert mine[0] == ("rewind", {"job": job.pk, "through": 2})
+    assert [d["step"] for kind, d in mine if kind == "step"] == [3, 4], "then step 3 runs again"
