@@ -154,15 +154,23 @@ CREATE TABLE telemetry_device_holder (
 # (device, hour) pending for samples older than this. `marked_upto`: the
 # roll-up has marked every device's samples older than this; it trails `upto`
 # only between the two transactions of one advance, or after one that failed.
-WATERMARK_SQL = """
+WATERMARK_SQL = f"""
 CREATE TABLE telemetry_rollup_watermark (
     id boolean PRIMARY KEY DEFAULT true CHECK (id),
     upto timestamptz NOT NULL,
     marked_upto timestamptz NOT NULL
 );
 INSERT INTO telemetry_rollup_watermark VALUES (true, now(), now());
+-- The writer's statement after the COPY gets each device's newest sample and
+-- its oldest ts in the batch as one binary array of these (one set to unnest).
+CREATE TYPE telemetry_mark AS (
+    device_id integer,
+    ts timestamptz,
+    {_FIELDS_DDL},
+    lo timestamptz
+);
 """
-WATERMARK_DROP_SQL = "DROP TABLE IF EXISTS telemetry_rollup_watermark;"
+WATERMARK_DROP_SQL = "DROP TYPE IF EXISTS telemetry_mark; DROP TABLE IF EXISTS telemetry_rollup_watermark;"
 
 # Writers hold it shared (pg_advisory_xact_lock_shared) from before they read
 # the watermark to their commit; the roll-up takes it exclusively to move the
@@ -173,6 +181,7 @@ WATERMARK_LOCK = 0x7961_7264_776D  # "yardwm"
 SCHEMA_SQL = CREATE_SQL + WATERMARK_SQL
 
 DROP_SQL = """
+DROP TYPE IF EXISTS telemetry_mark;
 DROP TABLE IF EXISTS telemetry_rollup_watermark, telemetry_device_holder, telemetry_rollup_pending,
     telemetry_rollup_1h, telemetry_rollup_1m, telemetry_latest, telemetry_sample,
     collector_device, collector_node CASCADE;

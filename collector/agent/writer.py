@@ -69,17 +69,19 @@ _V_COLS = ", ".join(f"v.{c}" for c in schema.SAMPLE_COLUMNS)
 #   in (device, hour) order: the arrays are sorted by device id (no sort node).
 # It runs in the write's transaction right after the COPY; the transaction
 # commits samples, latest and pending marks together or none of them.
-def _mark_sql(add_new):
+def _mark_sql(add_new, records):
     added = (
         f"added AS (INSERT INTO telemetry_latest ({_COLS}) SELECT {_V_COLS} FROM v "
         "WHERE NOT EXISTS (SELECT FROM telemetry_latest l WHERE l.device_id = v.device_id) "
         f"ORDER BY v.device_id ON CONFLICT (device_id) DO UPDATE SET {_SET_EXCLUDED} "
         "WHERE telemetry_latest.ts < excluded.ts) "
     )
+    if records:  # one array of telemetry_mark rows: one set to unnest, not twelve
+        rows = "SELECT * FROM unnest(%b::telemetry_mark[])"
+    else:
+        rows = ("SELECT * FROM unnest(" + ", ".join(f"%b::{t}[]" for t in _MARK_TYPES) + f") AS v({_COLS}, lo)")
     return (
-        "WITH v AS (SELECT * FROM unnest("
-        + ", ".join(f"%b::{t}[]" for t in schema.SAMPLE_COPY_TYPES)
-        + f", %b::timestamptz[]) AS v({_COLS}, lo)), "
+        f"WITH v AS ({rows}), "
         f"moved AS (UPDATE telemetry_latest l SET {_SET_LATEST} FROM v "
         "WHERE l.device_id = v.device_id AND l.ts < v.ts) "
         + (", " + added if add_new else "")
@@ -92,10 +94,12 @@ def _mark_sql(add_new):
     )
 
 
-# With the upsert for devices that may have no latest row yet, and without it
-# (every device of the batch got its row in a write this writer committed).
-_MARK_NEW = _mark_sql(add_new=True)
-_MARK = _mark_sql(add_new=False)
+# [add_new][records]: with the upsert for devices that may have no latest row
+# yet, or without it (every device of the batch got its row in a write this
+# writer committed); fed one array of `telemetry_mark` rows, or, when a column
+# mixes values and NULLs, one array per column.
+_MARK_TYPES = schema.SAMPLE_COPY_TYPES + ("timestamptz",)
+_MARK = {add_new: {records: _mark_sql(add_new, records) for records in (False, True)} for add_new in (False, True)}
 _HOLD_WATERMARK = f"SELECT pg_advisory_xact_lock_shared({schema.WATERMARK_LOCK})"
 # A holder unseen for longer than a gap starts a new holding (a reused PID).
 _UPSERT_HOLDERS = (
@@ -107,11 +111,13 @@ _UPSERT_HOLDERS = (
     "last_seen = greatest(telemetry_device_holder.last_seen, excluded.last_seen), "
     "pid = excluded.pid, used_mem_mib = excluded.used_mem_mib"
 )
-_UPSERT_NODE = (
-    "INSERT INTO collector_node (name, labels, interval_s) VALUES (%(name)s, %(labels)s::jsonb, coalesce(%(interval)s::float8, 1)) "
+# Every node of a batch's new devices in one statement (a simulated fleet has hundreds).
+_UPSERT_NODES = (
+    "INSERT INTO collector_node (name, labels, interval_s) "
+    "SELECT n, %(labels)s::jsonb, coalesce(%(interval)s::float8, 1) FROM unnest(%(names)s::text[]) AS n "
     "ON CONFLICT (name) DO UPDATE SET labels = collector_node.labels || excluded.labels, "
     "interval_s = coalesce(%(interval)s::float8, collector_node.interval_s), registered_at = now() "
-    "RETURNING id"
+    "RETURNING name, id"
 )
 _UPSERT_DEVICES = (
     "INSERT INTO collector_device (uuid, node_id, index, model, source, simulated, power_estimated, mem_total_mib) "
@@ -145,6 +151,7 @@ class Writer:
         self._last = None  # (the last batch's devices, their {uuid: id})
         self._have_latest = set()  # device ids whose telemetry_latest row a write of ours committed
         self._staging_ready = False
+        self._mark_type = None  # oid of the telemetry_mark row type
 
     def forget(self):
         self._nodes.clear()
@@ -152,6 +159,7 @@ class Writer:
         self._last = None
         self._have_latest.clear()
         self._staging_ready = False
+        self._mark_type = None
 
     def write(self, batch, now=None):
         """Store `batch` in one transaction and return a WriteResult."""
@@ -207,6 +215,7 @@ class Writer:
             if rows:
                 # Held to commit: the roll-up cannot move the watermark under this write.
                 cur.execute(_HOLD_WATERMARK)
+                mark_oid = self._mark_oid(cur)
                 if dedupe:
                     result.inserted = self._insert_new(cur, list(accepted.copy_rows()))
                 else:
@@ -215,7 +224,7 @@ class Writer:
                         # the server is still working through the rows buffered ahead
                         # of it (it, not this loop, is the slower side), so that
                         # client work costs no wall time.
-                        _copy(cur, _COPY_SAMPLES, accepted.copy_rows(), then=accepted.mark)
+                        _copy(cur, _COPY_SAMPLES, accepted.copy_rows(), then=functools.partial(accepted.mark, mark_oid))
                     except errors.UniqueViolation:
                         raise _Duplicate() from None
                     except errors.CheckViolation as exc:
@@ -224,14 +233,21 @@ class Writer:
                         raise _NoPartition({row[1].astimezone(timezone.utc).date() for row in rows}) from exc
                     result.inserted = len(rows)
                 result.duplicates = len(rows) - result.inserted
-                marks, device_ids = accepted.mark()
+                marks, device_ids = accepted.mark(mark_oid)
                 cur.adapters.register_dumper(_BinaryArray, _BinaryArrayDumper)
-                cur.execute(_MARK if self._have_latest.issuperset(device_ids) else _MARK_NEW, marks)
+                cur.execute(_MARK[not self._have_latest.issuperset(device_ids)][len(marks) == 1], marks)
             if batch.holders:
                 self._store_holders(cur, batch.holders, ids, limit)
         if rows and top_level:
             self._have_latest.update(device_ids)
         return result
+
+    def _mark_oid(self, cur):
+        """The oid of the `telemetry_mark` row type (a binary array of rows names it), once per connection."""
+        if self._mark_type is None:
+            cur.execute("SELECT 'telemetry_mark'::regtype::oid")
+            self._mark_type = cur.fetchone()[0]
+        return self._mark_type
 
     def _register(self, cur, batch):
         if self._last is not None and self._last[0] == batch.devices:
@@ -240,7 +256,7 @@ class Writer:
             return self._last[1]
         new = [d for d in dict.fromkeys(batch.devices) if d not in self._devices]
         if new:
-            node_ids = [self._node_id(cur, d.node, batch) for d in new]
+            node_ids = self._node_ids(cur, [d.node for d in new], batch)
             cur.execute(
                 _UPSERT_DEVICES,
                 [
@@ -261,13 +277,16 @@ class Writer:
         self._last = (list(batch.devices), ids)
         return ids
 
-    def _node_id(self, cur, name, batch):
+    def _node_ids(self, cur, names, batch):
+        """The ids of nodes `names` (registering those not seen with these labels and interval), in order."""
         labels = json.dumps(batch.labels, sort_keys=True)
-        key = (name, labels, batch.interval_s)
-        if key not in self._nodes:
-            cur.execute(_UPSERT_NODE, {"name": name, "labels": labels, "interval": batch.interval_s})
-            self._nodes[key] = cur.fetchone()[0]
-        return self._nodes[key]
+        keys = [(name, labels, batch.interval_s) for name in names]
+        missing = sorted({key[0] for key in keys if key not in self._nodes})
+        if missing:
+            cur.execute(_UPSERT_NODES, {"names": missing, "labels": labels, "interval": batch.interval_s})
+            for name, node_id in cur.fetchall():
+                self._nodes[(name, labels, batch.interval_s)] = node_id
+        return [self._nodes[key] for key in keys]
 
     def _insert_new(self, cur, rows):
         if not self._staging_ready:
@@ -345,8 +364,6 @@ _TS = itemgetter(1)
 _VALUES = itemgetter(slice(1, None))
 
 
-_MARK_TYPES = schema.SAMPLE_COPY_TYPES + ("timestamptz",)
-
 
 class _Accepted:
     """The rows of a batch that will be written, and the marks they call for."""
@@ -362,11 +379,12 @@ class _Accepted:
         """The COPY rows, lazily: each row with its device id in place of the UUID."""
         return map(tuple.__add__, zip(map(self.ids.__getitem__, self.uuids)), map(_VALUES, self.rows))
 
-    def mark(self):
-        """(The parameters of `_MARK`, the device ids), computed once: column arrays of
-        the newest row of each device (ids for UUIDs, sorted by id), then of its oldest ts."""
+    def mark(self, record_oid=None):
+        """(The parameters of `_MARK`, the device ids), computed once: the newest row of each
+        device (ids for UUIDs, sorted by id) with its oldest ts, as one array of rows of type
+        `record_oid` (telemetry_mark) when it can be, else as one array per column."""
         if self._marks is None:
-            self._marks = _marks(self.rows, self.uuids, self.stamps, self.in_order, self.ids)
+            self._marks = _marks(self.rows, self.uuids, self.stamps, self.in_order, self.ids, record_oid)
         return self._marks
 
 
@@ -387,7 +405,7 @@ def _accept(rows, ids, limit):
     return _Accepted(rows, uuids, stamps, in_order, ids, rejected)
 
 
-def _marks(rows, uuids, stamps, in_order, ids):
+def _marks(rows, uuids, stamps, in_order, ids, record_oid=None):
     if in_order:
         # In time order (every batch the agent makes): a device's last row is
         # its newest, its first row's ts its oldest. A batch of whole ticks
@@ -419,6 +437,9 @@ def _marks(rows, uuids, stamps, in_order, ids):
     else:
         marks.extend([] for _ in schema.SAMPLE_COLUMNS[1:])
     marks.append([oldest[u] for _, u in by_id])
+    records = _binary_records(marks, _MARK_TYPES, record_oid) if record_oid and by_id else None
+    if records is not None:
+        return [records], device_ids
     return list(map(_binary_array, marks, _MARK_TYPES)), device_ids
 
 
@@ -441,10 +462,57 @@ _HEADER = struct.Struct(">5i")  # dimensions, has-nulls flag, element oid, lengt
 _SWAP = sys.byteorder == "little"  # the wire is big-endian
 
 
-@functools.lru_cache(maxsize=8)
-def _slot(size):
-    """One element's bytes before its value is filled in: its length, then zeros."""
-    return struct.pack(">i", size) + bytes(size)
+def _pack(values, pg_type):
+    """`values` as big-endian bytes of the element type (no NULLs), or None when one is None or does not fit."""
+    code = _ELEMENTS[pg_type][1]
+    try:
+        if pg_type == "timestamptz":
+            micros = {ts: (ts - _PG_EPOCH) // _US for ts in set(values)}
+            values = list(map(micros.__getitem__, values))
+        packed = array.array(code, values)
+    except (TypeError, OverflowError):  # None among them (NULL), or out of range
+        return None
+    if _SWAP:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _interleave(body, offset, stride, raw, size):
+    """Copy each `size`-byte value of `raw` into `body` at `offset`, `offset + stride`, ...:
+    one slice assignment per byte of the element, not one call per value."""
+    for k in range(size):
+        body[offset + k::stride] = raw[k::size]
+
+
+def _binary_records(columns, pg_types, record_oid):
+    """The rows whose columns are `columns` as a binary array of the row type `record_oid`.
+
+    Every row must have the same layout: a column is all values or all NULL
+    (a source that lacks a field lacks it on every device). Return None when
+    one mixes them, or a value does not fit: the caller sends column arrays.
+    """
+    n = len(columns[0])
+    template = [struct.pack(">i", len(columns))]  # one row: field count, then each field's oid, length, value
+    fields = []  # (offset of the value in the row, packed values, size)
+    offset = 8  # past the row's length word and its field count
+    for values, pg_type in zip(columns, pg_types):
+        oid = _ELEMENTS[pg_type][0]
+        raw = _pack(values, pg_type)
+        if raw is None:
+            if any(v is not None for v in values):
+                return None
+            template.append(struct.pack(">ii", oid, -1))
+            offset += 8
+            continue
+        size = len(raw) // n
+        template.append(struct.pack(">ii", oid, size) + bytes(size))
+        fields.append((offset + 8, raw, size))
+        offset += 8 + size
+    row = struct.pack(">i", offset - 4) + b"".join(template)
+    body = bytearray(row * n)
+    for start, raw, size in fields:
+        _interleave(body, start, offset, raw, size)
+    return _BinaryArray(_HEADER.pack(1, 0, record_oid, n, 1) + body)
 
 
 def _binary_array(values, pg_type):
@@ -460,20 +528,11 @@ def _binary_array(values, pg_type):
     """
     if not values:
         return values
-    oid, code = _ELEMENTS[pg_type]
-    try:
-        if pg_type == "timestamptz":
-            micros = {ts: (ts - _PG_EPOCH) // _US for ts in set(values)}
-            values = list(map(micros.__getitem__, values))
-        packed = array.array(code, values)
-    except (TypeError, OverflowError):  # None among them (NULL), or out of range
+    raw = _pack(values, pg_type)
+    if raw is None:
         return values
-    if _SWAP:
-        packed.byteswap()
-    size, n = packed.itemsize, len(packed)
-    raw = packed.tobytes()
-    body = bytearray(_slot(size) * n)
-    stride = 4 + size
-    for k in range(size):
-        body[4 + k::stride] = raw[k::size]
-    return _BinaryArray(_HEADER.pack(1, 0, oid, n, 1) + body)
+    n = len(values)
+    size = len(raw) // n
+    body = bytearray((struct.pack(">i", size) + bytes(size)) * n)
+    _interleave(body, 4, 4 + size, raw, size)
+    return _BinaryArray(_HEADER.pack(1, 0, _ELEMENTS[pg_type][0], n, 1) + body)

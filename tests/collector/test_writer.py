@@ -187,3 +187,53 @@ def test_the_binary_arrays_of_the_mark_statement_read_back_as_the_values_sent(pg
         assert got == pytest.approx(values, rel=1e-7)
     else:
         assert got == values
+
+
+@pytest.mark.parametrize("sm_active, records", [
+    ([40.0, 41.0], True),  # every column all values: one array of telemetry_mark rows
+    ([None, None], True),  # a column all NULL (no GPM on these GPUs): still rows
+    ([40.0, None], False),  # a column mixing both: one array per column
+])
+def test_the_latest_rows_are_stored_whichever_way_the_marks_travel(pg_conn, sm_active, records):
+    from collector.agent import writer as writer_module
+
+    batch_rows = [r[:-1] + (sm,) for r, sm in zip(rows(GPU0, 0, 1) + rows(GPU1, 5, 1), sm_active)]
+    writer = Writer(pg_conn)
+    sent = []
+    original = writer_module._Accepted.mark
+
+    def spy(self, record_oid=None):
+        marks = original(self, record_oid)
+        sent.append(len(marks[0]))
+        return marks
+
+    writer_module._Accepted.mark = spy
+    try:
+        writer.write(Batch([GPU0, GPU1], batch_rows))
+    finally:
+        writer_module._Accepted.mark = original
+
+    assert sent[-1] == (1 if records else 12)  # the last try (the first ones made the day's partition)
+    latest = {l.device.uuid: l for l in LatestSample.objects.select_related("device")}
+    assert (latest["GPU-0"].ts, latest["GPU-1"].ts) == (T0, T0 + timedelta(seconds=5))
+    assert [latest["GPU-0"].sm_active_pct, latest["GPU-1"].sm_active_pct] == sm_active
+    assert latest["GPU-1"].power_w == 300.0 and latest["GPU-1"].mem_total_mib == 81920
+
+
+def test_a_binary_array_of_mark_rows_reads_back_as_the_rows_sent(pg_conn):
+    import psycopg
+
+    from collector.agent.writer import _MARK_TYPES, _BinaryArray, _BinaryArrayDumper, _binary_records
+
+    sent = [(7, T0, 50.0, None, 299.5, 1e9 + 0.5, 1024, None, 61.0, 1980, None, T0 - timedelta(seconds=9)),
+            (9, T0 + timedelta(microseconds=3), 0.0, None, 80.25, 2.0, 0, None, -4.0, 0, None, T0)]
+    cur = psycopg.Cursor(pg_conn)
+    cur.adapters.register_dumper(_BinaryArray, _BinaryArrayDumper)
+    oid = cur.execute("SELECT 'telemetry_mark'::regtype::oid").fetchone()[0]
+
+    cur.execute("SELECT * FROM unnest(%b::telemetry_mark[])", [_binary_records(list(map(list, zip(*sent))), _MARK_TYPES, oid)])
+
+    assert cur.fetchall() == sent
+    mixed = [list(c) for c in zip(*sent)]
+    mixed[3] = [1.0, None]
+    assert _binary_records(mixed, _MARK_TYPES, oid) is None
