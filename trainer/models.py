@@ -85,6 +85,8 @@ class Job(models.Model):
     stop_reason = models.TextField(blank=True, default="")
     # Written by the worker while it owns the job; an old one means the worker died.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # What the worker is doing now, for people ("building the base policy ..."); empty when not active.
+    phase = models.CharField(max_length=200, blank=True, default="")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
     )
@@ -180,7 +182,7 @@ class Job(models.Model):
 
     def _announce(self, old, reason=""):
         publish("jobs", "status", {
-            "id": self.pk, "name": self.name, "team": self.team, "from": old, "status": self.status,
+            "id": self.pk, "name": self.name, "team": self.team, "from": old, "status": self.status, "phase": self.phase,
             "steps_done": self.steps_done, "steps": self.steps_total, "reason": reason,
         })
 
@@ -240,7 +242,7 @@ class Job(models.Model):
         """running/stopping → an ended state. Return False when the job is no longer this worker's."""
         assert to in ENDED, to
         return self._transition(ACTIVE, to, reason or error, finished_at=timezone.now(), error=error,
-                                stop_requested=False, budget_stop_requested=False) is not None
+                                stop_requested=False, budget_stop_requested=False, phase="") is not None
 
     def beat(self):
         """Write the heartbeat. Return False when the job is no longer active (another party ended it)."""
@@ -266,7 +268,7 @@ class Job(models.Model):
             error = (f"the worker{where} stopped answering: last heartbeat {last}, more than {limit_s:g} s ago; "
                      f"resume to continue from {resume_from}")
             with transaction.atomic():
-                if job._transition(ACTIVE, Status.FAILED, error, where=stale, error=error,
+                if job._transition(ACTIVE, Status.FAILED, error, where=stale, error=error, phase="",
                                    finished_at=now, stop_requested=False, budget_stop_requested=False):
                     # The worker was last known alive at its heartbeat: charge device time up to then.
                     job.stints.filter(ended_at__isnull=True).update(
@@ -306,6 +308,7 @@ class Job(models.Model):
             "team": self.team,
             "env": self.env,
             "status": self.status,
+            "phase": self.phase,
             "device": self.device,
             "budget_usd": None if self.budget_usd is None else str(self.budget_usd),
             "steps_done": self.steps_done,

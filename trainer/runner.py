@@ -1,14 +1,19 @@
 """Run one job: the domain function behind the Celery task and `manage.py train`.
 
 `run(job_id)` claims a queued job, opens a stint on this node's device, builds
-the trainer (fresh, or from the job's newest checkpoint), and then loops in
-labelled phases until the configured steps are done or someone asks it to stop:
+the trainer (fresh, or from the job's newest checkpoint; the first job on an
+environment with this data dir pretrains its base policy first, which takes a
+minute or more), and then loops in labelled phases until the configured steps
+are done or someone asks it to stop:
 
     check flags → train step → evaluate (every eval_every) → checkpoint
     (every checkpoint_every) → record the step, samples and heartbeat → publish
 
 Stop and budget requests are read from the database between steps, so a stop
-takes effect within one step and is always followed by a checkpoint. Every way
+takes effect within one step and is always followed by a checkpoint (during a
+base-policy build, within PHASE_EVERY_S, with no checkpoint to write). What the
+worker is doing is the job's `phase`, shown on the pages and published on
+topic "jobs" (kind "phase"). Every way
 out ends the stint; an exception ends the job as failed with its text. A
 worker killed outright can do neither: `fail_crashed_jobs` finds its job by
 its stale heartbeat (see trainer/tasks.py).
@@ -33,10 +38,20 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_LIMIT_DEFAULT_S = 120
 CHECKPOINT_GLOB = "step-*.pt"
+# At most this often a base-policy build writes its progress and reads the stop flags.
+PHASE_EVERY_S = 2.0
 
 
 class LostJob(Exception):
     """Another party ended the job while this worker held it (the crash detector, usually)."""
+
+
+class _StopRequested(Exception):
+    """A stop arrived while the base policy was being built; carries the Outcome."""
+
+    def __init__(self, outcome):
+        super().__init__(outcome.reason)
+        self.outcome = outcome
 
 
 # -- where things live ----------------------------------------------------------
@@ -257,9 +272,15 @@ def _train(job, device, stint, progress):
     # -- build: from the newest checkpoint, or fresh from the base policy ------------
     resume_from = latest_checkpoint(job)
     if resume_from is not None:
+        _set_phase(job, f"loading the checkpoint {resume_from.name}")
         trainer = Trainer.from_checkpoint(resume_from, models_dir(), device)
         log.info("job %s resumes from %s (step %s)", job.pk, resume_from.name, trainer.step)
     else:
+        try:
+            _build_base(job, config, device)
+        except _StopRequested as stop:
+            return stop.outcome
+        _set_phase(job, "loading the base policy")
         trainer = Trainer(config, models_dir(), device)
     # Rows past the checkpoint belong to steps that will run again (after a crash);
     # a fresh start (no checkpoint) runs the baseline again too.
@@ -274,6 +295,7 @@ def _train(job, device, stint, progress):
 
     if resume_from is None:
         # -- baseline: pass@1 before the first update ----------------------------------
+        _set_phase(job, "baseline evaluation (pass@1 before any update)")
         metrics = _clean(trainer.evaluate())
         _record(job, 0, metrics, [], config)
         publish(f"job.{job.pk}", "step", {"job": job.pk, "step": 0, "steps": config.steps, "metrics": metrics})
@@ -281,6 +303,7 @@ def _train(job, device, stint, progress):
         if progress:
             progress(job, 0, metrics)
 
+    _set_phase(job, "training")
     while trainer.step < config.steps:
         # -- flags: read between steps, so a stop lands within one step --------------
         flags = _flags(job)
@@ -325,6 +348,44 @@ def _train(job, device, stint, progress):
         if progress:
             progress(job, step, metrics)
     return Outcome(Status.COMPLETED, f"all {config.steps} steps done")
+
+
+def _build_base(job, config, device):
+    """Pretrain the environment's base policy when this data dir has none yet, its progress as
+    the job's phase. Raise _StopRequested when a stop or budget stop arrives meanwhile."""
+    from trainer.rl.envs import get_env
+    from trainer.rl.pretrain import base_checkpoint_path, ensure_base_checkpoint
+
+    if base_checkpoint_path(config.env, models_dir()).exists():
+        return
+    target = get_env(config.env).warm_start_target
+    what = f"building the base policy for {config.env} (first job on it here; until pass@1 reaches {target:.0f}%)"
+    _set_phase(job, what)
+    shown = {"at": time.monotonic(), "pass1": None}
+
+    def progress(step, max_steps, info):
+        if "pass1" in info:
+            shown["pass1"] = info["pass1"]
+        if time.monotonic() - shown["at"] < PHASE_EVERY_S:
+            return
+        shown["at"] = time.monotonic()
+        flags = _flags(job)
+        if flags["budget_stop_requested"]:
+            reason = flags["stop_reason"] or "budget reached"
+            raise _StopRequested(Outcome(Status.BUDGET_EXHAUSTED, f"{reason}; stopped while building the base policy"))
+        if flags["stop_requested"] or flags["status"] == Status.STOPPING:
+            raise _StopRequested(Outcome(Status.STOPPED, "stopped while building the base policy (no checkpoint yet)"))
+        probe = "" if shown["pass1"] is None else f", pass@1 {shown['pass1']:.0f}%"
+        _set_phase(job, f"{what}: step {step} of at most {max_steps}{probe}")
+
+    log.info("job %s: no base policy for %s yet; building it", job.pk, config.env)
+    ensure_base_checkpoint(config.env, models_dir(), device, progress=progress)
+
+
+def _set_phase(job, text):
+    """Say what the worker is doing now (the job's phase) and publish it."""
+    _update_active(job, phase=text[:200])
+    publish("jobs", "phase", {"id": job.pk, "phase": text[:200]})
 
 
 def _record(job, step, metrics, samples, config):

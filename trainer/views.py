@@ -152,7 +152,7 @@ resume_job = _methods(POST=_resume)
 @require_role("viewer")
 def _steps(request, job_id):
     """Step rows after ?after= (default: all, from the baseline at step 0), oldest first."""
-    job = Job.objects.filter(pk=job_id).only("id", "status", "steps_done").first()
+    job = Job.objects.filter(pk=job_id).only("id", "status", "phase", "steps_done").first()
     if job is None:
         return _missing(job_id)
     try:
@@ -162,7 +162,7 @@ def _steps(request, job_id):
         return _bad(err.field, err.message)
     rows = list(Step.objects.filter(job_id=job_id, step__gt=after).order_by("step")[:limit])
     return JsonResponse({
-        "job": job.pk, "status": job.status, "steps_done": job.steps_done,
+        "job": job.pk, "status": job.status, "phase": job.phase, "steps_done": job.steps_done,
         "steps": [row.to_dict() for row in rows],
         "next_after": rows[-1].step if rows else after,
     })

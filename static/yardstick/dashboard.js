@@ -153,7 +153,7 @@
             continue;
           }
           body.steps.forEach(function (s) { handlers.step({ topic: "job." + id, kind: "step", data: { step: s.step, metrics: s.metrics } }); });
-          handlers.status({ topic: "jobs", kind: "status", data: { id: Number(id), status: body.status, steps_done: body.steps_done } });
+          handlers.status({ topic: "jobs", kind: "status", data: { id: Number(id), status: body.status, phase: body.phase, steps_done: body.steps_done } });
           if (!body.steps.length || body.next_after === after) break;
           after = body.next_after;
         }
@@ -222,17 +222,32 @@
         const box = document.getElementById("job-status");
         if (box) box.innerHTML = badge(d.status);
         showControls(document, d.status);
+        if (d.phase !== undefined) handlers.phase(ev);
       }
       if (page === "jobs") {
         const row = document.querySelector('tr[data-job="' + d.id + '"]');
         if (!row) return;
         row.querySelector(".job-status").innerHTML = badge(d.status);
+        if (d.phase !== undefined) handlers.phase(ev);
         const prog = row.querySelector("progress");
         if (prog && d.steps) { prog.max = d.steps; prog.value = d.steps_done; }
         const t = row.querySelector(".progress-text");
         if (t && d.steps) t.textContent = d.steps_done + " / " + d.steps;
         showControls(row, d.status);
       }
+    },
+    // What the worker is doing now ("building the base policy ...", "training"); hidden when empty.
+    phase: function (ev) {
+      const d = ev.data;
+      let el = null;
+      if (page === "job" && String(d.id) === root.dataset.job) el = document.getElementById("job-phase");
+      if (page === "jobs") {
+        const row = document.querySelector('tr[data-job="' + d.id + '"]');
+        el = row && row.querySelector(".job-phase");
+      }
+      if (!el) return;
+      el.textContent = d.phase || "";
+      el.hidden = !d.phase;
     },
     samples: function (ev) {
       const d = ev.data;

@@ -197,3 +197,35 @@ def test_a_rewind_truncates_the_job_charts_and_the_re_run_steps_replace_the_old_
     assert page.inner_text("#steps-done") == "1"
     assert page.evaluate(LOADED_AT) == loaded
     shot(page, output_dir, request, "rewound")
+
+
+def test_the_workers_phase_shows_beside_the_status_and_follows_it_live(live_web, page, django_user_model,  # noqa: F811
+                                                                     output_dir, request):
+    from trainer.models import Job
+
+    job = b.job(name="first on its env", status="running")
+    building = "building the base policy for arithmetic (first job on it here; until pass@1 reaches 30%)"
+    Job.objects.filter(pk=job.pk).update(phase=building)
+    user_in_role(django_user_model, "pia", "viewer", subprocess=True)
+    log_in(page, live_web.url, "pia", "/jobs/")
+    listing = page
+    one = page.context.new_page()
+    stamps = {listing: open_live(listing, live_web.url, "/jobs/"), one: open_live(one, live_web.url, f"/jobs/{job.pk}")}
+    cell = f'tr[data-job="{job.pk}"] .job-phase'
+    assert listing.inner_text(cell) == building and one.inner_text("#job-phase") == building
+
+    # What the runner does: write the phase, then publish it.
+    later = building + ": step 120 of at most 1500, pass@1 12%"
+    Job.objects.filter(pk=job.pk).update(phase=later)
+    assert in_thread(send_now, "jobs", "phase", {"id": job.pk, "phase": later})
+    text_is(listing, cell, later)
+    text_is(one, "#job-phase", later)
+    shot(one, output_dir, request, "job-building-base")
+    wait_subscribed(one, times=2)  # the screenshot paused live; it is back
+
+    Job.objects.filter(pk=job.pk).update(status="completed", phase="")
+    assert in_thread(send_now, "jobs", "status", {"id": job.pk, "status": "completed", "phase": "", "steps_done": 100,
+                                                  "steps": 100})
+    for p, selector in ((listing, cell), (one, "#job-phase")):
+        p.wait_for_function("(s) => document.querySelector(s).hidden", arg=selector)
+        assert p.evaluate(LOADED_AT) == stamps[p]
