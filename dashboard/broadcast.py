@@ -9,7 +9,7 @@ subscribers. Sending locally rather than through the channel layer means two
 web processes never deliver the same sample twice.
 
 Events: topic "fleet", kind "samples": {"ts", "power_kw", "devices": [...], "cards": {"busy", "idle",
-"stale", "devices", "burn_usd_per_h"}}, sent when a sample is new or the cards changed (a device goes
+"stale", "devices", "burn_usd_per_h"}, "stale": [[node, index], ...]}, sent when a sample is new or the cards changed (a device goes
 stale without any new row); topic "node.<id>", kind "samples": {"samples": [...]} (the node's devices
 only). The cards follow the fleet page's rules (dashboard.readings.device_state and
 device_burn_usd_per_h), with prices read at most once a minute.
@@ -67,10 +67,12 @@ def cards(rows, now, book=None):
     return out
 
 
-def events(rows, seen, now=None, book=None, shown=None):
+def events(rows, seen, now=None, book=None, shown=None, shown_stale=None):
     """(fleet event data or None, {node_id: node event data}) for rows newer than `seen` (updated in place).
 
-    The fleet event also goes out with no new row when its cards differ from `shown` (the cards last sent).
+    The fleet event also goes out with no new row when its cards differ from `shown` (the cards last
+    sent) or, given `shown_stale` (the "stale" list last sent), when other devices are stale now. Its
+    "stale" lists every stale device as [node, index], for the heatmap to blank their cells.
     """
     now = now or timezone.now()
     changed = []
@@ -79,14 +81,16 @@ def events(rows, seen, now=None, book=None, shown=None):
             seen[row["device_id"]] = row["ts"]
             changed.append(row)
     now_cards = cards(rows, now, book)
-    if not changed and now_cards == shown:
+    states = [device_state(r["ts"], r["util_pct"], r["interval_s"], now) for r in rows]
+    stale = sorted([r["node"], r["index"]] for r, state in zip(rows, states) if state == "stale")
+    if not changed and now_cards == shown and (shown_stale is None or stale == shown_stale):
         return None, {}
-    fresh = [r for r in rows if device_state(r["ts"], r["util_pct"], r["interval_s"], now) != "stale"]
+    fresh = [r for r, state in zip(rows, states) if state != "stale"]
     fresh_w = sum(r["power_w"] or 0 for r in fresh)
     sample = lambda r: {"uuid": r["uuid"], "node": r["node"], "index": r["index"], "ts": r["ts"].isoformat(),  # noqa: E731
                         **{f: r[f] for f in FIELDS}}
     fleet = {"ts": now.isoformat(), "power_kw": fresh_w / 1000, "devices": [sample(r) for r in changed],
-             "cards": now_cards}
+             "cards": now_cards, "stale": stale}
     nodes = {}
     for r in changed:
         nodes.setdefault(r["node_id"], []).append(sample(r))
@@ -101,6 +105,7 @@ class Broadcaster:
         self.subscribers = {}
         self.seen = {}
         self.shown = None  # the cards last sent
+        self.shown_stale = None  # the stale devices last sent
         self.book = None
         self.book_read_at = 0.0
         self.task = None
@@ -108,7 +113,7 @@ class Broadcaster:
     def subscribe(self, consumer, topics):
         self.subscribers[consumer] = set(topics)
         if "fleet" in topics:
-            self.shown = None  # the cards may have moved since its page was rendered: send them again
+            self.shown = self.shown_stale = None  # they may have moved since its page was rendered: send again
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._loop())
 
@@ -138,10 +143,10 @@ class Broadcaster:
     async def _tick(self, send=True):
         # database_sync_to_async closes the connection after the read (CONN_MAX_AGE = 0).
         rows = await database_sync_to_async(self._read, thread_sensitive=False)()
-        fleet, nodes = events(rows, self.seen, book=self.book, shown=self.shown)
+        fleet, nodes = events(rows, self.seen, book=self.book, shown=self.shown, shown_stale=self.shown_stale or [])
         if not send or fleet is None:
             return
-        self.shown = fleet["cards"]
+        self.shown, self.shown_stale = fleet["cards"], fleet["stale"]
         for consumer, topics in list(self.subscribers.items()):
             try:
                 if "fleet" in topics:

@@ -308,7 +308,7 @@
   function fleetSamples(d) {
     if (d.cards) fleetCards(d.cards);
     const heat = figs.heatmap;
-    if (heat && d.devices.length) {
+    if (heat && (d.devices.length || (d.stale && d.stale.length))) {
       const trace = heat.el.data[0];
       const z = trace.z.map(function (row) { return row.slice(); });
       const rowOf = {};
@@ -316,6 +316,11 @@
       d.devices.forEach(function (s) {
         const r = rowOf[s.node];
         if (r !== undefined && s.index < z[r].length) z[r][s.index] = s.util_pct;
+      });
+      // A stale device's cell is blank, as on a fresh render (its last value is not "now").
+      (d.stale || []).forEach(function (cell) {
+        const r = rowOf[cell[0]];
+        if (r !== undefined && cell[1] < z[r].length) z[r][cell[1]] = null;
       });
       Plotly.restyle(heat.el, { z: [z] }, [0]);
     }

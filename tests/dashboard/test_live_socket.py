@@ -97,6 +97,7 @@ def test_the_fleet_event_carries_the_cards_and_goes_out_when_a_device_goes_stale
     fleet, nodes = broadcast.events(broadcast.read_latest(), seen, later, book=book, shown=fleet["cards"])
     assert fleet["devices"] == [] and nodes == {}, "no new sample"
     assert fleet["cards"] == {"busy": 1, "idle": 0, "stale": 2, "devices": 3, "burn_usd_per_h": "2.09"}
+    assert fleet["stale"] == [["gpu-a", 1], ["gpu-b", 0]], "for the heatmap to blank their cells"
     assert fleet["power_kw"] == 0.6
     assert broadcast.events(broadcast.read_latest(), seen, later, book=book, shown=fleet["cards"]) == (None, {})
 

@@ -99,10 +99,14 @@ def test_the_fleet_cards_follow_devices_going_idle_and_stale(  # noqa: F811
     b.latest(quick, util_pct=5, power_w=100, ts=datetime.now(UTC) + timedelta(seconds=6))
     page.wait_for_function(f"{cards} === '1 1 0 $4.11'")  # 2.09 + 2.015 = 4.105, half up
     assert page.evaluate(warn) is False
+    cell = ("(() => { const t = window.Yardstick.figs.heatmap.el.data[0];"
+            " return t.z[t.y.indexOf('gpu-b')][0]; })()")
+    page.wait_for_function(f"{cell} === 5")
 
-    # Then it goes quiet: no new row at all, and still the cards move.
+    # Then it goes quiet: no new row at all, and still the cards move, and its heatmap cell blanks.
     page.wait_for_function(f"{cards} === '1 0 1 $2.09'", timeout=30_000)
     assert page.evaluate(warn) is True
+    page.wait_for_function(f"{cell} === null")
 
     b.latest(steady, util_pct=2, power_w=100)
     page.wait_for_function(f"{cards} === '0 1 1 $2.02'")  # 2.015 half up
