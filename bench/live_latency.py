@@ -20,6 +20,7 @@ clock). Prints median, p90 and max against the goal (<= 1 s). Never fails on spe
 """
 
 import argparse
+import random
 import os
 import statistics
 import subprocess
@@ -242,6 +243,7 @@ def measure(base, job, node, device, rounds):
         page.wait_for_selector('#live-state[data-state="live"]')
         page.evaluate(RECORDER)
         time.sleep(1.0)  # the poller's first read (what the page already shows)
+        pace = random.Random(7)
         for i in range(rounds):
             t0 = time.time() * 1000
             ts = writer.submit(write_sample, device, 20 + i).result()
@@ -249,7 +251,9 @@ def measure(base, job, node, device, rounds):
             page.wait_for_function(f"window.__drawn[{key!r}]")
             got = page.evaluate(f"[window.__arrive[{key!r}], window.__drawn[{key!r}]]")
             samples.append((got[0] - t0, got[1] - t0))
-            time.sleep(0.37)  # not in step with the poller
+            # A random pause: a fixed one locks the writes to one phase of the 0.5 s poller
+            # (always just after a poll, or just before), and the figures show that phase, not the spread.
+            time.sleep(pace.uniform(0.2, 1.2))
         browser.close()
     writer.shutdown()
     return steps, samples
