@@ -364,7 +364,6 @@ _TS = itemgetter(1)
 _VALUES = itemgetter(slice(1, None))
 
 
-
 class _Accepted:
     """The rows of a batch that will be written, and the marks they call for."""
 
