@@ -50,15 +50,15 @@ def read_latest():
     return [dict(zip(names, row)) for row in rows]
 
 
-def cards(rows, now, book=None):
-    """The fleet page's live cards from every device's row: busy, idle and stale counts, devices, and
-    with a price book (costs.prices.PriceBook) the burn rate in USD per hour, a string to the cent."""
+def cards(rows, states, now, book=None):
+    """The fleet page's live cards from every device's row and its state (readings.device_state): busy,
+    idle and stale counts, devices, and with a price book (costs.prices.PriceBook) the burn rate in USD
+    per hour, a string to the cent."""
     from costs.prices import model_key
 
     out = {"busy": 0, "idle": 0, "stale": 0, "devices": len(rows)}
     burn = Decimal(0)
-    for r in rows:
-        state = device_state(r["ts"], r["util_pct"], r["interval_s"], now)
+    for r, state in zip(rows, states):
         out[state] += 1
         if state != "stale" and book is not None:
             burn += device_burn_usd_per_h(book.price(model_key(r["model"], r["source"]), now.date()), r["power_w"])
@@ -80,8 +80,8 @@ def events(rows, seen, now=None, book=None, shown=None, shown_stale=None):
         if row["ts"] is not None and seen.get(row["device_id"]) != row["ts"]:
             seen[row["device_id"]] = row["ts"]
             changed.append(row)
-    now_cards = cards(rows, now, book)
     states = [device_state(r["ts"], r["util_pct"], r["interval_s"], now) for r in rows]
+    now_cards = cards(rows, states, now, book)
     stale = sorted([r["node"], r["index"]] for r, state in zip(rows, states) if state == "stale")
     if not changed and now_cards == shown and (shown_stale is None or stale == shown_stale):
         return None, {}

@@ -14,18 +14,16 @@ a point. C: $2.00, 2.5 points per dollar, $0.40 a point. A queued job Q: $0.00,
 no eval yet. A stopped job B with no cost and no change is left out.
 """
 
-import asyncio
 import json
 from datetime import date, timedelta
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from cost_builders import set_prices, utc
 
 from costs import live
 from costs.attribution import attribute
 from costs.intelligence import job_intelligence
 from tests.dashboard.builders import minutes_of_today
+from tests.live_events import run_collecting
 
 NOW = utc(2025, 5, 1, 12, 10)
 
@@ -86,34 +84,6 @@ def test_a_job_whose_time_was_cut_back_is_sent_though_it_is_no_longer_running(fl
                                "state": "ok"}
 
 
-def run_collecting(topic, fn):
-    """Run `fn` in a thread (its own database connection); return (its result, the events published on `topic`)."""
-    from django.db import connection
-
-    from yardstick.live import group_name
-
-    layer = get_channel_layer()
-
-    def in_thread():
-        try:
-            return fn()
-        finally:
-            connection.close()
-
-    async def scenario():
-        channel = await layer.new_channel()
-        await layer.group_add(group_name(topic), channel)
-        result = await asyncio.get_running_loop().run_in_executor(None, in_thread)
-        events = []
-        try:
-            while True:
-                events.append(await asyncio.wait_for(layer.receive(channel), timeout=2))
-        except asyncio.TimeoutError:
-            return result, events
-
-    return async_to_sync(scenario)()
-
-
 def test_the_attribute_task_publishes_the_figures_and_leaves_the_fleet_totals_for_the_page(clean_telemetry, fleet):
     from decimal import Decimal
 
@@ -128,7 +98,7 @@ def test_the_attribute_task_publishes_the_figures_and_leaves_the_fleet_totals_fo
     fleet.stint(job, g1, start)
     fleet.evals(job, (0, start + timedelta(seconds=1), 30.0), (10, floor - timedelta(seconds=1), 36.0))
 
-    summary, events = run_collecting("costs", attribute_task)
+    summary, events = run_collecting(attribute_task, ["costs"])
 
     assert summary["jobs"] == [job.pk]
     [event] = events

@@ -1,41 +1,13 @@
 """What the runner tells the pages besides steps: compact progress for the Jobs list, and a rewind on resume."""
 
-import asyncio
-
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-
+from tests import live_events
 from trainer import runner
 from trainer.models import Step
 
 
 def run_collecting(job, progress=None):
-    """runner.run(job) in a thread (its own connection); return (the Job, events on job.<id> and jobs, in order)."""
-    from django.db import connection
-
-    from yardstick.live import group_name
-
-    layer = get_channel_layer()
-
-    def in_thread():
-        try:
-            return runner.run(job.pk, progress=progress)
-        finally:
-            connection.close()
-
-    async def scenario():
-        channel = await layer.new_channel()
-        await layer.group_add(group_name(f"job.{job.pk}"), channel)
-        await layer.group_add(group_name("jobs"), channel)
-        result = await asyncio.get_running_loop().run_in_executor(None, in_thread)
-        events = []
-        try:
-            while True:
-                events.append(await asyncio.wait_for(layer.receive(channel), timeout=2))
-        except asyncio.TimeoutError:
-            return result, events
-
-    return async_to_sync(scenario)()
+    """runner.run(job) in a thread; return (the Job, events on job.<id> and jobs, in order)."""
+    return live_events.run_collecting(lambda: runner.run(job.pk, progress=progress), [f"job.{job.pk}", "jobs"])
 
 
 def test_each_step_is_also_published_to_the_jobs_list_as_progress(transactional_db, make_job):
