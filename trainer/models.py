@@ -37,7 +37,9 @@ DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d{1,2})$")
 DEVICE_ACCEPTED = "auto, cpu, cuda or cuda:N"
 NAME_MAX = 200
 TEAM_MAX = 100
-BUDGET_MAX_USD = Decimal("9999999999.99")  # what DecimalField(12, 2) holds
+# Budgets are kept to the micro-dollar: a small CPU job's whole budget can be a fraction of a cent.
+BUDGET_PLACES = 6
+BUDGET_MAX_USD = Decimal("9999999999.999999")  # what DecimalField(16, 6) holds
 
 
 class JobInputError(ValueError):
@@ -74,7 +76,7 @@ class Job(models.Model):
     env = models.CharField(max_length=50)
     # The full TrainConfig (defaults filled in at creation), so later default changes never alter a job.
     config = models.JSONField()
-    budget_usd = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    budget_usd = models.DecimalField(max_digits=16, decimal_places=BUDGET_PLACES, null=True, blank=True)
     # As requested: auto, cpu, cuda or cuda:N. Where it actually ran is on each Stint.
     device = models.CharField(max_length=20, default="auto")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
@@ -460,7 +462,8 @@ def _budget(value):
     """Return the budget as a Decimal (cents), None when not given, or raise JobInputError."""
     if value is None or value == "":
         return None
-    accepted = "budget_usd must be a number >= 0 (dollars) or null for no budget"
+    accepted = (f"budget_usd must be a number of dollars >= 0 with at most {BUDGET_PLACES} decimal places, "
+                "or null for no budget")
     if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
         raise JobInputError("budget_usd", f"{accepted}, got {value!r}")
     try:
@@ -469,4 +472,7 @@ def _budget(value):
         raise JobInputError("budget_usd", f"{accepted}, got {value!r}") from None
     if not amount.is_finite() or amount < 0 or amount > BUDGET_MAX_USD:
         raise JobInputError("budget_usd", f"{accepted}, got {value!r}")
-    return amount.quantize(Decimal("0.01"))
+    if amount.as_tuple().exponent < -BUDGET_PLACES and amount != amount.quantize(Decimal(1).scaleb(-BUDGET_PLACES)):
+        # Never round a budget silently: $0.0000004 is not a budget of $0.
+        raise JobInputError("budget_usd", f"{accepted}, got {value!r}")
+    return amount
