@@ -175,8 +175,8 @@ def resume_job(request, job_id):
     if job.resume(by=request.user.username):
         messages.success(request, f"Job {job.pk} resumed: queued.")
     else:
-        messages.error(request, f"Job {job.pk} is {job.status}; only a stopped, failed or budget_exhausted "
-                                "job can be resumed.")
+        why = job.resume_refusal()
+        messages.error(request, f"{why[:1].upper()}{why[1:]}.")
     return _back(request, job)
 
 

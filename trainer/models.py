@@ -89,6 +89,8 @@ class Job(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     # What the worker is doing now, for people ("building the base policy ..."); empty when not active.
     phase = models.CharField(max_length=200, blank=True, default="")
+    # Why a resume cannot help, for people (a device no worker has: it would fail again); empty when it can.
+    not_resumable_reason = models.TextField(blank=True, default="")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
     )
@@ -111,13 +113,17 @@ class Job(models.Model):
     # -- creation -------------------------------------------------------------
 
     @classmethod
-    def start(cls, *, name, team, env, config=None, budget_usd=None, device="auto", created_by=None, enqueue=True):
+    def start(cls, *, name, team, env, config=None, budget_usd=None, device="auto", created_by=None, enqueue=True,
+              runs_here=False):
         """Validate the input, create a queued job and (after commit) enqueue its task.
 
         Raise JobInputError naming the first bad field; nothing is created then.
-        With enqueue=False the caller runs it (`manage.py train` does, in the foreground).
+        With enqueue=False the caller runs it (`manage.py train` does, in the foreground);
+        `runs_here` checks the device against what torch sees in this process instead of
+        what the jobs workers report.
         """
         from trainer.rl.config import ConfigError, TrainConfig
+        from trainer.workers import device_refusal
 
         name = _text("name", name, NAME_MAX)
         team = _text("team", team, TEAM_MAX)
@@ -138,6 +144,9 @@ class Job(models.Model):
         budget = _budget(budget_usd)
         if not isinstance(device, str) or not DEVICE_RE.match(device):
             raise JobInputError("device", f"device must be {DEVICE_ACCEPTED}, got {device!r}")
+        refusal = device_refusal(device, runs_here=runs_here)
+        if refusal:
+            raise JobInputError("device", refusal)
 
         with transaction.atomic():
             job = cls.objects.create(
@@ -186,6 +195,7 @@ class Job(models.Model):
         publish("jobs", "status", {
             "id": self.pk, "name": self.name, "team": self.team, "from": old, "status": self.status, "phase": self.phase,
             "steps_done": self.steps_done, "steps": self.steps_total, "reason": reason,
+            "can_stop": self.can_stop, "can_resume": self.can_resume,
         })
 
     def claim(self):
@@ -228,23 +238,29 @@ class Job(models.Model):
         """stopped, failed or budget_exhausted → queued, then (after commit) enqueue it again.
 
         The worker continues from the newest checkpoint. Return False when the
-        job is in another state.
+        job is in another state or a resume cannot help (see `resume_refusal`).
         """
         who = f" by {by}" if by else ""
         with transaction.atomic():
             # The error text stays in the history (the reason of the → failed change).
-            old = self._transition(RESUMABLE, Status.QUEUED, f"resumed{who}", stop_requested=False,
-                                   budget_stop_requested=False, stop_reason="", finished_at=None, error="")
+            old = self._transition(RESUMABLE, Status.QUEUED, f"resumed{who}", where=Q(not_resumable_reason=""),
+                                   stop_requested=False, budget_stop_requested=False, stop_reason="",
+                                   finished_at=None, error="")
             if old is None:
                 return False
             self._enqueue()
         return True
 
-    def finish(self, to, reason="", error=""):
-        """running/stopping → an ended state. Return False when the job is no longer this worker's."""
+    def finish(self, to, reason="", error="", not_resumable_reason=""):
+        """running/stopping → an ended state. Return False when the job is no longer this worker's.
+
+        `not_resumable_reason`: why resuming cannot help; written in the same UPDATE, so the
+        announced status change already says the job cannot be resumed.
+        """
         assert to in ENDED, to
         return self._transition(ACTIVE, to, reason or error, finished_at=timezone.now(), error=error,
-                                stop_requested=False, budget_stop_requested=False, phase="") is not None
+                                stop_requested=False, budget_stop_requested=False, phase="",
+                                not_resumable_reason=not_resumable_reason) is not None
 
     def beat(self):
         """Write the heartbeat. Return False when the job is no longer active (another party ended it)."""
@@ -295,13 +311,23 @@ class Job(models.Model):
     def checkpoint_dir(self):
         return settings.DATA_DIR / "checkpoints" / f"job-{self.pk}"
 
+    # The one rule for which controls a job offers: the pages, the API and the live events ask these.
+
     @property
     def can_stop(self):
         return self.status in (Status.QUEUED, Status.RUNNING)
 
     @property
     def can_resume(self):
-        return self.status in RESUMABLE
+        return self.status in RESUMABLE and not self.not_resumable_reason
+
+    def resume_refusal(self):
+        """Why this job cannot be resumed, for people; empty when it can."""
+        if self.status not in RESUMABLE:
+            return f"job {self.pk} is {self.status}; only a stopped, failed or budget_exhausted job can be resumed"
+        if self.not_resumable_reason:
+            return f"job {self.pk} cannot be resumed: {self.not_resumable_reason}"
+        return ""
 
     def to_dict(self, detail=False):
         d = {
@@ -321,6 +347,9 @@ class Job(models.Model):
             "latest_pass1": self.latest_pass1,
             "error": self.error,
             "stop_requested": self.stop_requested,
+            "can_stop": self.can_stop,
+            "can_resume": self.can_resume,
+            "not_resumable_reason": self.not_resumable_reason,
             "created_by": self.created_by.username if self.created_by_id else None,
             "created_at": _iso(self.created_at),
             "started_at": _iso(self.started_at),
@@ -434,6 +463,41 @@ class Sample(models.Model):
     def to_dict(self):
         return {"step": self.step, "index": self.index, "prompt": self.prompt, "completion": self.completion,
                 "reward": self.reward, "advantage": self.advantage, "tool_calls": self.tool_calls}
+
+
+class Worker(models.Model):
+    """A Celery worker as it last reported itself: the queues it consumes and the devices torch sees there.
+
+    Written when the worker is ready and every REPORT_EVERY_S after (trainer/workers.py), deleted when
+    it shuts down; `Job.start` refuses a device no live jobs worker has, naming what they do have.
+    """
+
+    REPORT_EVERY_S = 60
+    # Older than this, the worker is taken for gone (killed outright: it could not say so).
+    STALE_S = 3 * REPORT_EVERY_S
+
+    name = models.CharField(max_length=255, unique=True, help_text='Celery node name, e.g. "jobs@host-a"')
+    host = models.CharField(max_length=255, help_text="socket.gethostname() of the worker")
+    queues = models.JSONField(default=list)
+    devices = models.JSONField(default=list, help_text='what torch sees there, e.g. ["cpu", "cuda:0"]')
+    seen_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return f"worker {self.name} ({', '.join(self.devices)})"
+
+    @classmethod
+    def report(cls, name, host, queues, devices):
+        return cls.objects.update_or_create(name=name, defaults={
+            "host": host, "queues": list(queues), "devices": list(devices), "seen_at": timezone.now()})[0]
+
+    @classmethod
+    def live(cls, queue, now=None):
+        """Workers on `queue` that reported within STALE_S."""
+        cutoff = (now or timezone.now()) - timedelta(seconds=cls.STALE_S)
+        return cls.objects.filter(queues__contains=[queue], seen_at__gte=cutoff)
 
 
 # -- input helpers ------------------------------------------------------------

@@ -32,6 +32,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
 from trainer.models import ACTIVE, DEVICE_ACCEPTED, DEVICE_RE, Job, Sample, Status, Step, Stint
+from trainer.workers import DeviceUnavailable
 from yardstick.live import publish
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ def latest_checkpoint(job):
 def resolve_device(requested):
     """Return the torch device string for a job's `device` ("auto" → cuda when present, else cpu).
 
-    Raise RuntimeError naming what this node has when the request cannot be met.
+    Raise DeviceUnavailable naming what this node has when the request cannot be met.
     """
     import torch
 
@@ -101,7 +102,7 @@ def resolve_device(requested):
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     index = int(requested.partition(":")[2] or 0)
     if index >= count:
-        raise RuntimeError(
+        raise DeviceUnavailable(
             f"device {requested} was requested but {socket.gethostname()} has {count} CUDA device(s); "
             "use auto, cpu" + (f" or cuda:0..cuda:{count - 1}" if count else "")
         )
@@ -245,7 +246,10 @@ def run(job_id, progress=None):
         with transaction.atomic():
             if stint is not None:
                 stint.end(Status.FAILED, _steps_done(job))
-            job.finish(Status.FAILED, error=_error_text(err))
+            # A missing device is missing again on a resume: say so, and offer no Resume.
+            job.finish(Status.FAILED, error=_error_text(err), not_resumable_reason=(
+                f"its device {job.device} is not on the worker that ran it; start a new job with a device "
+                "the workers have (auto runs anywhere)" if isinstance(err, DeviceUnavailable) else ""))
         if not isinstance(err, Exception):
             raise
     else:

@@ -3,9 +3,9 @@
 import logging
 
 from celery import shared_task
-from celery.signals import worker_shutting_down
+from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
-from trainer import runner
+from trainer import runner, workers
 from trainer.models import Job
 
 log = logging.getLogger(__name__)
@@ -20,6 +20,7 @@ DETECT_CRASHED_EVERY_S = 30.0
 @shared_task(name="trainer.tasks.run_job", acks_late=True, ignore_result=True)
 def run_job(job_id):
     """Run job `job_id` to its end (or until it is stopped)."""
+    workers.refresh(run_job.request.hostname)
     runner.run(job_id)
 
 
@@ -44,3 +45,26 @@ def stop_this_workers_jobs(sig=None, how=None, exitcode=None, **kwargs):
     stopped = runner.request_stop_of_local_jobs(reason=f"worker shutting down ({how or sig})")
     for job_id in stopped:
         log.warning("job %s will stop at its next step: the worker is shutting down", job_id)
+
+
+# This worker's row in trainer_worker (what devices it has), kept while it runs; see trainer/workers.py.
+_reporter = {}
+
+
+@worker_ready.connect
+def report_this_worker(sender=None, **kwargs):
+    """Say which queues this worker consumes and which devices torch sees here."""
+    name = sender.hostname
+    queues = list(sender.app.amqp.queues.consume_from)
+    _reporter[name] = workers.start_reporting(name, queues)
+    log.info("worker %s reported: queues %s, devices %s", name, ", ".join(queues), ", ".join(workers.local_devices()))
+
+
+@worker_shutdown.connect
+def forget_this_worker(sender=None, **kwargs):
+    """A worker that shuts down stops counting at once (a killed one, after Worker.STALE_S)."""
+    name = getattr(sender, "hostname", None)
+    reporter = _reporter.pop(name, None)
+    if reporter is not None:
+        reporter.stop()
+        workers.forget(name)

@@ -138,11 +138,7 @@ def _resume(request, job_id):
     if job is None:
         return _missing(job_id)
     if not job.resume(by=request.user.username):
-        return JsonResponse(
-            {"error": f"job {job_id} is {job.status}; only a stopped, failed or budget_exhausted job can be resumed",
-             "status": job.status},
-            status=409,
-        )
+        return JsonResponse({"error": job.resume_refusal(), "status": job.status}, status=409)
     return JsonResponse(job.to_dict())
 
 

@@ -1,5 +1,7 @@
 """The jobs page: the table, and the Start / Stop / Resume controls for operators only."""
 
+from html.parser import HTMLParser
+
 import pytest
 
 from trainer.models import Job, StatusChange
@@ -40,12 +42,68 @@ def test_a_viewer_sees_no_start_stop_or_resume(viewer_client):
     assert "Start a job" not in html and "■ Stop" not in html and "▶ Resume" not in html
 
 
-def test_an_operator_sees_stop_for_running_and_resume_for_stopped(operator_client):
-    running, stopped = b.job(status="running"), b.job(status="stopped")
+class _Forms(HTMLParser):
+    """Every <form> of a page: its attributes, the controls box it sits in, and how many forms enclose it."""
+
+    def __init__(self):
+        super().__init__()
+        self.forms, self.open_forms, self.box = [], 0, None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "data-job-controls" in attrs:
+            self.box = attrs["data-job-controls"]
+        if tag == "form":
+            self.forms.append({**attrs, "enclosed_by": self.open_forms, "box": self.box})
+            self.open_forms += 1
+
+    def handle_endtag(self, tag):
+        if tag == "form":
+            self.open_forms -= 1
+
+
+def forms_of(html):
+    parser = _Forms()
+    parser.feed(html)
+    return parser.forms
+
+
+def shown_controls(html, job):
+    """{"stop": shown?, "resume": shown?} for the job's controls box."""
+    mine = [f for f in forms_of(html) if f["box"] == str(job.pk)]
+    return {kind: "hidden" not in next(f for f in mine if f"job-{kind}-form" in f["class"].split())
+            for kind in ("stop", "resume")}
+
+
+def test_an_operator_gets_both_controls_of_each_job_with_what_its_state_forbids_hidden(operator_client):
+    running, queued, stopped = b.job(status="running"), b.job(status="queued"), b.job(status="stopped")
+    completed, stopping = b.job(status="completed"), b.job(status="stopping")
+    dead_end = b.job(status="failed")
+    Job.objects.filter(pk=dead_end.pk).update(not_resumable_reason="its device cuda is not on the worker that ran it")
     html = operator_client.get("/jobs/").content.decode()
     assert "Start a job" in html
-    assert f'action="/jobs/{running.pk}/stop" class="inline" data-show-when="queued,running">' in html
-    assert f'action="/jobs/{stopped.pk}/resume" class="inline" data-show-when="stopped,failed,budget_exhausted">' in html
+    assert shown_controls(html, running) == shown_controls(html, queued) == {"stop": True, "resume": False}
+    assert shown_controls(html, stopped) == {"stop": False, "resume": True}
+    assert shown_controls(html, completed) == shown_controls(html, stopping) == {"stop": False, "resume": False}
+    assert shown_controls(html, dead_end) == {"stop": False, "resume": False}
+    assert "cannot be resumed: its device cuda is not on the worker that ran it" in html
+
+
+def test_no_form_on_the_page_sits_inside_another_and_compare_sends_no_token(operator_client):
+    for status in ("running", "completed", "stopped"):
+        b.job(status=status)
+    forms = forms_of(operator_client.get("/jobs/").content.decode())
+    assert len(forms) >= 1 + 3 * 2 + 1, "start, a stop and a resume per job, compare"
+    assert [f for f in forms if f["enclosed_by"]] == []
+    compare = next(f for f in forms if f.get("id") == "compare-form")
+    assert compare["method"] == "get" and compare["action"] == "/compare"
+
+
+def test_the_api_says_which_controls_each_job_allows(operator_client):
+    running, stopped = b.job(status="running"), b.job(status="stopped")
+    jobs = {j["id"]: j for j in operator_client.get("/api/jobs").json()["jobs"]}
+    assert (jobs[running.pk]["can_stop"], jobs[running.pk]["can_resume"]) == (True, False)
+    assert (jobs[stopped.pk]["can_stop"], jobs[stopped.pk]["can_resume"]) == (False, True)
 
 
 def test_stop_asks_the_job_to_stop_and_records_who(operator_client, operator):

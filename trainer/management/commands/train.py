@@ -51,7 +51,8 @@ class Command(BaseCommand):
         name = opts["name"] or f"{opts['env']} seed {config.get('seed', 0)}"
         try:
             job = Job.start(name=name, team=opts["team"], env=opts["env"], config=config,
-                            budget_usd=opts["budget_usd"], device=opts["device"], enqueue=False)
+                            budget_usd=opts["budget_usd"], device=opts["device"], enqueue=False,
+                            runs_here=True)
         except JobInputError as err:
             flag = FLAGS.get(err.field) or f"--config {err.field.removeprefix('config.')}"
             raise CommandError(f"{flag}: {err.message}") from None
