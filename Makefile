@@ -1,11 +1,19 @@
 # Yardstick: `make run` brings everything up; `make test` runs the whole suite.
 SHELL := /bin/bash
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# The newest Python on the PATH that every pinned requirement supports (3.11 to
+# 3.13); each candidate is run, since a pyenv shim can exist for a version that
+# is not active. PYTHON=/path/to/python overrides the choice.
+PYTHONS := python3.13 python3.12 python3.11 python3
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell for p in $(PYTHONS); do $$p -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null && { command -v $$p; break; }; done)
+endif
+# Set to a PyTorch wheel index to take torch from there (README: "PyTorch builds").
+TORCH_INDEX_URL ?=
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv browser bench clean-test
+.PHONY: run test venv browser bench clean-test which-python
 
 run: $(STAMP)
 	$(PY) manage.py up $(ARGS)
@@ -16,9 +24,12 @@ test: $(STAMP) browser
 venv: $(STAMP)
 
 $(STAMP): requirements.txt
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Yardstick needs Python 3.11 (PyTorch 2.13 CPU build); found " + sys.version.split()[0] + ". Set PYTHON=/path/to/python3.11")'
+	@test -n "$(PYTHON)" || { echo "Yardstick needs Python 3.11, 3.12 or 3.13 and found none on the PATH (tried $(PYTHONS)). Install one, or set PYTHON=/path/to/python3.x"; exit 1; }
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 11) <= v <= (3, 13) else "Yardstick needs Python 3.11, 3.12 or 3.13 (what its pinned requirements support); $(PYTHON) is " + sys.version.split()[0])'
+	@echo "Using $$($(PYTHON) -c 'import sys; print(sys.executable, sys.version.split()[0])')"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX_URL),$(PY) -m pip install --quiet --index-url $(TORCH_INDEX_URL) "$$(grep -E '^torch==' requirements.txt)")
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
@@ -35,6 +46,9 @@ browser:
 
 bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; YARDSTICK_DATA_DIR=var/bench $(PY) $$b || exit 1; done
+
+which-python:
+	@echo "$(PYTHON)"
 
 clean-test:
 	rm -rf var/test

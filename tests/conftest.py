@@ -62,12 +62,14 @@ def database_url():
     return f"postgresql://{auth}@{quote(host, safe='')}:{cfg.get('PORT') or 5432}/{cfg['NAME']}"
 
 
-TELEMETRY_DATA = ROOT.parent / "shared" / "data" / "telemetry"
+# Real files written by nvidia-smi and dcgm-exporter on real machines, kept in the
+# repository (tests/data/telemetry/SOURCES.md says where each came from).
+TELEMETRY_DATA = ROOT / "tests" / "data" / "telemetry"
 
 
 @pytest.fixture(scope="session")
 def telemetry_data():
-    """The folder of real telemetry captured on real machines (../shared/data/telemetry)."""
+    """The folder of real telemetry captured on real machines (tests/data/telemetry)."""
     if not TELEMETRY_DATA.is_dir():
         pytest.fail(f"the real telemetry files are missing: expected them in {TELEMETRY_DATA}")
     return TELEMETRY_DATA
