@@ -28,14 +28,15 @@ PRESETS = {
 }
 DEFAULT_PRESET = "arithmetic-quick"
 
-# Config fields the form shows, with their input type; the preset supplies the rest.
+# Config fields the form shows: name, input type, the label a person reads (the page shows the
+# name beside it, as the API and the config spell it); the preset supplies the rest.
 FORM_CONFIG = [
-    ("steps", "int", "GRPO updates"),
-    ("prompts_per_step", "int", "prompts per step"),
-    ("group_size", "int", "completions per prompt"),
-    ("lr", "float", "learning rate"),
-    ("kl_coef", "float", "KL coefficient"),
-    ("eval_every", "int", "evaluate every N steps"),
+    ("steps", "int", "Training steps (GRPO updates)"),
+    ("prompts_per_step", "int", "Prompts per step"),
+    ("group_size", "int", "Completions per prompt"),
+    ("lr", "float", "Learning rate"),
+    ("kl_coef", "float", "KL penalty coefficient"),
+    ("eval_every", "int", "Evaluate every N steps"),
 ]
 TOP_FIELDS = ("name", "team", "env", "budget_usd", "device")
 # Values the trainer certainly accepts, used only to probe the other fields (never saved).

@@ -116,13 +116,10 @@ def node_page(request, name):
 # -- jobs --------------------------------------------------------------------------------------------
 
 
-def _jobs_context(request, form=None):
+def _jobs_context(request, form=None, status=None):
     from trainer.models import Status
     from trainer.rl.envs import ENV_NAMES
 
-    status = request.GET.get("status") or None
-    if status and status not in Status.values:
-        status = None
     form = form or StartForm()
     errors = {k.removeprefix("config."): v for k, v in form.errors.items()}
     return {
@@ -138,7 +135,13 @@ def _jobs_context(request, form=None):
 @require_GET
 @require_role("viewer")
 def jobs_page(request):
-    return render(request, "dashboard/jobs.html", _jobs_context(request))
+    from trainer.models import JobInputError, status_filter
+
+    try:
+        status = status_filter(request.GET.get("status"))
+    except JobInputError as err:
+        return render(request, "dashboard/bad_request.html", {"message": err.message, "field": err.field}, status=400)
+    return render(request, "dashboard/jobs.html", _jobs_context(request, status=status))
 
 
 @require_POST

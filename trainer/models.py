@@ -503,6 +503,16 @@ class Worker(models.Model):
 # -- input helpers ------------------------------------------------------------
 
 
+def status_filter(value):
+    """A ?status= filter: None (all jobs) when empty, else one of Status; JobInputError naming the accepted ones."""
+    if not value:
+        return None
+    if value not in Status.values:
+        raise JobInputError("status", f"status must be one of {', '.join(Status.values)}, or empty for all jobs; "
+                                      f"got {value!r}")
+    return value
+
+
 def _iso(dt):
     return dt.isoformat() if dt else None
 

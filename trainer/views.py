@@ -10,7 +10,7 @@ import json
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 
-from trainer.models import Job, JobInputError, Sample, Step
+from trainer.models import Job, JobInputError, Sample, Step, status_filter
 from yardstick.auth import require_role
 
 LIST_LIMIT = 100
@@ -65,11 +65,12 @@ def list_jobs(request):
     """Jobs, newest first: ?status=, ?team=, ?limit= (default 100)."""
     try:
         limit = _int_param(request, "limit", LIST_LIMIT, 1, LIST_LIMIT_MAX)
+        status = status_filter(request.GET.get("status"))
     except JobInputError as err:
         return _bad(err.field, err.message)
     jobs = Job.objects.select_related("created_by")
-    if request.GET.get("status"):
-        jobs = jobs.filter(status=request.GET["status"])
+    if status:
+        jobs = jobs.filter(status=status)
     if request.GET.get("team"):
         jobs = jobs.filter(team=request.GET["team"])
     return JsonResponse({"jobs": [job.to_dict() for job in jobs[:limit]]})

@@ -87,6 +87,7 @@ def test_an_operator_gets_both_controls_of_each_job_with_what_its_state_forbids_
     assert shown_controls(html, completed) == shown_controls(html, stopping) == {"stop": False, "resume": False}
     assert shown_controls(html, dead_end) == {"stop": False, "resume": False}
     assert "cannot be resumed: its device cuda is not on the worker that ran it" in html
+    assert "{#" not in html and "#}" not in html, "no template comment leaks onto the page"
 
 
 def test_no_form_on_the_page_sits_inside_another_and_compare_sends_no_token(operator_client):
@@ -140,3 +141,13 @@ def test_stop_needs_the_csrf_token(operator):
     job = b.job(status="running")
     assert client.post(f"/jobs/{job.pk}/stop").status_code == 403
     assert Job.objects.get(pk=job.pk).status == "running"
+
+
+def test_a_status_filter_that_is_not_a_status_is_a_400_naming_the_accepted_ones(viewer_client):
+    b.job(status="running")
+    resp = viewer_client.get("/jobs/?status=garbage")
+    assert resp.status_code == 400
+    assert resp.context["field"] == "status"
+    assert resp.context["message"] == ("status must be one of queued, running, stopping, stopped, completed, failed, "
+                                       "budget_exhausted, or empty for all jobs; got 'garbage'")
+    assert viewer_client.get("/jobs/?status=running").context["status_filter"] == "running"

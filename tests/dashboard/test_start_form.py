@@ -1,5 +1,7 @@
 """The Start form: presets, and every bad field named with what is accepted (the trainer's own messages)."""
 
+from decimal import Decimal
+
 from trainer.models import Job
 
 
@@ -12,7 +14,8 @@ def test_it_starts_a_job_from_a_preset_with_the_form_overrides(operator_client, 
         })
     job = Job.objects.get()
     assert resp.status_code == 302 and resp["Location"] == f"/jobs/{job.pk}"
-    assert (job.name, job.team, job.env, job.device, str(job.budget_usd)) == ("from the form", "research", "arithmetic", "cpu", "12.50")
+    assert (job.name, job.team, job.env, job.device, job.budget_usd) == ("from the form", "research", "arithmetic", "cpu",
+                                                                         Decimal("12.50"))
     assert job.config["steps"] == 7 and job.config["max_new_tokens"] == 12, "the preset supplies the rest"
     assert job.created_by == operator and job.status == "queued"
     assert callbacks, "enqueued after commit, like the API"
@@ -30,7 +33,7 @@ def test_it_names_each_bad_field_and_creates_nothing(operator_client):
     assert errors["steps"] == "steps must be an integer >= 1, got 0"
     assert errors["prompts_per_step"] == "prompts_per_step must be an integer >= 1, got 'four'"
     assert errors["device"] == "device must be auto, cpu, cuda or cuda:N, got 'tpu'"
-    assert "budget_usd must be a number >= 0" in errors["budget_usd"]
+    assert "budget_usd must be a number of dollars >= 0" in errors["budget_usd"]
     html = resp.content.decode()
     assert 'aria-invalid="true"' in html and "fix 6 fields" in html
     assert 'value="four"' in html, "what was typed stays in the form"
@@ -50,3 +53,50 @@ def test_the_form_and_the_api_give_the_same_message(operator_client):
 def test_a_viewer_cannot_start(viewer_client):
     resp = viewer_client.post("/jobs/start", {"preset": "smoke", "name": "x", "team": "t"})
     assert resp.status_code == 403 and Job.objects.count() == 0
+
+
+def test_a_device_no_jobs_worker_has_is_named_on_the_form_with_what_they_have(operator_client):
+    from trainer.models import Worker
+
+    Worker.report("jobs@host-a", "host-a", ["jobs"], ["cpu"])
+    resp = operator_client.post("/jobs/start", {"preset": "smoke", "name": "gpu run", "team": "research",
+                                                "env": "arithmetic", "device": "cuda"})
+    assert resp.status_code == 400
+    assert resp.context["form_errors"] == {
+        "device": "device cuda is not on any jobs worker: workers have cpu (host-a); use auto or one of those"}
+    assert Job.objects.count() == 0
+
+
+def test_required_fields_are_marked_and_hyperparameters_have_human_labels(operator_client):
+    from html.parser import HTMLParser
+
+    class Fields(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.inputs, self.labels, self.label_for, self.text = {}, {}, None, ""
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if tag in ("input", "select") and attrs.get("id", "").startswith("f-"):
+                self.inputs[attrs["name"]] = attrs
+            if tag == "label":
+                self.label_for, self.text = attrs.get("for"), ""
+
+        def handle_data(self, data):
+            if self.label_for:
+                self.text += data
+
+        def handle_endtag(self, tag):
+            if tag == "label" and self.label_for:
+                self.labels[self.label_for.removeprefix("f-")] = " ".join(self.text.split())
+                self.label_for = None
+
+    page = Fields()
+    page.feed(operator_client.get("/jobs/").content.decode())
+    required = {name for name, attrs in page.inputs.items() if "required" in attrs}
+    assert required == {"name", "team", "env"}
+    assert all(page.inputs[n]["aria-required"] == "true" for n in required)
+    assert all(page.labels[n].endswith("*") for n in required) and not page.labels["budget_usd"].endswith("*")
+    assert page.labels["steps"] == "Training steps (GRPO updates)" and page.labels["kl_coef"] == "KL penalty coefficient"
+    assert page.labels["prompts_per_step"] == "Prompts per step" and page.inputs["prompts_per_step"]["title"] == "prompts_per_step"
+    assert not any("_" in page.labels[n] for n in ("prompts_per_step", "group_size", "kl_coef", "eval_every"))

@@ -1,8 +1,11 @@
 """Constants and helpers shared by the job tests."""
 
+import os
+import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -64,3 +67,22 @@ def manage_cmd(*args):
 
 def run_subprocess(argv, env, timeout=120):
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@contextmanager
+def worker_process(env, log_path, name, *options):
+    """A real `celery worker` on the "jobs" queue in a process group of its own, its output in `log_path`;
+    killed on the way out when the test left it running."""
+    log = open(log_path, "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs", "-n", name, *options,
+         "--without-heartbeat", "--without-mingle", "--without-gossip", "--loglevel", "INFO"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()

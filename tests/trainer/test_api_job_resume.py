@@ -44,3 +44,16 @@ def test_resuming_needs_the_operator_role(request, client, make_job, role, statu
         client.force_login(request.getfixturevalue({"admin": "admin_user"}.get(role, role)))
     assert client.post(f"/api/jobs/{job.pk}/resume").status_code == status
     assert Job.objects.get(pk=job.pk).status == ("queued" if status == 200 else "stopped")
+
+
+def test_a_job_that_failed_for_a_missing_device_is_a_409_saying_why_a_resume_cannot_help(operator, client, make_job):
+    job = make_job()
+    Job.objects.filter(pk=job.pk).update(status="failed", error="DeviceUnavailable: device cuda was requested but ...",
+                                         not_resumable_reason="its device cuda is not on the worker that ran it")
+    client.force_login(operator)
+    assert client.get(f"/api/jobs/{job.pk}").json()["can_resume"] is False
+    resp = client.post(f"/api/jobs/{job.pk}/resume")
+    assert resp.status_code == 409
+    assert resp.json() == {"error": f"job {job.pk} cannot be resumed: its device cuda is not on the worker that ran it",
+                           "status": "failed"}
+    assert Job.objects.get(pk=job.pk).status == "failed"

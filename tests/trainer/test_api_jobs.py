@@ -83,6 +83,16 @@ def test_it_filters_by_status(viewer, client, make_job):
     assert [j["id"] for j in client.get("/api/jobs?status=stopped").json()["jobs"]] == [stopped.pk]
 
 
+def test_a_status_filter_that_is_not_a_status_is_a_400_not_an_empty_list(viewer, client, make_job):
+    make_job()
+    client.force_login(viewer)
+    resp = client.get("/api/jobs?status=garbage")
+    assert resp.status_code == 400
+    assert resp.json() == {"field": "status", "error": "status must be one of queued, running, stopping, stopped, "
+                                                       "completed, failed, budget_exhausted, or empty for all jobs; "
+                                                       "got 'garbage'"}
+
+
 @pytest.mark.parametrize("change, field, says", [
     ({"env": "chess"}, "env", "env must be one of arithmetic, toolcalc, got 'chess'"),
     ({"config": {"steps": 0}}, "config.steps", "steps must be an integer >= 1, got 0"),
@@ -90,7 +100,7 @@ def test_it_filters_by_status(viewer, client, make_job):
     ({"config": {"stepz": 3}}, "config.stepz", "unknown field 'stepz'; accepted fields are env, steps"),
     ({"config": {"lr": "fast"}}, "config.lr", "lr must be a number > 0 and <= 1, got 'fast'"),
     ({"config": [1, 2]}, "config", "config must be an object"),
-    ({"budget_usd": -3}, "budget_usd", "budget_usd must be a number >= 0 (dollars) or null for no budget, got -3"),
+    ({"budget_usd": -3}, "budget_usd", "budget_usd must be a number of dollars >= 0 with at most 6 decimal places, or null for no budget, got -3"),
     ({"budget_usd": "lots"}, "budget_usd", "got 'lots'"),
     ({"name": None}, "name", "name is required"),
     ({"name": "   "}, "name", "name is required"),

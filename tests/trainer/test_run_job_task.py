@@ -7,13 +7,11 @@ crash test starts a real `celery worker` process and kills it with SIGKILL.
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from tests.trainer.helpers import ROOT, TINY, purge_jobs_queue, wait_for
+from tests.trainer.helpers import TINY, purge_jobs_queue, wait_for, worker_process
 from trainer import runner
 from trainer.models import Job, StatusChange, Step, Stint
 from trainer.tasks import detect_crashed_jobs
@@ -72,24 +70,15 @@ def test_a_killed_worker_leaves_a_failed_job_that_resumes_from_its_checkpoint(
     transactional_db, make_job, child_env, tmp_path, settings
 ):
     purge_jobs_queue()
-    log = open(tmp_path / "worker.log", "w")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs", "--pool", "solo",
-         "-n", f"crash-test-{os.getpid()}@%h", "--without-heartbeat", "--without-mingle", "--without-gossip",
-         "--loglevel", "INFO"],
-        cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
     try:
-        job = make_job(steps=5000, checkpoint_every=2, enqueue=True)
-        wait_for(lambda: Job.objects.filter(pk=job.pk, checkpoint_step__gte=2, steps_done__gte=3).exists(),
-                 timeout_s=120, what=f"the worker to pass a checkpoint (log: {tmp_path / 'worker.log'})")
-        os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait(timeout=30)
-    finally:
-        if worker.poll() is None:
+        with worker_process(child_env, tmp_path / "worker.log", f"crash-test-{os.getpid()}@%h",
+                            "--pool", "solo") as worker:
+            job = make_job(steps=5000, checkpoint_every=2, enqueue=True)
+            wait_for(lambda: Job.objects.filter(pk=job.pk, checkpoint_step__gte=2, steps_done__gte=3).exists(),
+                     timeout_s=120, what=f"the worker to pass a checkpoint (log: {tmp_path / 'worker.log'})")
             os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
-        log.close()
+            worker.wait(timeout=30)
+    finally:
         purge_jobs_queue()
 
     job.refresh_from_db()
@@ -135,24 +124,15 @@ def test_a_worker_shutting_down_stops_its_job_at_a_checkpoint_instead_of_killing
 ):
     """What `up` does on Ctrl-C: SIGTERM to the worker's main process (a prefork pool, as in `up`)."""
     purge_jobs_queue()
-    log = open(tmp_path / "worker.log", "w")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs", "--pool", "prefork",
-         "--concurrency", "1", "-n", f"shutdown-test-{os.getpid()}@%h", "--without-heartbeat",
-         "--without-mingle", "--without-gossip", "--loglevel", "INFO"],
-        cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
     try:
-        job = make_job(steps=5000, checkpoint_every=1000, enqueue=True)
-        wait_for(lambda: Job.objects.filter(pk=job.pk, steps_done__gte=2).exists(),
-                 timeout_s=120, what=f"the worker to run two steps (log: {tmp_path / 'worker.log'})")
-        worker.send_signal(signal.SIGTERM)
-        code = worker.wait(timeout=60)
+        with worker_process(child_env, tmp_path / "worker.log", f"shutdown-test-{os.getpid()}@%h",
+                            "--pool", "prefork", "--concurrency", "1") as worker:
+            job = make_job(steps=5000, checkpoint_every=1000, enqueue=True)
+            wait_for(lambda: Job.objects.filter(pk=job.pk, steps_done__gte=2).exists(),
+                     timeout_s=120, what=f"the worker to run two steps (log: {tmp_path / 'worker.log'})")
+            worker.send_signal(signal.SIGTERM)
+            code = worker.wait(timeout=60)
     finally:
-        if worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
-        log.close()
         purge_jobs_queue()
 
     assert code == 0

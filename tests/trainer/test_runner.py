@@ -117,15 +117,26 @@ def test_an_error_fails_the_job_with_its_text_and_ends_the_stint(make_job):
     assert job.can_resume
 
 
-@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
-def test_a_job_asking_for_a_missing_gpu_fails_naming_what_the_node_has(make_job):
-    from trainer.models import Job as J
-
-    job = J.start(name="gpu", team="t", env="arithmetic", config={"steps": 1}, device="cuda:1", enqueue=False)
+def test_a_job_asking_for_a_missing_gpu_fails_naming_what_the_node_has_and_offers_no_resume(make_job):
+    # cuda:99 is missing on any node (no worker has reported, so the start accepts it).
+    job = Job.start(name="gpu", team="t", env="arithmetic", config={"steps": 1}, device="cuda:99", enqueue=False)
     job = runner.run(job.pk)
     assert job.status == "failed"
-    assert "device cuda:1 was requested but" in job.error and "has 0 CUDA device(s)" in job.error
+    assert "device cuda:99 was requested but" in job.error and "CUDA device(s)" in job.error
     assert not Stint.objects.filter(job=job).exists()
+    # A resume would land on a node without it again: not offered, and refused saying why.
+    assert not job.can_resume and "cuda:99 is not on the worker that ran it" in job.not_resumable_reason
+    assert job.resume() is False and Job.objects.get(pk=job.pk).status == "failed"
+    assert job.resume_refusal().startswith(f"job {job.pk} cannot be resumed: its device cuda:99 is not on")
+
+
+def test_the_failure_for_a_missing_device_is_announced_with_no_resume(transactional_db, make_job):
+    from tests.live_events import run_collecting
+
+    job = Job.start(name="gpu", team="t", env="arithmetic", config={"steps": 1}, device="cuda:99", enqueue=False)
+    _, events = run_collecting(lambda: runner.run(job.pk), ["jobs"])
+    failed = [e for e in events if e.get("kind") == "status" and e["data"]["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["data"]["can_resume"] is False and failed[0]["data"]["can_stop"] is False
 
 
 def test_a_job_that_is_not_queued_is_left_alone(make_job):

@@ -44,7 +44,7 @@ def test_key_value_overrides_reach_the_config(db, data_dir, capsys):
     (["--config", "nonsense"], "--config: 'nonsense' must be key=value (e.g. lr=1e-3) or a JSON object"),
     (["--config", "{bad"], "--config: '{bad' is not valid JSON"),
     (["--device", "tpu"], "--device: device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
-    (["--budget-usd", "-1"], "--budget-usd: budget_usd must be a number >= 0"),
+    (["--budget-usd", "-1"], "--budget-usd: budget_usd must be a number of dollars >= 0"),
     (["--team", ""], "--team: team is required"),
     (["--steps", "x"], "argument --steps: invalid int value: 'x'"),
 ])
