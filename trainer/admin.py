@@ -3,7 +3,7 @@ here an admin can look, rename, and stop or resume through the same model method
 
 from django.contrib import admin, messages
 
-from trainer.models import Job, StatusChange, Stint
+from trainer.models import Job, StatusChange, Stint, Worker
 
 
 class StatusChangeInline(admin.TabularInline):
@@ -36,7 +36,8 @@ class JobAdmin(admin.ModelAdmin):
     readonly_fields = tuple(
         f for f in (
             "env", "config", "budget_usd", "device", "status", "error", "stop_requested", "budget_stop_requested",
-            "heartbeat_at", "created_by", "created_at", "started_at", "finished_at", "steps_done",
+            "not_resumable_reason", "heartbeat_at", "created_by", "created_at", "started_at", "finished_at",
+            "steps_done",
             "checkpoint_step", "baseline_pass1", "latest_pass1", "latest_reward_mean",
         )
     )
@@ -55,3 +56,17 @@ class JobAdmin(admin.ModelAdmin):
     def resume_jobs(self, request, queryset):
         done = sum(job.resume(by=request.user.username) for job in queryset)
         self.message_user(request, f"{done} of {queryset.count()} job(s) queued again.", messages.INFO)
+
+
+@admin.register(Worker)
+class WorkerAdmin(admin.ModelAdmin):
+    """What each Celery worker reported (read-only: the workers write it; see trainer/workers.py)."""
+
+    list_display = ("name", "host", "queues", "devices", "seen_at")
+    fields = readonly_fields = ("name", "host", "queues", "devices", "seen_at")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

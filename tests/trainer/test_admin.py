@@ -1,6 +1,6 @@
 """Jobs in the Django admin: listed and shown read-mostly; stop and resume go through the model."""
 
-from trainer.models import Job, Stint
+from trainer.models import Job, Stint, Worker
 
 
 def test_an_admin_sees_the_job_list_and_a_job_with_its_history_and_stints(admin_user, client, make_job):
@@ -28,3 +28,11 @@ def test_an_operator_cannot_open_the_admin(operator, client, make_job):
     make_job()
     client.force_login(operator)
     assert client.get("/admin/trainer/job/").status_code == 302
+
+
+def test_an_admin_sees_what_devices_each_worker_reported(admin_user, client, db):
+    Worker.report("jobs@gpu-node-1", "gpu-node-1", ["jobs"], ["cpu", "cuda:0"])
+    client.force_login(admin_user)
+    html = client.get("/admin/trainer/worker/").content.decode()
+    assert "jobs@gpu-node-1" in html and "cuda:0" in html
+    assert client.get("/admin/trainer/worker/add/").status_code == 403, "the workers write these rows"
