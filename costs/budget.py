@@ -6,9 +6,8 @@ budget by at most the minutes attribution is behind plus one training step
 """
 
 import logging
-from decimal import ROUND_HALF_UP, Decimal
-
 from costs.ledger import job_costs
+from costs.money import exact_usd, usd_text
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +23,12 @@ def check_budgets(book=None):
     stopped = []
     for job_id, cost in sorted(job_costs(list(jobs), book=book).items()):
         job = jobs[job_id]
+        # Unrounded cost against the budget (kept to the micro-dollar): a $0.001 budget is not spent by
+        # $0.0004 rounded to "$0.00" or "$0.01". The reason shows both as the pages do.
         if cost >= job.budget_usd:
-            spent = cost.quantize(Decimal("0.01"), ROUND_HALF_UP)
-            if job.request_budget_stop(reason=f"spend ${spent} reached the budget ${job.budget_usd}"):
-                log.info("job %s: spend $%s reached its budget $%s; stop requested", job_id, spent, job.budget_usd)
+            spent, budget = usd_text(cost), usd_text(job.budget_usd)
+            if job.request_budget_stop(reason=f"spend {spent} reached the budget {budget}"):
+                log.info("job %s: spend $%s reached its budget $%s; stop requested", job_id, exact_usd(cost),
+                         exact_usd(job.budget_usd))
                 stopped.append(job_id)
     return stopped

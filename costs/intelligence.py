@@ -15,6 +15,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from django.db.models import Sum
 
 from costs.ledger import usage
+from costs.money import displays, exact_usd
 from costs.prices import PriceBook
 
 CENT = Decimal("0.01")
@@ -97,6 +98,7 @@ def job_intelligence(job, book=None):
         "ipd_points_per_usd": money["points_per_usd"],
         "usd_per_point": money["usd_per_point"],
         "state": money["state"],
+        **{k: v for k, v in money.items() if k.endswith(("_display", "_title"))},
         "rollout_tokens": tokens,
         "usd_per_million_tokens": (str((cost / (Decimal(tokens) / 1_000_000)).quantize(CENT, ROUND_HALF_UP))
                                    if tokens and cost > 0 else None),
@@ -122,16 +124,17 @@ def jobs_money(job_ids, book=None):
 
 
 def _money(cost, scores, job_id):
-    """A job's cost (unrounded Decimal dollars) and IPD as the pages show them: money as strings to the
-    cent, IPD as a float to 6 places; the gain is the newest score over the baseline."""
+    """A job's cost (unrounded Decimal dollars) and IPD: the gain (newest score over the baseline) over the
+    unrounded cost, never over a cost rounded to the cent (a $0.0039 job is not free, nor a $0.0051 one
+    $0.01). Money as exact strings to the micro-dollar, IPD as a float to 6 places, and the display
+    strings (costs.money) every page and live update shows."""
     latest = scores.latest(job_id)
     gain = None if latest is None else latest - scores.baseline(job_id)
-    cost_cents = cost.quantize(CENT, ROUND_HALF_UP)
-    points_per_usd, usd_per_point, state = ipd(gain, cost_cents)
+    points_per_usd, usd_per_point, state = ipd(gain, cost)
     return {
-        "cost_usd": str(cost_cents),
+        "cost_usd": exact_usd(cost),
         "points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
-        "usd_per_point": None if usd_per_point is None else str(usd_per_point.quantize(CENT, ROUND_HALF_UP)),
+        "usd_per_point": exact_usd(usd_per_point),
         "state": state,
         "gain_points": gain,
     }
@@ -149,6 +152,7 @@ def score_cost_curve(job, book=None):
     scores = Scores([job.pk]).points.get(job.pk, [])
     if not scores:
         return []
+        **displays(cost, points_per_usd, usd_per_point),
     # Per-minute job costs, priced per (device, day) like everything else.
     minutes = (Allocation.objects.filter(job_id=job.pk)
                .values_list("minute", "device_id", "device_s", "energy_j", "device__model", "device__source"))

@@ -8,12 +8,20 @@ what the pages show of them once and shares it twice:
   computes them itself only when the cache has none;
 - it publishes topic "costs", kind "costs" (`publish_figures`):
 
-    {"fleet": {"fleet_usd": "12.34", "points_per_usd": 0.5, "usd_per_point": "2.00", "state": "ok",
-               "gain_points": 6.17, "example_prices": false, "as_of": "2025-05-01T12:00:03+00:00"},
-     "jobs": [{"id": 3, "cost_usd": "1.20", "points_per_usd": 4.1, "usd_per_point": "0.24", "state": "ok"}]}
+    {"fleet": {"fleet_usd": "12.34", "attributed_usd": "10.00", "idle_usd": "2.34", "fleet_display": "$12.34",
+               "attributed_display": "$10.00", "idle_display": "$2.34",
+               "envs": [{"env": "arithmetic", "jobs": 2, "gain_points": 6.17, "cost_usd": "10.00",
+                         "ipd_points_per_usd": 0.617, "ipd_display": "0.617", "ipd_state": "ok", ...}],
+               "example_prices": false, "as_of": "2025-05-01T12:00:03+00:00"},
+     "jobs": [{"id": 3, "cost_usd": "1.20", "points_per_usd": 4.1, "usd_per_point": "0.24", "state": "ok",
+               "cost_display": "$1.20", "ipd_display": "4.10", "usd_per_point_display": "$0.24", ...}]}
 
-Money is dollars as a string rounded to the cent and IPD a float (6 places),
-as the JSON API gives them; null where the state says why there is no figure.
+A job's money is its exact cost as a string to the micro-dollar and IPD a float
+(6 places), as the JSON API gives them, null where the state says why there is
+no figure; beside them the display strings (costs.money) the pages show, so the
+JavaScript writes them as they come and never rounds again. The fleet's totals
+are the cost report's, to the cent; its IPD is per environment (the sum of
+that environment's jobs' gains today over the sum of their costs), idle apart.
 The jobs are every queued, running or stopping one and every job whose
 allocations this run replaced, each as `costs.intelligence.job_intelligence`
 computes it.
@@ -35,17 +43,20 @@ def fleet_today_key(day):
     """The cache key of the fleet's totals for UTC `day` (the fleet page reads the same key)."""
     return f"costs:fleet-today:{day.isoformat()}"
 
+from costs.money import DISPLAY_KEYS
+
 
 def fleet_today(now=None, book=None):
-    """The fleet's cost and IPD over today (UTC) so far, from the cost report:
-    {fleet_usd (Decimal), points_per_usd, usd_per_point (Decimal), state, gain_points, example_prices, as_of}."""
+    """The fleet's cost and IPD over today (UTC) so far, from the cost report: {fleet_usd, attributed_usd,
+    idle_usd (Decimals to the cent), envs (the report's IPD per environment), example_prices, as_of}."""
     from costs import report
 
     now = now or djtz.now()
     start = datetime.combine(now.date(), time(0), tzinfo=timezone.utc)
-    totals = report.build(report.Period(start, now), "day", book=book).totals
-    return {"points_per_usd": totals["ipd_points_per_usd"], "usd_per_point": totals["usd_per_point"],
-            "state": totals["ipd_state"], "gain_points": totals["gain_points"], "fleet_usd": totals["fleet_usd"],
+    today = report.build(report.Period(start, now), "day", book=book)
+    totals = today.totals
+    return {"fleet_usd": totals["fleet_usd"], "attributed_usd": totals["attributed_usd"],
+            "idle_usd": totals["idle_usd"], "envs": today.ipd_groups["by_env"],
             "example_prices": totals["example_prices"], "as_of": now}
 
 
@@ -67,10 +78,12 @@ def store_fleet_today(value, ttl_s=FLEET_TODAY_TTL_S):
 
 
 def fleet_json(value):
-    """fleet_today's dict in JSON types (money as strings, as_of in ISO 8601)."""
-    return {**value, "fleet_usd": str(value["fleet_usd"]),
-            "usd_per_point": None if value["usd_per_point"] is None else str(value["usd_per_point"]),
-            "as_of": value["as_of"].isoformat()}
+    """fleet_today's dict in JSON types (money as strings, as_of in ISO 8601), with the display strings."""
+    from costs.money import usd_text
+
+    money = ("fleet", "attributed", "idle")
+    return {**value, **{f"{k}_usd": str(value[f"{k}_usd"]) for k in money},
+            **{f"{k}_display": usd_text(value[f"{k}_usd"]) for k in money}, "as_of": value["as_of"].isoformat()}
 
 
 def figures(now=None, job_ids=(), book=None):
@@ -86,7 +99,7 @@ def figures(now=None, job_ids=(), book=None):
     active = Job.objects.filter(status__in=(Status.QUEUED, Status.RUNNING, Status.STOPPING))
     ids = sorted(set(active.values_list("pk", flat=True)) | set(job_ids))
     money = jobs_money(ids, book)
-    jobs = [{"id": i, **{k: money[i][k] for k in ("cost_usd", "points_per_usd", "usd_per_point", "state")}}
+    jobs = [{"id": i, **{k: money[i][k] for k in ("cost_usd", "points_per_usd", "usd_per_point", "state", *DISPLAY_KEYS)}}
             for i in ids]
     return {"fleet": fleet_json(fleet), "jobs": jobs}, fleet
 

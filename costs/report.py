@@ -15,10 +15,20 @@ row's attributed = its job cells, idle = its idle cells, total = attributed +
 idle; the totals row sums the rows. So attributed + idle = fleet exactly,
 the fleet total is the exact total rounded to the cent, and each cell is
 within a cent of its unrounded value.
+
+Intelligence per dollar is never computed from those cents: a job row's IPD is
+its gain over its unrounded cost, which the row also carries to the
+micro-dollar (`attributed_exact_usd`), so a person can recompute it by hand
+from the CSV. Gains of different environments do not add up to anything, so
+team, day and fleet rows carry no gain and no IPD ("by environment"); the
+report's `ipd_groups` give, per (team, environment) and per environment, the
+sum of the jobs' gains over the sum of their unrounded costs (idle never
+counts: it is in the rows' idle column).
 """
 
 import csv
 import io
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from datetime import timezone as dt_timezone
@@ -28,6 +38,7 @@ from django.utils import timezone
 
 from costs.intelligence import Scores, ipd
 from costs.ledger import energy_from_label, usage
+from costs.money import displays, exact_usd
 from costs.prices import PriceBook
 
 GROUPS = ("team", "job", "node", "day")
@@ -37,12 +48,14 @@ DEFAULT_RANGE = timedelta(days=7)
 CENT = Decimal("0.01")
 HOURS_Q = Decimal("0.0001")
 KWH_Q = Decimal("0.000001")
+BY_ENV = "by environment"  # the IPD state of rows whose jobs' gains are not summed (see ipd_groups)
 EXAMPLE_NOTE = "some prices are examples shipped with Yardstick, not real prices (see manage.py prices list)"
 
 # Columns of the CSV and the text table, in order.
 COLUMNS = (
     "group", "key", "label", "team", "status", "device_hours", "energy_kwh", "device_cost_usd",
-    "energy_cost_usd", "attributed_usd", "idle_usd", "total_usd", "gain_points", "ipd_points_per_usd",
+    "energy_cost_usd", "attributed_usd", "idle_usd", "total_usd", "attributed_exact_usd", "gain_points",
+    "ipd_points_per_usd",
     "usd_per_point", "ipd_state", "energy_from", "simulated", "power_estimated", "example_prices", "unpriced",
 )
 
@@ -149,7 +162,13 @@ class Row:
         c = self.cells
         attributed, idle = c["jd"] + c["je"], c["id"] + c["ie"]
         total = attributed + idle
-        points_per_usd, usd_per_point, state = (None, None, "n/a") if self.gain_na else ipd(self.gain_points, total)
+        exact_jobs = self.exact["jd"] + self.exact["je"]
+        if self.group in ("team", "day"):
+            points_per_usd, usd_per_point, state = None, None, BY_ENV
+        elif self.gain_na:
+            points_per_usd, usd_per_point, state = None, None, "n/a"
+        else:  # a job: its gain over its unrounded cost
+            points_per_usd, usd_per_point, state = ipd(self.gain_points, exact_jobs)
         return {
             "group": self.group, "key": self.key, "label": self.label, "team": self.team, "status": self.status,
             "device_hours": c["hours"], "energy_kwh": c["kwh"],
@@ -157,12 +176,15 @@ class Row:
             "attributed_usd": attributed, "idle_usd": idle, "total_usd": total,
             "gain_points": None if self.gain_points is None else round(self.gain_points, 4),
             "ipd_points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
-            "usd_per_point": None if usd_per_point is None else usd_per_point.quantize(CENT, ROUND_HALF_UP),
+            "attributed_exact_usd": exact_usd(exact_jobs),
+            "usd_per_point": exact_usd(usd_per_point),
             "ipd_state": state, "energy_from": energy_from_label(self.energy_from),
             "simulated": self.simulated, "power_estimated": self.power_estimated,
             "example_prices": self.example_prices, "unpriced": self.unpriced,
         }
 
+            # What the pages show: a job's own cost and IPD as on its page (the cells above add up to the cent).
+            **displays(exact_jobs if self.job_id is not None else None, points_per_usd, usd_per_point),
     @property
     def gain_na(self):
         return self.is_idle or self.group == "node"
@@ -177,13 +199,24 @@ class Report:
     generated_at: datetime
 
     @property
+    ipd_groups: dict = field(default_factory=lambda: {"by_team_env": [], "by_env": []})
     def example_prices(self):
         return self.totals["example_prices"]
 
 
-def _day_bounds(day, period):
-    start = datetime.combine(day, time(0), tzinfo=dt_timezone.utc)
-    return max(start, period.start), min(start + timedelta(days=1), period.end)
+def group_key(u, group, jobs):
+    """(key, label) of the row a Usage `u` belongs to when grouped by `group`; `jobs` maps id to Job.
+    The Costs page's chart stacks by the same rows as its table."""
+    if group == "team":
+        return u.team, u.team
+    if group == "job":
+        if u.job_id is None:
+            return f"idle:{u.team}", f"idle ({u.team})"
+        job = jobs.get(u.job_id)
+        return str(u.job_id), job.name if job else f"deleted job {u.job_id}"
+    if group == "node":
+        return u.node, u.node
+    return u.day.isoformat(), u.day.isoformat()
 
 
 def build(period, group, book=None):
@@ -198,18 +231,7 @@ def build(period, group, book=None):
     rows = {}
     for u in used:
         idle = u.job_id is None
-        if group == "team":
-            key, label = u.team, u.team
-        elif group == "job":
-            if idle:
-                key, label = f"idle:{u.team}", f"idle ({u.team})"
-            else:
-                job = jobs.get(u.job_id)
-                key, label = str(u.job_id), job.name if job else f"deleted job {u.job_id}"
-        elif group == "node":
-            key, label = u.node, u.node
-        else:
-            key, label = u.day.isoformat(), u.day.isoformat()
+        key, label = group_key(u, group, jobs)
         row = rows.get(key)
         if row is None:
             row = rows[key] = Row(group=group, key=key, label=label)
@@ -238,22 +260,10 @@ def build(period, group, book=None):
         if gain is not None:
             row.gain_points = (row.gain_points or 0.0) + gain
 
-    total_gain = None
-    for job_id in sorted(job_ids):
-        gain = scores.gain(job_id, period.start, period.end)
-        if gain is not None:
-            total_gain = (total_gain or 0.0) + gain
-        if group == "job":
+    gains = {job_id: scores.gain(job_id, period.start, period.end) for job_id in sorted(job_ids)}
+    if group == "job":
+        for job_id, gain in gains.items():
             add_gain(rows[str(job_id)], gain)
-        elif group == "team" and job_id in jobs:
-            team_row = rows.get(jobs[job_id].team)
-            if team_row is not None:
-                add_gain(team_row, gain)
-    if group == "day":
-        days_of_job = {(u.day, u.job_id) for u in used if u.job_id is not None}
-        for day, job_id in sorted(days_of_job):
-            lo, hi = _day_bounds(day, period)
-            add_gain(rows[day.isoformat()], scores.gain(job_id, lo, hi))
 
     ordered = sorted(rows.values(), key=_sort_key)
     cols = ("jd", "je", "id", "ie")
@@ -271,19 +281,47 @@ def build(period, group, book=None):
     totals = {k: sum((v[k] for v in values), Decimal(0)).quantize(quanta.get(k, CENT)) for k in (
         "device_hours", "energy_kwh", "device_cost_usd", "energy_cost_usd", "attributed_usd", "idle_usd")}
     totals["fleet_usd"] = totals["attributed_usd"] + totals["idle_usd"]
-    points_per_usd, usd_per_point, state = ipd(total_gain, totals["fleet_usd"])
     totals.update({
-        "gain_points": None if total_gain is None else round(total_gain, 4),
-        "ipd_points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
-        "usd_per_point": None if usd_per_point is None else usd_per_point.quantize(CENT, ROUND_HALF_UP),
-        "ipd_state": state,
+        "attributed_exact_usd": exact_usd(sum((r.exact["jd"] + r.exact["je"] for r in ordered), Decimal(0))),
+        "gain_points": None, "ipd_points_per_usd": None, "usd_per_point": None, "ipd_state": BY_ENV,
         "energy_from": energy_from_label(set().union(*(r.energy_from for r in ordered)) if ordered else set()),
         "simulated": any(v["simulated"] for v in values),
         "power_estimated": any(v["power_estimated"] for v in values),
         "example_prices": any(v["example_prices"] for v in values),
         "unpriced": any(v["unpriced"] for v in values),
     })
-    return Report(period=period, group=group, rows=values, totals=totals, generated_at=timezone.now())
+    return Report(period=period, group=group, rows=values, totals=totals, generated_at=timezone.now(),
+                  ipd_groups=ipd_groups(used, jobs, gains))
+
+
+def ipd_groups(used, jobs, gains):
+    """IPD per (team, environment) and per environment: the sum of the jobs' gains over the sum of their
+    unrounded costs, each as {team, env, jobs, gain_points, cost_usd, ipd_points_per_usd, usd_per_point,
+    ipd_state} with costs.money's display strings. A job with no eval yet adds its cost, not a gain."""
+    cost = defaultdict(Decimal)
+    for u in used:
+        if u.job_id in jobs:
+            cost[u.job_id] += u.total_usd
+    groups = {}
+    for job_id in sorted(cost):
+        job, gain = jobs[job_id], gains.get(job_id)
+        for key in ((job.team, job.env), (None, job.env)):
+            g = groups.setdefault(key, {"jobs": 0, "gain": None, "cost": Decimal(0)})
+            g["jobs"] += 1
+            g["cost"] += cost[job_id]
+            if gain is not None:
+                g["gain"] = (g["gain"] or 0.0) + gain
+    out = {"by_team_env": [], "by_env": []}
+    for (team, env), g in sorted(groups.items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or "", kv[0][1])):
+        points_per_usd, usd_per_point, state = ipd(g["gain"], g["cost"])
+        out["by_env" if team is None else "by_team_env"].append({
+            **({} if team is None else {"team": team}), "env": env, "jobs": g["jobs"],
+            "gain_points": None if g["gain"] is None else round(g["gain"], 4), "cost_usd": exact_usd(g["cost"]),
+            "ipd_points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
+            "usd_per_point": exact_usd(usd_per_point), "ipd_state": state,
+            **displays(g["cost"], points_per_usd, usd_per_point),
+        })
+    return out
 
 
 def _sort_key(row):
@@ -310,6 +348,7 @@ def to_json(report):
         "totals": {k: _plain(v) for k, v in report.totals.items()},
         "note": EXAMPLE_NOTE if report.example_prices else "",
         "rounding": "each money cell is rounded to the cent so that attributed + idle = fleet exactly",
+        "ipd_groups": report.ipd_groups,
     }
 
 

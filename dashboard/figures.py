@@ -284,14 +284,20 @@ def compare(jobs, xmode):
 
 
 def costs_by_day(stacks):
-    """Stacked bars: `stacks` is [(name, {day: usd})], idle stacks last; one bar per day."""
-    days = sorted({d for _, values in stacks for d in values})
+    """Stacked bars: `stacks` is [(name, idle, {day: usd})], idle stacks last; one bar per day.
+
+    Heights are the unrounded dollars (rounding each to the cent drew nothing for a day of cheap
+    jobs while the table showed money); the hover writes them as the pages do (costs.money)."""
+    from costs.money import usd_text
+
+    days = sorted({d for _, _, values in stacks for d in values})
     patterns = ["", "/", ".", "x", "\\", "-", "|", "+"]
     data = []
-    for i, (name, values) in enumerate(stacks):
-        idle = name.startswith("idle")
+    for i, (name, idle, values) in enumerate(stacks):
+        amounts = [values.get(d, 0) for d in days]
         data.append({"type": "bar", "name": name, "x": [d.isoformat() for d in days],
-                     "y": [round(float(values.get(d, 0)), 2) for d in days],
+                     "y": [float(v) for v in amounts], "customdata": [usd_text(v) for v in amounts],
+                     "hovertemplate": "%{customdata}",
                      "marker": {"color": "#9a9a94" if idle else colour(i),
                                 "pattern": {"shape": "x" if idle else patterns[i % len(patterns)]}}})
     return {"data": data, "layout": layout("Cost by day", None, "USD", height=340, barmode="stack",

@@ -200,10 +200,11 @@ def node_view(node, tr):
 
 
 def job_money(job_ids):
-    """{job id: (cost USD rounded to the cent, or None)} from the cost ledger."""
+    """{job id: (unrounded cost USD, or None)} from the cost ledger: IPD divides by it, pages round it
+    for display only (costs.money)."""
     from costs.ledger import job_costs
 
-    return {k: v.quantize(CENT, ROUND_HALF_UP) for k, v in job_costs(list(job_ids)).items()}
+    return job_costs(list(job_ids))
 
 
 def ipd_of(job, cost):
@@ -309,12 +310,24 @@ def compare_points(job):
 # -- costs ----------------------------------------------------------------------------------------
 
 
-def cost_stacks(period):
-    """[(name, {day: usd})] for the stacked bars: each team's attributed dollars, then idle per owner."""
+def cost_stacks(period, group="team"):
+    """[(name, idle, {day: usd})] for the stacked bars, by the table's grouping (costs.report.group_key):
+    each row's attributed dollars (a job as "#id name"), then the idle dollars as "idle (...)" stacks
+    (by day: "jobs" and "idle"). Dollars unrounded: a day of cheap jobs is a fraction of a cent, not nothing."""
     from costs.ledger import usage
 
-    stacks = defaultdict(lambda: defaultdict(Decimal))
-    for u in usage(period.start, period.end):
-        name = u.team if u.job_id is not None else f"idle ({u.team})"
-        stacks[name][u.day] += u.total_usd
-    return sorted(stacks.items(), key=lambda kv: (kv[0].startswith("idle"), kv[0]))
+    used = usage(period.start, period.end)
+    jobs = Job.objects.in_bulk({u.job_id for u in used if u.job_id is not None}) if group == "job" else {}
+    stacks, names = defaultdict(lambda: defaultdict(Decimal)), {}
+    for u in used:
+        idle = u.job_id is None
+        key, label = ("idle" if idle else "jobs",) * 2 if group == "day" else group_key(u, group, jobs)
+        if idle and group not in ("job", "day"):  # by job and by day the idle rows are named so already
+            label = f"idle ({label})"
+        elif group == "job" and not idle:
+            label = f"#{key} {label}"
+        names[idle, key] = label
+        stacks[idle, key][u.day] += u.total_usd
+    return [(names[k], k[0], dict(v)) for k, v in sorted(stacks.items(), key=lambda kv: (kv[0][0], names[kv[0]]))]
+    from costs.report import group_key
+    from trainer.models import Job

@@ -267,7 +267,7 @@ def costs_page(request):
         return render(request, "dashboard/bad_request.html", {"message": err.message, "field": err.param},
                       status=400)
     table = report.build(period, group)
-    stacks = readings.cost_stacks(period)
+    stacks = readings.cost_stacks(period, group)
     last_day = (period.end - timedelta(microseconds=1)).date()
     params = {"from": period.start.date().isoformat(), "to": last_day.isoformat(), "group": group}
     return render(request, "dashboard/costs.html", {

@@ -37,8 +37,7 @@ class JobAdmin(admin.ModelAdmin):
         f for f in (
             "env", "config", "budget_usd", "device", "status", "error", "stop_requested", "budget_stop_requested",
             "not_resumable_reason", "heartbeat_at", "created_by", "created_at", "started_at", "finished_at",
-            "steps_done",
-            "checkpoint_step", "baseline_pass1", "latest_pass1", "latest_reward_mean",
+            "steps_done", "checkpoint_step", "baseline_pass1", "latest_pass1", "latest_reward_mean",
         )
     )
     inlines = (StatusChangeInline, StintInline)

@@ -53,9 +53,12 @@ _reporter = {}
 
 @worker_ready.connect
 def report_this_worker(sender=None, **kwargs):
-    """Say which queues this worker consumes and which devices torch sees here."""
+    """Say which queues this worker consumes and which devices torch sees here (jobs workers only:
+    the others run no training, and need not import torch for it)."""
     name = sender.hostname
     queues = list(sender.app.amqp.queues.consume_from)
+    if workers.jobs_queue() not in queues:
+        return
     _reporter[name] = workers.start_reporting(name, queues)
     log.info("worker %s reported: queues %s, devices %s", name, ", ".join(queues), ", ".join(workers.local_devices()))
 

@@ -1,11 +1,11 @@
-"""Template helpers for the dashboard: the plotly.js URL, money, status badges, ages."""
-
-from decimal import Decimal
+"""Template helpers for the dashboard: the plotly.js URL, money and IPD, status badges, ages."""
 
 import plotly
 from django import template
 from django.urls import reverse
 from django.utils.html import format_html
+
+from costs import money
 
 register = template.Library()
 
@@ -21,11 +21,34 @@ def plotly_src():
     return reverse("plotly-js", args=[plotly.__version__])
 
 
+def _with_title(text, title):
+    return format_html('<span title="{}">{}</span>', title, text) if title else text
+
+
 @register.filter
-def usd(value, places=2):
-    if value is None or value == "":
-        return "—"
-    return f"${Decimal(str(value)):,.{int(places)}f}"
+def usd(value):
+    """Dollars as every page and live update writes them (costs.money.usd_text); the exact figure on
+    hover where that rounds."""
+    return _with_title(money.usd_text(value), money.usd_title(value))
+
+
+@register.filter
+def ipd(value):
+    """Points per dollar as every page writes them (costs.money.ipd_text), the unrounded figure on hover."""
+    return _with_title(money.ipd_text(value), money.ipd_title(value))
+
+
+@register.simple_tag
+def ipd_abbr(label="IPD"):
+    """The abbreviation, spelled out and defined on hover: use it where "IPD" first appears on a page."""
+    return format_html('<abbr title="{}">{}</abbr>', money.IPD_DEFINITION, label)
+
+
+@register.simple_tag
+def ipd_definition():
+    """The one-line definition under a card or table that shows IPD."""
+    return format_html('<p class="hint ipd-definition">{}. {}</p>', money.IPD_DEFINITION.capitalize(),
+                       money.IPD_GROUPS_DEFINITION)
 
 
 @register.filter

@@ -202,17 +202,17 @@
         if (page === "jobs") {
           const row = document.querySelector('tr[data-job="' + j.id + '"]');
           if (!row) return;
-          setText(row.querySelector(".job-cost"), usd(j.cost_usd));
+          shown(row.querySelector(".job-cost"), j.cost_display, j.cost_title);
           const cell = row.querySelector(".job-ipd");
           if (!cell) return;
-          if (j.points_per_usd !== null) { cell.textContent = num(j.points_per_usd, 3) + " pts/$ "; return; }
+          if (j.points_per_usd !== null) { shown(cell, j.ipd_display + " pts/$ ", j.ipd_title); return; }
           const span = document.createElement("span");
           span.className = "muted"; span.title = j.state; span.textContent = j.state;
           cell.replaceChildren(span);
         } else if (page === "job" && String(j.id) === root.dataset.job) {
-          text("job-cost", usd(j.cost_usd));
-          withUnit(document.getElementById("job-ipd"), j.points_per_usd === null ? null : num(j.points_per_usd, 3), "pts/$");
-          text("job-ipd-hint", j.usd_per_point ? usd(j.usd_per_point) + " per point" : j.state);
+          shown(document.getElementById("job-cost"), j.cost_display, j.cost_title);
+          withUnit(document.getElementById("job-ipd"), j.points_per_usd === null ? null : j.ipd_display, "pts/$");
+          text("job-ipd-hint", j.usd_per_point ? j.usd_per_point_display + " per point" : j.state);
         }
       });
     },
@@ -309,6 +309,8 @@
     if (d.cards) fleetCards(d.cards);
     const heat = figs.heatmap;
     if (heat && (d.devices.length || (d.stale && d.stale.length))) {
+  // A figure as the server wrote it (costs.money), its exact value on hover where that rounds.
+  function shown(el, value, title) { if (el) { el.textContent = value; el.title = title || ""; } }
       const trace = heat.el.data[0];
       const z = trace.z.map(function (row) { return row.slice(); });
       const rowOf = {};
@@ -334,9 +336,16 @@
 
   // Fleet: today's cost and IPD, as the attribute task computed them (the "costs" event).
   function fleetCosts(f) {
-    withUnit(document.getElementById("card-ipd"), f.points_per_usd === null ? null : num(f.points_per_usd, 3), "pts/$");
-    text("card-ipd-state", f.state);
-    text("card-fleet-usd", usd(f.fleet_usd));
+    const ipd = document.getElementById("card-ipd");
+    if (ipd) ipd.replaceChildren.apply(ipd, f.envs.length ? f.envs.map(function (e) {
+      const line = document.createElement("div");
+      line.dataset.env = e.env;
+      line.textContent = e.env + " " + (e.ipd_points_per_usd === null ? e.ipd_state : e.ipd_display + " pts/$");
+      return line;
+    }) : ["—"]);
+    text("card-attributed-usd", f.attributed_display);
+    text("card-idle-usd", f.idle_display);
+    text("card-fleet-usd", f.fleet_display);
     text("card-ipd-as-of", hhmm(f.as_of));
   }
   function fleetCards(c) {

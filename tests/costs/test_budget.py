@@ -35,6 +35,26 @@ def test_a_job_whose_cost_reaches_its_budget_is_asked_to_stop_and_one_below_is_n
     assert check_budgets() == []  # asked once
 
 
+def test_a_budget_of_a_tenth_of_a_cent_is_not_spent_by_0_0004_and_is_by_0_0011(fleet):
+    set_prices(("*", "0.036", "0", "1", T0.date()))  # $0.00001 per device-second
+    gpu1, gpu2 = fleet.device(fleet.node("n1")), fleet.device(fleet.node("n2"))
+    fleet.minutes(gpu1, T0, 1, power_w=100, covered_s=40)  # 40 s: $0.0004
+    fleet.minutes(gpu2, T0, 2, power_w=100, covered_s=55)  # 110 s: $0.0011
+    under = fleet.job("under", "red", budget_usd=Decimal("0.001"))
+    over = fleet.job("over", "red", budget_usd=Decimal("0.001"))
+    fleet.stint(under, gpu1, T0)
+    fleet.stint(over, gpu2, T0)
+    attribute(now=T0 + timedelta(minutes=2))
+
+    # Rounded to the cent, $0.0004 and the $0.001 budget were both $0.00: stopped at the first attribution.
+    assert check_budgets() == [over.pk]
+
+    under.refresh_from_db(), over.refresh_from_db()
+    assert under.budget_usd == Decimal("0.001") and not under.budget_stop_requested
+    assert over.budget_stop_requested
+    assert over.stop_reason == "spend $0.0011 reached the budget $0.001", "amounts with the precision they need"
+
+
 @pytest.fixture(scope="module")
 def tiny_models_dir(tmp_path_factory):
     """A tiny base policy (as the trainer's tests build it), so a real job takes seconds."""

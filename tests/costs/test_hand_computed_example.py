@@ -71,8 +71,11 @@ def test_the_job_with_evals_shows_its_gain_per_dollar_and_the_other_says_no_eval
                                                           "group": "job"}).json()["rows"]}
 
     assert rows[str(a.pk)]["gain_points"] == 6.0
-    assert rows[str(a.pk)]["ipd_points_per_usd"] == round(6 / 3.58, 6)
-    assert rows[str(a.pk)]["usd_per_point"] == "0.60"
+    # IPD divides by the unrounded $3.581 the CSV also carries, never by the cell's $3.58.
+    assert rows[str(a.pk)]["attributed_exact_usd"] == "3.581" and rows[str(a.pk)]["total_usd"] == "3.58"
+    assert rows[str(a.pk)]["ipd_points_per_usd"] == round(6 / 3.581, 6)
+    assert rows[str(a.pk)]["usd_per_point"] == "0.596833"
+    assert (rows[str(a.pk)]["cost_display"], rows[str(a.pk)]["ipd_display"]) == ("$3.58", "1.68")
     assert rows[str(b.pk)]["ipd_state"] == "no eval yet" and rows[str(b.pk)]["ipd_points_per_usd"] is None
     assert rows["idle:infra"]["ipd_state"] == "n/a"
 
@@ -87,3 +90,28 @@ def test_grouped_by_team_and_by_day_the_same_fleet_total_holds(fleet, client, vi
     teams = {r["key"]: r for r in client.get("/api/costs", {"from": "2025-03-10", "to": "2025-03-11"}).json()["rows"]}
     assert set(teams) == {"red", "blue", "infra"}
     assert teams["infra"]["idle_usd"] == teams["infra"]["total_usd"]
+
+
+def test_ipd_is_given_per_team_and_environment_and_never_summed_across_environments(fleet, client, viewer):
+    a, b = build(fleet)
+    b.__class__.objects.filter(pk=b.pk).update(env="toolcalc")
+    fleet.evals(b, (0, utc(2025, 3, 10, 23, 35), 20.0), (10, utc(2025, 3, 11, 0, 50), 25.0))
+    client.force_login(viewer)
+
+    body = client.get("/api/costs", {"from": "2025-03-10", "to": "2025-03-11", "group": "team"}).json()
+
+    # 6 arithmetic points and 5 toolcalc points are not 11 of anything: no team or fleet gain, no fleet IPD.
+    assert {(r["key"], r["gain_points"], r["ipd_points_per_usd"], r["ipd_state"]) for r in body["rows"]} == {
+        ("red", None, None, "by environment"), ("blue", None, None, "by environment"),
+        ("infra", None, None, "by environment")}
+    assert body["totals"]["ipd_points_per_usd"] is None and body["totals"]["gain_points"] is None
+    # Per (team, environment): the jobs' gains over their unrounded costs; infra's idle $6.0345 in none.
+    pick = ("team", "env", "jobs", "gain_points", "cost_usd", "ipd_points_per_usd", "ipd_display")
+    assert [{k: g[k] for k in pick} for g in body["ipd_groups"]["by_team_env"]] == [
+        {"team": "blue", "env": "toolcalc", "jobs": 1, "gain_points": 5.0, "cost_usd": "5.599",
+         "ipd_points_per_usd": round(5 / 5.599, 6), "ipd_display": "0.893"},
+        {"team": "red", "env": "arithmetic", "jobs": 1, "gain_points": 6.0, "cost_usd": "3.581",
+         "ipd_points_per_usd": round(6 / 3.581, 6), "ipd_display": "1.68"},
+    ]
+    assert [(g["env"], g["cost_usd"]) for g in body["ipd_groups"]["by_env"]] == [
+        ("arithmetic", "3.581"), ("toolcalc", "5.599")]

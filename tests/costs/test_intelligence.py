@@ -30,7 +30,9 @@ def test_a_job_that_gained_shows_ipd_dollars_per_point_and_token_figures(fleet):
     assert card["cost_usd"] == "1.05" and card["state"] == OK
     assert card["baseline_pass1"] == 30.0 and card["latest_pass1"] == 35.5 and card["gain_points"] == 5.5
     assert card["ipd_points_per_usd"] == round(5.5 / 1.05, 6)
-    assert card["usd_per_point"] == "0.19"
+    assert card["usd_per_point"] == "0.190909", "exact to the micro-dollar"
+    assert (card["cost_display"], card["ipd_display"], card["usd_per_point_display"]) == ("$1.05", "5.24", "$0.19")
+    assert card["ipd_title"] == "exact: 5.238095 pts/$" and card["cost_title"] == ""
     assert card["rollout_tokens"] == 2000  # two steps after the baseline, 1000 tokens each
     assert card["usd_per_million_tokens"] == "525.00"
     assert card["tokens_per_joule"] == 2000 / 360000

@@ -8,10 +8,12 @@ It is 12:10 UTC on 1 May 2025. Node n1 has two GPUs:
   it all along: C $2.00 in all, $1.00 of it today.
 Evals: A 30 → 36 points (gain 6); C 40 (yesterday) → 45 (today; gain 5).
 
-Fleet today: $2.00 + $1.00 = $3.00 for 6 + 5 = 11 points: 3.666667 points
-per dollar, $0.27 per point. A: $1.50, 6 / 1.5 = 4 points per dollar, $0.25
-a point. C: $2.00, 2.5 points per dollar, $0.40 a point. A queued job Q: $0.00,
-no eval yet. A stopped job B with no cost and no change is left out.
+Fleet today: jobs $2.50 ($1.50 of A + $1.00 of C) + idle $0.50 = $3.00. Both
+jobs are on arithmetic: its IPD today is (6 + 5) points / $2.50 = 4.4 points
+per dollar, $0.227273 a point; idle is shown apart, never in IPD.
+A: $1.50, 6 / 1.5 = 4 points per dollar, $0.25 a point. C: $2.00, 2.5 points
+per dollar, $0.40 a point. A queued job Q: $0.00, no eval yet. A stopped job B
+with no cost and no change is left out.
 """
 
 import json
@@ -20,6 +22,7 @@ from datetime import date, timedelta
 from cost_builders import set_prices, utc
 
 from costs import live
+from costs.money import DISPLAY_KEYS
 from costs.attribution import attribute
 from costs.intelligence import job_intelligence
 from tests.dashboard.builders import minutes_of_today
@@ -52,18 +55,31 @@ def test_the_costs_event_carries_todays_fleet_totals_and_each_jobs_cost_and_ipd(
 
     data, _ = live.figures(NOW, summary["jobs"])
 
-    assert data["fleet"] == {"fleet_usd": "3.00", "points_per_usd": 3.666667, "usd_per_point": "0.27",
-                             "state": "ok", "gain_points": 11.0, "example_prices": False,
-                             "as_of": "2025-05-01T12:10:00+00:00"}
-    assert data["jobs"] == [
-        {"id": a.pk, "cost_usd": "1.50", "points_per_usd": 4.0, "usd_per_point": "0.25", "state": "ok"},
-        {"id": c.pk, "cost_usd": "2.00", "points_per_usd": 2.5, "usd_per_point": "0.40", "state": "ok"},
-        {"id": q.pk, "cost_usd": "0.00", "points_per_usd": None, "usd_per_point": None, "state": "no eval yet"},
+    fleet = data["fleet"]
+    assert {k: fleet[k] for k in ("fleet_usd", "attributed_usd", "idle_usd", "fleet_display", "idle_display",
+                                  "example_prices", "as_of")} == {
+        "fleet_usd": "3.00", "attributed_usd": "2.50", "idle_usd": "0.50", "fleet_display": "$3.00",
+        "idle_display": "$0.50", "example_prices": False, "as_of": "2025-05-01T12:10:00+00:00"}
+    [env] = fleet["envs"]
+    assert {k: env[k] for k in ("env", "jobs", "gain_points", "cost_usd", "ipd_points_per_usd", "usd_per_point",
+                                "ipd_state", "ipd_display")} == {
+        "env": "arithmetic", "jobs": 2, "gain_points": 11.0, "cost_usd": "2.50", "ipd_points_per_usd": 4.4,
+        "usd_per_point": "0.227273", "ipd_state": "ok", "ipd_display": "4.40"}
+    keys = ("id", "cost_usd", "points_per_usd", "usd_per_point", "state", "cost_display", "ipd_display",
+            "usd_per_point_display")
+    assert [{k: j[k] for k in keys} for j in data["jobs"]] == [
+        {"id": a.pk, "cost_usd": "1.50", "points_per_usd": 4.0, "usd_per_point": "0.25", "state": "ok",
+         "cost_display": "$1.50", "ipd_display": "4.00", "usd_per_point_display": "$0.25"},
+        {"id": c.pk, "cost_usd": "2.00", "points_per_usd": 2.5, "usd_per_point": "0.40", "state": "ok",
+         "cost_display": "$2.00", "ipd_display": "2.50", "usd_per_point_display": "$0.40"},
+        {"id": q.pk, "cost_usd": "0.00", "points_per_usd": None, "usd_per_point": None, "state": "no eval yet",
+         "cost_display": "$0.00", "ipd_display": "—", "usd_per_point_display": "—"},
     ]
     for job, sent in zip((a, c, q), data["jobs"]):
         card = job_intelligence(job)
         assert (sent["cost_usd"], sent["points_per_usd"], sent["usd_per_point"], sent["state"]) == \
             (card["cost_usd"], card["ipd_points_per_usd"], card["usd_per_point"], card["state"]), "as the job page"
+        assert all(sent[k] == card[k] for k in DISPLAY_KEYS), "the same text as the job page"
     assert json.loads(json.dumps(data)) == data, "plain JSON, as the channel layer carries it"
 
 
@@ -80,8 +96,9 @@ def test_a_job_whose_time_was_cut_back_is_sent_though_it_is_no_longer_running(fl
     data, _ = live.figures(NOW, summary["jobs"])
     assert [j["id"] for j in data["jobs"]] == [a.pk, q.pk], "A beside the queued job"
     # 11:55-12:00: 5 minutes, $0.50; 6 points / $0.50.
-    assert data["jobs"][0] == {"id": a.pk, "cost_usd": "0.50", "points_per_usd": 12.0, "usd_per_point": "0.08",
-                               "state": "ok"}
+    sent = data["jobs"][0]
+    assert {k: sent[k] for k in ("id", "cost_usd", "points_per_usd", "usd_per_point", "state")} == {
+        "id": a.pk, "cost_usd": "0.50", "points_per_usd": 12.0, "usd_per_point": "0.083333", "state": "ok"}
 
 
 def test_the_attribute_task_publishes_the_figures_and_leaves_the_fleet_totals_for_the_page(clean_telemetry, fleet):
@@ -104,10 +121,12 @@ def test_the_attribute_task_publishes_the_figures_and_leaves_the_fleet_totals_fo
     [event] = events
     assert (event["topic"], event["kind"]) == ("costs", "costs")
     cost = Decimal("0.10") * count  # $0.10 a device-minute, every minute held by the job
-    assert event["data"]["jobs"] == [{"id": job.pk, "cost_usd": str(cost), "points_per_usd": round(6 / float(cost), 6),
-                                      "usd_per_point": str((cost / 6).quantize(Decimal("0.01"))), "state": "ok"}]
+    [sent_job] = event["data"]["jobs"]
+    assert {k: sent_job[k] for k in ("id", "cost_usd", "points_per_usd", "state")} == {
+        "id": job.pk, "cost_usd": str(cost), "points_per_usd": round(6 / float(cost), 6), "state": "ok"}
     sent = event["data"]["fleet"]
-    assert (sent["fleet_usd"], sent["points_per_usd"], sent["state"]) == (str(cost), round(6 / float(cost), 6), "ok")
+    assert (sent["fleet_usd"], sent["envs"][0]["ipd_points_per_usd"], sent["envs"][0]["ipd_state"]) == (
+        str(cost), round(6 / float(cost), 6), "ok")
     # The fleet page reads what the task stored, rather than computing it again (a computation is "as of" now).
     shown = fleet_ipd_today()
     assert live.fleet_json(shown) == sent

@@ -3,7 +3,11 @@
 import json
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
+from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard import builders as b
+from tests.dashboard.browser_helpers import log_in, shot, user_in_role
 
 UTC = timezone.utc
 
@@ -50,3 +54,56 @@ def test_group_by_job_links_each_job(viewer_client):
 def test_bad_parameters_are_named(viewer_client):
     resp = viewer_client.get("/costs/?group=planet")
     assert resp.status_code == 400 and "group must be one of team, job, node, day" in resp.content.decode()
+
+
+def cheap_fleet():
+    """Two cheap jobs of one team and an idle GPU: every stack of the day is a fraction of a cent
+    ($0.01/h: 5 and 10 device-minutes of jobs, 15 idle; energy free)."""
+    now = datetime.now(UTC)
+    start = b.floor_minute(now) - timedelta(minutes=20)
+    b.prices(per_hour="0.01", per_kwh="0", pue="1")
+    n = b.node("gpu-a", team="infra")
+    d0 = b.device(n, 0)
+    b.minutes(d0, start, 15, power_w=100)
+    b.minutes(b.device(n, 1), start, 15, power_w=100)
+    alpha, beta = b.job(name="alpha", team="research"), b.job(name="beta", team="research")
+    b.stint(alpha, d0, start, start + timedelta(minutes=5))
+    b.stint(beta, d0, start + timedelta(minutes=5), start + timedelta(minutes=15))
+    b.attribute(now)
+    return alpha, beta
+
+
+def test_the_chart_stacks_by_the_chosen_grouping_with_unrounded_dollars(viewer_client):
+    alpha, beta = cheap_fleet()
+
+    by_job = json.loads(viewer_client.get("/costs/?group=job").context["figures_json"])["by_day"]
+    by_team = json.loads(viewer_client.get("/costs/?group=team").context["figures_json"])["by_day"]
+
+    assert [t["name"] for t in by_job["data"]] == [f"#{alpha.pk} alpha", f"#{beta.pk} beta", "idle (infra)"]
+    assert [t["name"] for t in by_team["data"]] == ["research", "idle (infra)"]
+    # 5 minutes at $0.01/h: $0.000833, drawn as such (rounded to the cent, every bar was 0).
+    assert abs(by_job["data"][0]["y"][-1] - 0.01 * 5 / 60) < 1e-9
+    assert by_job["data"][0]["customdata"][-1] == "$0.00083"
+
+
+@pytest.mark.browser
+def test_a_person_sees_cheap_costs_drawn_and_grouped_by_job_the_legend_names_jobs(  # noqa: F811
+        live_server, page, transactional_db, django_user_model, output_dir, request):
+    alpha, beta = cheap_fleet()
+    user_in_role(django_user_model, "cora", "viewer")
+    log_in(page, live_server.url, "cora", "/costs/?group=team")
+    drawn = '.chart[data-fig="by_day"][data-drawn="true"]'
+    heights = "() => document.querySelector('[data-fig=by_day]').data.map(t => t.y.reduce((a, b) => a + b, 0))"
+
+    page.wait_for_selector(drawn)
+    assert page.inner_text("#total-fleet") == "$0.01", "the table shows money"
+    assert all(h > 0 for h in page.evaluate(heights)), "so the chart draws it"
+    page.select_option('select[name="group"]', "job")
+    page.click("text=Show")
+    page.wait_for_url("**group=job**")
+    page.wait_for_selector(drawn)
+
+    legend = page.locator('[data-fig="by_day"] .legendtext').all_text_contents()
+    assert sorted(legend) == [f"#{alpha.pk} alpha", f"#{beta.pk} beta", "idle (infra)"]
+    assert all(h > 0 for h in page.evaluate(heights))
+    shot(page, output_dir, request, "by-job")

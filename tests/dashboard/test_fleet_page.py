@@ -92,3 +92,31 @@ def test_the_pages_one_query_fleet_read_agrees_with_the_collectors(db):
     for a, c in zip(ours, theirs):
         assert [(d["uuid"], d["index"], d["simulated"], d["latest"] and d["latest"]["util_pct"]) for d in a["devices"]] == \
             [(d["uuid"], d["index"], d["simulated"], d["latest"] and d["latest"]["util_pct"]) for d in c["devices"]]
+
+
+def test_the_ipd_card_gives_each_environment_its_jobs_gain_over_their_cost_with_idle_apart(viewer_client):
+    # $6/h: $0.10 a device-minute, energy free. The job holds one GPU for the last minutes of today; the
+    # other GPU idles. Its environment's IPD is its 6 points over its own cost, never over the idle too.
+    b.prices(per_hour="6.00", per_kwh="0", pue="1")
+    n = b.node("gpu-a", team="infra")
+    held, idle = b.device(n, 0), b.device(n, 1)
+    start, count, end = b.minutes_of_today()
+    b.minutes(held, start, count)
+    b.minutes(idle, start, count)
+    job = b.job(name="today", team="research")
+    b.stint(job, held, start)
+    from trainer.models import Step
+
+    Step.objects.create(job=job, step=0, at=start + timedelta(seconds=1), eval_pass1=30.0, metrics={})
+    Step.objects.create(job=job, step=10, at=end - timedelta(seconds=1), eval_pass1=36.0, metrics={})
+    b.attribute(end + timedelta(seconds=1))
+
+    html = viewer_client.get("/").content.decode()
+
+    from costs.money import ipd_text
+
+    jobs_usd = 0.10 * count
+    assert f'<div data-env="arithmetic">arithmetic {ipd_text(6 / jobs_usd)} pts/$</div>' in html
+    assert f'jobs <span id="card-attributed-usd">${jobs_usd:.2f}</span> + idle <span id="card-idle-usd">' \
+           f'${jobs_usd:.2f}</span> = <span id="card-fleet-usd">${2 * jobs_usd:.2f}</span>' in html
+    assert '<abbr title="intelligence per dollar: eval points gained over' in html, "spelled out where it appears"
