@@ -137,6 +137,7 @@ def _money(cost, scores, job_id):
         "usd_per_point": exact_usd(usd_per_point),
         "state": state,
         "gain_points": gain,
+        **displays(cost, points_per_usd, usd_per_point),
     }
 
 
@@ -152,7 +153,6 @@ def score_cost_curve(job, book=None):
     scores = Scores([job.pk]).points.get(job.pk, [])
     if not scores:
         return []
-        **displays(cost, points_per_usd, usd_per_point),
     # Per-minute job costs, priced per (device, day) like everything else.
     minutes = (Allocation.objects.filter(job_id=job.pk)
                .values_list("minute", "device_id", "device_s", "energy_j", "device__model", "device__source"))

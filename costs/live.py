@@ -33,6 +33,8 @@ from datetime import datetime, time, timezone
 from django.core.cache import cache
 from django.utils import timezone as djtz
 
+from costs.money import DISPLAY_KEYS
+
 log = logging.getLogger(__name__)
 
 # Three attribution runs: one slow or missed run does not send the fleet page back to computing.
@@ -42,8 +44,6 @@ FLEET_TODAY_TTL_S = 180
 def fleet_today_key(day):
     """The cache key of the fleet's totals for UTC `day` (the fleet page reads the same key)."""
     return f"costs:fleet-today:{day.isoformat()}"
-
-from costs.money import DISPLAY_KEYS
 
 
 def fleet_today(now=None, book=None):

@@ -174,17 +174,17 @@ class Row:
             "device_hours": c["hours"], "energy_kwh": c["kwh"],
             "device_cost_usd": c["jd"] + c["id"], "energy_cost_usd": c["je"] + c["ie"],
             "attributed_usd": attributed, "idle_usd": idle, "total_usd": total,
+            "attributed_exact_usd": exact_usd(exact_jobs),
             "gain_points": None if self.gain_points is None else round(self.gain_points, 4),
             "ipd_points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
-            "attributed_exact_usd": exact_usd(exact_jobs),
             "usd_per_point": exact_usd(usd_per_point),
             "ipd_state": state, "energy_from": energy_from_label(self.energy_from),
             "simulated": self.simulated, "power_estimated": self.power_estimated,
             "example_prices": self.example_prices, "unpriced": self.unpriced,
-        }
-
             # What the pages show: a job's own cost and IPD as on its page (the cells above add up to the cent).
             **displays(exact_jobs if self.job_id is not None else None, points_per_usd, usd_per_point),
+        }
+
     @property
     def gain_na(self):
         return self.is_idle or self.group == "node"
@@ -197,9 +197,9 @@ class Report:
     rows: list
     totals: dict
     generated_at: datetime
+    ipd_groups: dict = field(default_factory=lambda: {"by_team_env": [], "by_env": []})
 
     @property
-    ipd_groups: dict = field(default_factory=lambda: {"by_team_env": [], "by_env": []})
     def example_prices(self):
         return self.totals["example_prices"]
 
@@ -346,9 +346,9 @@ def to_json(report):
         "group": report.group,
         "rows": [{k: _plain(v) for k, v in row.items()} for row in report.rows],
         "totals": {k: _plain(v) for k, v in report.totals.items()},
+        "ipd_groups": report.ipd_groups,
         "note": EXAMPLE_NOTE if report.example_prices else "",
         "rounding": "each money cell is rounded to the cent so that attributed + idle = fleet exactly",
-        "ipd_groups": report.ipd_groups,
     }
 
 

@@ -315,6 +315,8 @@ def cost_stacks(period, group="team"):
     each row's attributed dollars (a job as "#id name"), then the idle dollars as "idle (...)" stacks
     (by day: "jobs" and "idle"). Dollars unrounded: a day of cheap jobs is a fraction of a cent, not nothing."""
     from costs.ledger import usage
+    from costs.report import group_key
+    from trainer.models import Job
 
     used = usage(period.start, period.end)
     jobs = Job.objects.in_bulk({u.job_id for u in used if u.job_id is not None}) if group == "job" else {}
@@ -329,5 +331,3 @@ def cost_stacks(period, group="team"):
         names[idle, key] = label
         stacks[idle, key][u.day] += u.total_usd
     return [(names[k], k[0], dict(v)) for k, v in sorted(stacks.items(), key=lambda kv: (kv[0][0], names[kv[0]]))]
-    from costs.report import group_key
-    from trainer.models import Job

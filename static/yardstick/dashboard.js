@@ -268,6 +268,8 @@
     document.dispatchEvent(new CustomEvent("yardstick:event", { detail: ev }));
   }
   function text(id, value) { setText(document.getElementById(id), value); }
+  // A figure as the server wrote it (costs.money), its exact value on hover where that rounds.
+  function shown(el, value, title) { if (el) { el.textContent = value; el.title = title || ""; } }
   function setText(el, value) { if (el) el.textContent = value; }
   // "12.5 <small>pts/$</small>", or "—" without a figure.
   function withUnit(el, value, unit) {
@@ -309,8 +311,6 @@
     if (d.cards) fleetCards(d.cards);
     const heat = figs.heatmap;
     if (heat && (d.devices.length || (d.stale && d.stale.length))) {
-  // A figure as the server wrote it (costs.money), its exact value on hover where that rounds.
-  function shown(el, value, title) { if (el) { el.textContent = value; el.title = title || ""; } }
       const trace = heat.el.data[0];
       const z = trace.z.map(function (row) { return row.slice(); });
       const rowOf = {};
