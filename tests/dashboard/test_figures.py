@@ -50,7 +50,8 @@ def test_fleet_node_compare_and_cost_figures_are_valid():
 
     for x in figures.XMODES:
         valid(figures.compare([(Job(), [{"step": 0, "time": 0.0, "usd": 0.0, "pass1": 30.0}])], x))
-    valid(figures.costs_by_day([("research", {NOW.date(): 1}), ("idle (infra)", {NOW.date() + timedelta(days=1): 2})]))
+    valid(figures.costs_by_day([("research", False, {NOW.date(): 1}),
+                                ("idle (infra)", True, {NOW.date() + timedelta(days=1): 2})]))
 
 
 def test_the_palette_is_okabe_ito():
