@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_LIMIT_DEFAULT_S = 120
 CHECKPOINT_GLOB = "step-*.pt"
+# How the phase of a base-policy build begins (the job page tells it by this).
+BUILD_PHASE = "building the base policy"
 # At most this often a base-policy build writes its progress and reads the stop flags.
 PHASE_EVERY_S = 2.0
 
@@ -234,6 +236,7 @@ def run(job_id, progress=None):
             job=job, node=socket.gethostname(), device=uuid, device_name=name, pid=os.getpid(),
             first_step=job.steps_done,
         )
+        _publish_stints(job)
         limit = heartbeat_limit_s()
         beat = Heartbeat(job, interval_s=max(0.5, min(30.0, limit / 4))).start()
         outcome = _train(job, device, stint, progress)
@@ -275,13 +278,14 @@ def _train(job, device, stint, progress):
 
     # -- build: from the newest checkpoint, or fresh from the base policy ------------
     resume_from = latest_checkpoint(job)
+    built = None
     if resume_from is not None:
         _set_phase(job, f"loading the checkpoint {resume_from.name}")
         trainer = Trainer.from_checkpoint(resume_from, models_dir(), device)
         log.info("job %s resumes from %s (step %s)", job.pk, resume_from.name, trainer.step)
     else:
         try:
-            _build_base(job, config, device)
+            built = _build_base(job, config, device)
         except _StopRequested as stop:
             return stop.outcome
         _set_phase(job, "loading the base policy")
@@ -301,8 +305,12 @@ def _train(job, device, stint, progress):
         # -- baseline: pass@1 before the first update ----------------------------------
         _set_phase(job, "baseline evaluation (pass@1 before any update)")
         metrics = _clean(trainer.evaluate())
+        if built is not None:
+            # The build ran on this job's stint, so it is in this job's cost; the page says how much of it.
+            metrics["base/build_started_at"], metrics["base/build_s"] = built
         _record(job, 0, metrics, [], config)
-        publish(f"job.{job.pk}", "step", {"job": job.pk, "step": 0, "steps": config.steps, "metrics": metrics})
+        publish(f"job.{job.pk}", "step", {"job": job.pk, "step": 0, "steps": config.steps, "metrics": metrics,
+                                          "samples": []})
         publish("jobs", "progress", {"id": job.pk, "step": 0, "steps": config.steps, "reward_mean": None})
         if progress:
             progress(job, 0, metrics)
@@ -337,7 +345,7 @@ def _train(job, device, stint, progress):
         metrics["timing/checkpoint_s"] = 0.0
         metrics["timing/step_s"] = time.perf_counter() - started
         metrics = _clean(metrics)
-        row = _record(job, step, metrics, result.samples, config)
+        row, kept = _record(job, step, metrics, result.samples, config)
 
         # -- checkpoint ------------------------------------------------------------------
         if step % config.checkpoint_every == 0 or step == config.steps:
@@ -346,7 +354,8 @@ def _train(job, device, stint, progress):
             Step.objects.filter(pk=row.pk).update(metrics=metrics, step_s=metrics["timing/step_s"])
 
         # -- publish -----------------------------------------------------------------------
-        publish(f"job.{job.pk}", "step", {"job": job.pk, "step": step, "steps": config.steps, "metrics": metrics})
+        publish(f"job.{job.pk}", "step", {"job": job.pk, "step": step, "steps": config.steps, "metrics": metrics,
+                                          "samples": kept})
         publish("jobs", "progress", {"id": job.pk, "step": step, "steps": config.steps,
                                      "reward_mean": metrics.get("train/reward_mean")})
         if progress:
@@ -356,14 +365,16 @@ def _train(job, device, stint, progress):
 
 def _build_base(job, config, device):
     """Pretrain the environment's base policy when this data dir has none yet, its progress as
-    the job's phase. Raise _StopRequested when a stop or budget stop arrives meanwhile."""
+    the job's phase. Return (unix time it began, seconds it took), or None when there was nothing
+    to build. Raise _StopRequested when a stop or budget stop arrives meanwhile."""
     from trainer.rl.envs import get_env
     from trainer.rl.pretrain import base_checkpoint_path, ensure_base_checkpoint
 
     if base_checkpoint_path(config.env, models_dir()).exists():
-        return
+        return None
+    began, started = time.time(), time.perf_counter()
     target = get_env(config.env).warm_start_target
-    what = f"building the base policy for {config.env} (first job on it here; until pass@1 reaches {target:.0f}%)"
+    what = f"{BUILD_PHASE} for {config.env} (first job on it here; until pass@1 reaches {target:.0f}%)"
     _set_phase(job, what)
     shown = {"at": time.monotonic(), "pass1": None}
 
@@ -384,6 +395,7 @@ def _build_base(job, config, device):
 
     log.info("job %s: no base policy for %s yet; building it", job.pk, config.env)
     ensure_base_checkpoint(config.env, models_dir(), device, progress=progress)
+    return began, time.perf_counter() - started
 
 
 def _set_phase(job, text):
@@ -393,7 +405,8 @@ def _set_phase(job, text):
 
 
 def _record(job, step, metrics, samples, config):
-    """Save one step's row, its samples and the job's running figures; return the row."""
+    """Save one step's row, its samples and the job's running figures; return the row and the kept
+    samples (as Sample.to_dict gives them, for the step's live event)."""
     pass1 = metrics.get("eval/pass1")
     reward = metrics.get("train/reward_mean")
     with transaction.atomic():
@@ -401,7 +414,7 @@ def _record(job, step, metrics, samples, config):
             job=job, step=step, metrics=metrics, reward_mean=reward, eval_pass1=pass1,
             gen_tokens=_int(metrics.get("performance/gen_tokens")), step_s=metrics.get("timing/step_s"),
         )
-        Sample.objects.bulk_create([
+        kept = Sample.objects.bulk_create([
             Sample(job=job, step=step, index=i, prompt=s["prompt"], completion=s["completion"],
                    reward=float(s["reward"]), advantage=float(s["advantage"]), tool_calls=int(s.get("tool_calls", 0)))
             for i, s in enumerate(samples[: config.samples_per_step])
@@ -414,7 +427,12 @@ def _record(job, step, metrics, samples, config):
             if step == 0:
                 fields["baseline_pass1"] = pass1
         _update_active(job, **fields)
-    return row
+    return row, [s.to_dict() for s in kept]
+
+
+def _publish_stints(job):
+    """Where the job runs, for its page's "Where it ran" (the status events carry it too)."""
+    publish(f"job.{job.pk}", "stints", {"job": job.pk, "stints": [s.to_dict() for s in job.stints.all()]})
 
 
 def _checkpoint(job, trainer, config):

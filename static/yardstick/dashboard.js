@@ -21,10 +21,31 @@
   document.querySelectorAll(".chart[data-fig]").forEach(function (el) {
     const spec = specs[el.dataset.fig];
     if (!spec || !window.Plotly) return;
-    Plotly.newPlot(el, spec.data, spec.layout, config);
-    figs[el.dataset.fig] = { el: el, live: spec.live || null };
-    el.dataset.drawn = "true";
+    const f = { el: el, live: spec.live || null, spec: spec };
+    figs[el.dataset.fig] = f;
+    if (spec.empty) sayEmpty(f); else draw(f);
   });
+  function draw(f) {
+    f.el.replaceChildren();
+    Plotly.newPlot(f.el, f.spec.data, f.spec.layout, config);
+    f.el.dataset.drawn = "true";
+    f.drawn = true;
+  }
+  // A chart with nothing to draw yet says why in words, not on bare axes: the job's phase while it has one
+  // ("building the base policy ..."), else the figure's `empty` text. Its first point draws it (flush).
+  function sayEmpty(f) {
+    const phase = document.getElementById("job-phase");
+    const now = f.live && phase && !phase.hidden && phase.textContent.trim();
+    const title = document.createElement("h3");
+    title.textContent = (f.spec.layout.title || {}).text || "";
+    const p = document.createElement("p");
+    p.textContent = now ? now.charAt(0).toUpperCase() + now.slice(1) + "…" : f.spec.empty;
+    const box = document.createElement("div");
+    box.className = "chart-empty"; box.setAttribute("role", "status");
+    box.append(title, p);
+    f.el.replaceChildren(box);
+    f.el.dataset.drawn = "empty";
+  }
 
   function xValue(v) {
     if (typeof v === "number") return v;
@@ -32,7 +53,7 @@
     return isNaN(t) ? v : t;
   }
   function lastX(el, trace) {
-    const xs = el.data[trace] && el.data[trace].x;
+    const xs = el.data && el.data[trace] && el.data[trace].x;
     return xs && xs.length ? xValue(xs[xs.length - 1]) : null;
   }
   function metric(expr, m) {
@@ -75,7 +96,8 @@
       const xs = [], ys = [], idx = [];
       q.forEach(function (pts, trace) { if (pts.x.length) { xs.push(pts.x); ys.push(pts.y); idx.push(trace); } });
       if (!idx.length) return;
-      const el = figs[key].el;
+      const f = figs[key], el = f.el;
+      if (!f.drawn) draw(f);
       if (el.layout.annotations && el.layout.annotations.length) Plotly.relayout(el, { annotations: [] }); // "no data yet"
       Plotly.extendTraces(el, { x: xs, y: ys }, idx);
     });
@@ -178,6 +200,12 @@
       if (prog) prog.value = d.step;
       if (m["train/reward_mean"] != null) text("reward-now", Number(m["train/reward_mean"]).toFixed(3));
       if (m["eval/pass1"] != null) text("pass1-now", Number(m["eval/pass1"]).toFixed(1));
+      if (d.step === 0 && m["eval/pass1"] != null) text("baseline-pass1", num(m["eval/pass1"], 1));
+      if (d.samples && d.samples.length) showSamples(d.step, d.samples);
+    },
+    // Where the job runs: its stints, as Stint.to_dict gives them (the runner opens one; a status event ends it).
+    stints: function (ev) {
+      if (page === "job" && ev.topic === "job." + root.dataset.job) showStints(ev.data.stints);
     },
     rewind: function (ev) {
       if (page !== "job" || ev.topic !== "job." + root.dataset.job) return;
@@ -213,6 +241,11 @@
           shown(document.getElementById("job-cost"), j.cost_display, j.cost_title);
           withUnit(document.getElementById("job-ipd"), j.points_per_usd === null ? null : j.ipd_display, "pts/$");
           text("job-ipd-hint", j.usd_per_point ? j.usd_per_point_display + " per point" : j.state);
+          if (j.usd_per_million_tokens !== undefined) {
+            text("job-usd-per-mtok", j.usd_per_million_tokens_display);
+            text("job-tokens-hint", j.tokens_per_joule ? num(j.tokens_per_joule, 2) + " tokens/J" : j.tokens_state);
+          }
+          if (j.cost_curve) costCurve(j.cost_curve);
         }
       });
     },
@@ -221,8 +254,15 @@
       if (page === "job" && String(d.id) === root.dataset.job) {
         const box = document.getElementById("job-status");
         if (box) box.innerHTML = badge(d.status);
-        showControls(document, d.status);
+        showControls(document, d);
         if (d.phase !== undefined) handlers.phase(ev);
+        if (d.change) addHistory(d.change);
+        if (d.stints) showStints(d.stints);
+        // A message announced a status ("Job 3 is stopping."): once the job has another, it is no longer true.
+        document.querySelectorAll(".messages li[data-while-status]").forEach(function (li) {
+          if (li.dataset.job === String(d.id) && li.dataset.whileStatus !== d.status) li.remove();
+        });
+        document.querySelectorAll(".messages").forEach(function (ul) { if (!ul.children.length) ul.remove(); });
       }
       if (page === "jobs") {
         const row = document.querySelector('tr[data-job="' + d.id + '"]');
@@ -233,7 +273,7 @@
         if (prog && d.steps) { prog.max = d.steps; prog.value = d.steps_done; }
         const t = row.querySelector(".progress-text");
         if (t && d.steps) t.textContent = d.steps_done + " / " + d.steps;
-        showControls(row, d.status);
+        showControls(row, d);
       }
     },
     // What the worker is doing now ("building the base policy ...", "training"); hidden when empty.
@@ -248,6 +288,7 @@
       if (!el) return;
       el.textContent = d.phase || "";
       el.hidden = !d.phase;
+      if (page === "job") Object.values(figs).forEach(function (f) { if (f.live && !f.drawn) sayEmpty(f); });
     },
     samples: function (ev) {
       const d = ev.data;
@@ -300,15 +341,90 @@
     span.append(icon, " " + status);
     return span.outerHTML;
   }
-  function showControls(scope, status) {
-    scope.querySelectorAll("form[data-show-when]").forEach(function (form) {
-      form.hidden = form.dataset.showWhen.split(",").indexOf(status) < 0;
+  // Stop and Resume follow the status event's can_stop / can_resume (Job.can_stop / can_resume decide);
+  // an event without them (the catch-up's) falls back to the statuses each form names.
+  function showControls(scope, d) {
+    scope.querySelectorAll('[data-job-controls="' + d.id + '"]').forEach(function (box) {
+      box.querySelectorAll("form").forEach(function (form) {
+        const can = form.classList.contains("job-stop-form") ? d.can_stop
+          : form.classList.contains("job-resume-form") ? d.can_resume : undefined;
+        if (can !== undefined) form.hidden = !can;
+        else if (form.dataset.showWhen) form.hidden = form.dataset.showWhen.split(",").indexOf(d.status) < 0;
+      });
     });
+  }
+
+  // Job: the step's kept rollouts replace the table's when the page follows the newest step (no ?step=).
+  function showSamples(step, samples) {
+    const section = document.getElementById("samples");
+    const body = document.getElementById("samples-body");
+    if (!section || !body || section.dataset.followLatest !== "true") return;
+    body.replaceChildren.apply(body, samples.map(function (s) {
+      return row([s.index, code(s.prompt), code(s.completion), num(s.reward, 2), num(s.advantage, 3), s.tool_calls],
+                 [null, null, null, "num", "num", "num"]);
+    }));
+    const pick = document.getElementById("step-pick");
+    if (pick) {
+      pick.value = step; pick.max = step;
+      if (pick.min === "") pick.min = step;
+      text("samples-range", "steps " + pick.min + "–" + step + " kept rollouts");
+    }
+  }
+  function addHistory(c) {
+    const body = document.getElementById("history-body");
+    if (!body) return;
+    const to = document.createElement("td");
+    to.innerHTML = badge(c.to);
+    body.append(row([utc(c.at), c.from || "—", to, c.reason]));
+  }
+  function showStints(stints) {
+    const body = document.getElementById("stints-body");
+    if (!body || !stints.length) return;
+    body.replaceChildren.apply(body, stints.map(function (s) {
+      const ended = s.ended_at ? utc(s.ended_at) + " " + s.end_reason : "running";
+      return row([s.node, s.device_name || s.device, utc(s.started_at), ended,
+                  s.first_step + "–" + (s.last_step === null ? "" : s.last_step)]);
+    }));
+  }
+  // Job: the cost/IPD chart's points, as the "costs" event carries them (dashboard.figures.cost_ipd_points).
+  function costCurve(c) {
+    const f = figs.cost;
+    if (!f || !c.step.length) return;
+    if (!f.drawn) {
+      f.spec.data[0].x = c.step; f.spec.data[0].y = c.usd;
+      f.spec.data[1].x = c.step; f.spec.data[1].y = c.ipd;
+      draw(f);
+      return;
+    }
+    Plotly.restyle(f.el, { x: [c.step, c.step], y: [c.usd, c.ipd] }, [0, 1]);
+  }
+  // A table row of cells: strings become text (never HTML), elements go in as they are.
+  function row(cells, classes) {
+    const tr = document.createElement("tr");
+    cells.forEach(function (v, i) {
+      let td = v;
+      if (!(v instanceof Element) || v.tagName !== "TD") {
+        td = document.createElement("td");
+        if (v instanceof Element) td.append(v); else td.textContent = v === null || v === undefined ? "" : v;
+      }
+      if (classes && classes[i]) td.className = classes[i];
+      tr.append(td);
+    });
+    return tr;
+  }
+  function code(t) { const c = document.createElement("code"); c.textContent = t; return c; }
+  // "2026-12-01 00:17:15": as the template's date:"Y-m-d H:i:s" shows it (UTC).
+  function utc(iso) {
+    if (!iso) return "";
+    const t = new Date(iso), pad = function (n) { return String(n).padStart(2, "0"); };
+    return t.getUTCFullYear() + "-" + pad(t.getUTCMonth() + 1) + "-" + pad(t.getUTCDate()) + " " +
+      pad(t.getUTCHours()) + ":" + pad(t.getUTCMinutes()) + ":" + pad(t.getUTCSeconds());
   }
 
   // Fleet: recount the cards, recolour the heatmap cells that changed, extend the power chart, recount power.
   function fleetSamples(d) {
     if (d.cards) fleetCards(d.cards);
+    newestSamples(d);
     const heat = figs.heatmap;
     if (heat && (d.devices.length || (d.stale && d.stale.length))) {
       const trace = heat.el.data[0];
@@ -332,6 +448,36 @@
       Plotly.extendTraces(el, { x: [[d.ts]], y: [[d.power_kw]] }, [0]);
     }
     text("card-power", Number(d.power_kw).toFixed(2));
+  }
+
+  // Fleet: the node table's "Newest sample" ages with the clock, and a node's new sample resets it. Ages are
+  // kept as "the sample is this old at this moment of the browser's clock", so the server's clock and the
+  // browser's need not agree: the page was rendered with an age, and an event says its own now (d.ts).
+  const newestAt = {};
+  document.querySelectorAll(".newest-age[data-age-s]").forEach(function (td) {
+    if (td.dataset.ageS !== "") newestAt[td.dataset.node] = Date.now() - Number(td.dataset.ageS) * 1000;
+  });
+  function newestSamples(d) {
+    d.devices.forEach(function (s) {
+      const at = Date.now() - (Date.parse(d.ts) - Date.parse(s.ts));
+      if (!(newestAt[s.node] >= at)) newestAt[s.node] = at;
+    });
+    showAges();
+  }
+  function showAges() {
+    document.querySelectorAll(".newest-age[data-node]").forEach(function (td) {
+      const at = newestAt[td.dataset.node];
+      if (at !== undefined) td.textContent = age((Date.now() - at) / 1000);
+    });
+  }
+  if (page === "fleet") setInterval(showAges, 1000);
+  // The template filter `age`.
+  function age(seconds) {
+    seconds = Math.max(0, seconds);
+    if (seconds < 90) return Math.round(seconds) + " s ago";
+    if (seconds < 5400) return Math.round(seconds / 60) + " min ago";
+    if (seconds < 172800) return (seconds / 3600).toFixed(1) + " h ago";
+    return Math.round(seconds / 86400) + " d ago";
   }
 
   // Fleet: today's cost and IPD, as the attribute task computed them (the "costs" event).
@@ -368,7 +514,7 @@
       });
     });
     Object.values(figs).forEach(function (f) {
-      if (!f.live) return;
+      if (!f.live || !f.drawn) return;
       const xs = [], ys = [], idx = [];
       f.live.traces.forEach(function (t) {
         const trace = f.el.data[t.trace];

@@ -62,3 +62,41 @@ def test_the_cost_chart_and_cards_come_from_the_cost_engine(viewer_client):
 
 def test_an_unknown_job_is_404(viewer_client):
     assert viewer_client.get("/jobs/999999").status_code == 404
+
+
+def test_beside_the_cost_it_says_how_much_of_it_was_building_the_base_policy(viewer_client):
+    from trainer.models import Job, Step
+
+    # $0.10 a device-minute for 3 minutes; the build ran from 10 s into the first minute for 70 s,
+    # so it ended in the second: its minutes are the first two.
+    b.prices(per_hour="6.00", per_kwh="0", pue="1")
+    gpu = b.device(b.node("gpu-a"), 0)
+    start = b.floor_minute(datetime.now(UTC)) - timedelta(minutes=5)
+    b.minutes(gpu, start, 3)
+    job = b.job(name="first on arithmetic", status="completed")
+    b.stint(job, gpu, start, start + timedelta(minutes=3))
+    began = (start + timedelta(seconds=10)).timestamp()
+    Step.objects.create(job=job, step=0, at=start + timedelta(seconds=90), eval_pass1=30.0,
+                        metrics={"eval/pass1": 30.0, "base/build_started_at": began, "base/build_s": 70.0})
+    b.attribute(now=start + timedelta(minutes=4))
+
+    html = viewer_client.get(f"/jobs/{job.pk}").content.decode()
+    assert ("includes $0.20 / 70 s building the base policy (shared by later jobs on arithmetic)"
+            in " ".join(html.split()))
+
+    # While it builds, the page says the cost includes the build, before any figure of it exists.
+    Job.objects.filter(pk=job.pk).update(status="running", phase="building the base policy for arithmetic")
+    Step.objects.filter(job=job).delete()
+    html = viewer_client.get(f"/jobs/{job.pk}").content.decode()
+    assert "includes the base-policy build now running (shared by later jobs on arithmetic)" in html
+
+
+def test_a_chart_with_nothing_to_draw_yet_carries_what_to_say_instead_of_axes(viewer_client):
+    job = b.job(name="fresh")
+    figs = json.loads(viewer_client.get(f"/jobs/{job.pk}").context["figures_json"])
+    assert {k: f.get("empty") for k, f in figs.items()} == {
+        "reward": "No steps yet", "throughput": "No steps yet", "timing": "No steps yet", "losses": "No steps yet",
+        "cost": "No eval with a cost yet"}
+    b.steps(job, 2)
+    figs = json.loads(viewer_client.get(f"/jobs/{job.pk}").context["figures_json"])
+    assert [k for k, f in figs.items() if "empty" in f] == [], "the evals, at $0 so far"

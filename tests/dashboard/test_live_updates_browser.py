@@ -35,18 +35,23 @@ def text_is(page, selector, expected):  # noqa: F811 - a page, not the fixture
     page.wait_for_function("([s, t]) => document.querySelector(s)?.textContent.trim() === t", arg=[selector, expected])
 
 
+def priced_running_job(name):
+    """A running job that held its GPU, at $0.10 a device-minute, for the last closed minutes of today:
+    (job, its open stint, (start, count, end) of those minutes)."""
+    b.prices(per_hour="6.00", per_kwh="0", pue="1")
+    gpu = b.device(b.node("gpu-a", team="infra"), 0)
+    start, count, end = b.minutes_of_today()
+    b.minutes(gpu, start, count, power_w=300)
+    job = b.job(name=name, status="running")
+    return job, b.stint(job, gpu, start), (start, count, end)
+
+
 def test_a_cost_update_reaches_the_fleet_jobs_and_job_pages_without_a_reload(  # noqa: F811
         live_web, page, django_user_model, output_dir, request):
     from costs.tasks import attribute
     from trainer.models import Step
 
-    # $0.10 a device-minute; the job holds its GPU for the last `count` closed minutes of today.
-    b.prices(per_hour="6.00", per_kwh="0", pue="1")
-    gpu = b.device(b.node("gpu-a", team="infra"), 0)
-    start, count, end = b.minutes_of_today()
-    b.minutes(gpu, start, count, power_w=300)
-    job = b.job(name="priced live", status="running")
-    b.stint(job, gpu, start)
+    job, _, (start, count, end) = priced_running_job("priced live")
     Step.objects.create(job=job, step=0, at=start + timedelta(seconds=1), eval_pass1=30.0, metrics={"eval/pass1": 30.0})
     Step.objects.create(job=job, step=10, at=end - timedelta(seconds=1), eval_pass1=36.0, metrics={"eval/pass1": 36.0})
     cost = Decimal("0.10") * count
@@ -173,8 +178,8 @@ def test_a_rewind_truncates_the_job_charts_and_the_re_run_steps_replace_the_old_
     user_in_role(django_user_model, "rita", "viewer", subprocess=True)
     log_in(page, live_web.url, "rita", f"/jobs/{job.pk}")
     loaded = open_live(page, live_web.url, f"/jobs/{job.pk}")
-    reward = "document.querySelector('[data-fig=reward]').data[2]"
-    xs = f"JSON.stringify({reward}.x)"
+    reward = "document.querySelector('[data-fig=reward]').data?.[2]"  # drawn with its first point
+    xs = f"JSON.stringify({reward}?.x)"
     every_live_trace = """() => ['reward', 'throughput', 'timing', 'losses'].flatMap(k => {
         const el = document.querySelector('[data-fig=' + k + ']');
         return window.Yardstick.figs[k].live.traces.map(t => el.data[t.trace].x.length); })"""
@@ -233,3 +238,123 @@ def test_the_workers_phase_shows_beside_the_status_and_follows_it_live(live_web,
     for p, selector in ((listing, cell), (one, "#job-phase")):
         p.wait_for_function("(s) => document.querySelector(s).hidden", arg=selector)
         assert p.evaluate(LOADED_AT) == stamps[p]
+
+
+def finish_as_the_worker_does(job, stint, status, reason):
+    """End the stint, then the job, in one transaction (trainer.runner.run's way out)."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        stint.end(status, job.steps_done)
+        job.finish(status, reason)
+
+
+def test_a_running_jobs_page_follows_its_baseline_costs_samples_and_end_without_a_reload(  # noqa: F811
+        live_web, page, django_user_model, output_dir, request):
+    from costs.intelligence import job_intelligence
+    from costs.tasks import attribute
+    from trainer.models import Job, Sample, Step
+
+    job, stint, (start, _, end) = priced_running_job("followed")
+    user_in_role(django_user_model, "olga", "operator", subprocess=True)
+    log_in(page, live_web.url, "olga", f"/jobs/{job.pk}")
+    record_events(page)
+    with page.expect_navigation():
+        page.click("form.job-stop-form button")  # POST, then back to this page with the message
+    wait_subscribed(page)
+    loaded = page.evaluate(LOADED_AT)
+    flash = ".messages li"
+    assert page.inner_text(flash) == f"Job {job.pk} is stopping."
+    assert page.is_hidden("form.job-stop-form") and page.is_hidden("form.job-resume-form")
+    assert page.inner_text("#baseline-pass1") == "—" and page.inner_text("#job-usd-per-mtok") == "—"
+    assert page.inner_text("#stints-body td:nth-child(4)").strip() == "running"
+    history_rows = page.locator("#history-body tr").count()
+
+    # What the runner does at step 0 (the baseline) and step 1: write the rows, then publish.
+    Step.objects.create(job=job, step=0, at=start + timedelta(seconds=1), eval_pass1=30.0, metrics={"eval/pass1": 30.0})
+    assert in_thread(send_now, f"job.{job.pk}", "step", {"job": job.pk, "step": 0, "steps": 100,
+                                                          "metrics": {"eval/pass1": 30.0}, "samples": []})
+    text_is(page, "#baseline-pass1", "30.0")
+    metrics = {"train/reward_mean": 0.5, "eval/pass1": 36.0, "performance/gen_tokens": 200_000}
+    Step.objects.create(job=job, step=1, at=end - timedelta(seconds=1), eval_pass1=36.0, gen_tokens=200_000,
+                        metrics=metrics)
+    kept = Sample.objects.create(job=job, step=1, index=0, prompt="<b>12</b>+30=", completion="42", reward=1.0,
+                                 advantage=0.5)
+    assert in_thread(send_now, f"job.{job.pk}", "step", {"job": job.pk, "step": 1, "steps": 100,
+                                                          "metrics": metrics, "samples": [kept.to_dict()]})
+    text_is(page, "#samples-body td:nth-child(2)", "<b>12</b>+30=")  # as text, not markup
+    assert page.input_value("#step-pick") == "1" and page.inner_text("#samples-range") == "steps 1–1 kept rollouts"
+
+    assert page.locator("[data-fig=cost] .chart-empty").is_visible(), "no eval with a cost yet"
+    in_thread(attribute)  # the periodic task: attribute, then publish the "costs" event
+    intel = job_intelligence(job)
+    assert intel["usd_per_million_tokens"] == "1.50"  # $0.30 for 0.2 M tokens
+    text_is(page, "#job-usd-per-mtok", "$1.50")
+    text_is(page, "#job-tokens-hint", f"{intel['tokens_per_joule']:.2f} tokens/J")
+    page.wait_for_function("document.querySelector('[data-fig=cost]').data?.[0].x.length === 2")
+    assert page.evaluate("document.querySelector('[data-fig=cost]').data[0].x") == [0, 1]
+
+    in_thread(finish_as_the_worker_does, job, stint, "stopped", "stopped at step 1")
+    page.wait_for_function(f"document.querySelectorAll('#history-body tr').length === {history_rows + 1}")
+    last = page.locator("#history-body tr").last
+    assert last.inner_text().split("\t")[1:] == ["stopping", "■ stopped", "stopped at step 1"]
+    page.wait_for_function("!document.querySelector('#stints-body').textContent.includes('running')")
+    stint.refresh_from_db()
+    assert page.inner_text("#stints-body td:nth-child(4)").strip() == \
+        stint.ended_at.strftime("%Y-%m-%d %H:%M:%S") + " stopped"
+    assert page.locator(flash).count() == 0, "the job is no longer stopping"
+    assert page.is_visible("form.job-resume-form") and page.is_hidden("form.job-stop-form")
+    assert Job.objects.get(pk=job.pk).status == "stopped"
+    assert page.evaluate(LOADED_AT) == loaded
+    shot(page, output_dir, request, "ended")
+
+
+def test_the_fleet_node_tables_newest_sample_ages_with_the_clock_and_a_new_sample_resets_it(  # noqa: F811
+        live_web, page, django_user_model, output_dir, request):
+    gpu = b.device(b.node("gpu-a", interval_s=30), 0)
+    newest = datetime.now(UTC) - timedelta(seconds=5)
+    b.latest(gpu, util_pct=50, power_w=300, ts=newest)
+    user_in_role(django_user_model, "nia", "viewer", subprocess=True)
+    log_in(page, live_web.url, "nia", "/")
+    loaded = open_live(page, live_web.url, "/")
+    cell = '#node-table .newest-age[data-node="gpu-a"]'
+    seconds = f"parseInt(document.querySelector('{cell}').textContent)"
+    first = page.evaluate(seconds)
+    assert 4 <= first <= (datetime.now(UTC) - newest).total_seconds() + 1
+    assert page.inner_text(cell).endswith(" s ago")
+    page.wait_for_function(f"{seconds} >= {first + 2}")  # no new sample: the clock moves it
+
+    b.latest(gpu, util_pct=60, power_w=310)
+    page.wait_for_function(f"{seconds} <= 2")
+    assert page.evaluate(LOADED_AT) == loaded
+
+
+def test_while_the_base_policy_is_built_the_charts_say_so_instead_of_drawing_empty_axes(  # noqa: F811
+        live_web, page, django_user_model, output_dir, request):
+    from trainer.models import Job
+
+    job = b.job(name="first on its env", status="running")
+    building = "building the base policy for arithmetic (first job on it here; until pass@1 reaches 30%)"
+    Job.objects.filter(pk=job.pk).update(phase=building)
+    user_in_role(django_user_model, "bea", "viewer", subprocess=True)
+    log_in(page, live_web.url, "bea", f"/jobs/{job.pk}")
+    loaded = open_live(page, live_web.url, f"/jobs/{job.pk}")
+    for key in ("reward", "throughput", "timing", "losses"):
+        chart = f"[data-fig={key}]"
+        assert page.inner_text(f"{chart} .chart-empty p") == building[0].upper() + building[1:] + "…"
+        assert page.locator(f"{chart} .main-svg").count() == 0, "no plotly axes"
+    assert page.inner_text("[data-fig=cost] .chart-empty p") == "No eval with a cost yet"
+    assert page.inner_text("#job-base-build").startswith("includes the base-policy build now running")
+    shot(page, output_dir, request, "building")
+    wait_subscribed(page, times=2)
+
+    later = building + ": step 120 of at most 1500, pass@1 12%"
+    Job.objects.filter(pk=job.pk).update(phase=later)  # what the runner does: write the phase, then publish it
+    assert in_thread(send_now, "jobs", "phase", {"id": job.pk, "phase": later})
+    text_is(page, "[data-fig=reward] .chart-empty p", "B" + later[1:] + "…")
+
+    assert step(job, 1, 0.25)
+    page.wait_for_function("document.querySelector('[data-fig=reward]').data?.[2].x.length === 1")
+    assert page.locator("[data-fig=reward] .chart-empty").count() == 0
+    assert page.locator("[data-fig=reward] .main-svg").count() > 0
+    assert page.evaluate(LOADED_AT) == loaded

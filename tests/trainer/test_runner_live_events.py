@@ -36,6 +36,36 @@ def test_a_resume_from_an_earlier_checkpoint_publishes_a_rewind_before_the_steps
     job, events = run_collecting(job)
 
     assert job.status == "completed", job.error
-    mine = [(e["kind"], e["data"]) for e in events if e["topic"] == f"job.{job.pk}"]
+    mine = [(e["kind"], e["data"]) for e in events if e["topic"] == f"job.{job.pk}" and e["kind"] in ("rewind", "step")]
     assert mine[0] == ("rewind", {"job": job.pk, "through": 2})
     assert [d["step"] for kind, d in mine if kind == "step"] == [3, 4], "then step 3 runs again"
+
+
+def test_each_step_event_carries_the_rollouts_the_step_kept(transactional_db, make_job):
+    from trainer.models import Sample
+
+    job, events = run_collecting(make_job(steps=2))
+
+    assert job.status == "completed", job.error
+    steps = {e["data"]["step"]: e["data"]["samples"] for e in events if e["kind"] == "step"}
+    assert steps[0] == [], "the baseline keeps no rollouts"
+    for n in (1, 2):
+        kept = [s.to_dict() for s in Sample.objects.filter(job=job, step=n).order_by("index")]
+        assert kept and steps[n] == kept
+
+
+def test_where_the_job_runs_is_published_when_its_stint_opens_and_the_final_status_event_ends_it(
+        transactional_db, make_job):
+    job, events = run_collecting(make_job(steps=1))
+
+    assert job.status == "completed", job.error
+    opened = [e["data"] for e in events if e["kind"] == "stints"]
+    assert len(opened) == 1 and opened[0]["job"] == job.pk
+    [stint] = opened[0]["stints"]
+    assert stint["ended_at"] is None and stint["device"] == "cpu"
+    done = [e["data"] for e in events if e["kind"] == "status" and e["data"]["status"] == "completed"][0]
+    assert done["change"]["from"] == "running" and done["change"]["to"] == "completed"
+    assert done["change"]["reason"] == "all 1 steps done"
+    [ended] = done["stints"]
+    assert ended["ended_at"] is not None and ended["end_reason"] == "completed" and ended["last_step"] == 1
+    assert (done["can_stop"], done["can_resume"]) == (False, False)

@@ -75,3 +75,25 @@ def test_a_stop_during_the_build_ends_the_job_stopped_without_saving_a_half_buil
     assert not (bare_data_dir / "models" / "base-arithmetic.pt").exists()
     assert job.stints.get().ended_at is not None
     assert job.steps_done == 0 and job.phase == ""
+
+
+def test_the_base_policy_build_is_recorded_with_the_baseline_so_its_page_can_say_what_it_cost(transactional_db,
+                                                                                               bare_data_dir):
+    import time
+
+    from dashboard.readings import job_base_build
+    from trainer.models import Step
+
+    before = time.time()
+    job, _ = run_collecting(new_job())
+
+    assert job.status == "completed", job.error
+    baseline = Step.objects.get(job=job, step=0).metrics
+    assert before <= baseline["base/build_started_at"] <= time.time()
+    assert 0 < baseline["base/build_s"] < time.time() - before
+    assert job_base_build(job)["seconds"] == baseline["base/build_s"]
+
+    # The next job on the environment builds nothing, and its page says nothing of a build.
+    second, _ = run_collecting(new_job())
+    assert "base/build_s" not in Step.objects.get(job=second, step=0).metrics
+    assert job_base_build(second) is None
