@@ -100,7 +100,7 @@ def ipd_title(value):
     number = _decimal(value)
     if Decimal(ipd_text(number).replace(",", "")) == number:
         return ""
-    return f"exact: {float(number):,.6f} {IPD_UNIT}"
+    return f"exact: {round(float(number), 6):,} {IPD_UNIT}"  # as the API gives it
 
 
 def displays(cost_usd=None, points_per_usd=None, usd_per_point=None):

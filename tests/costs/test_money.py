@@ -24,7 +24,7 @@ def test_the_exact_figure_goes_on_hover_only_where_the_display_rounds():
     assert usd_title(Decimal("0.0039123")) == "exact: $0.003912"
     assert usd_title(Decimal("1234.567891")) == "exact: $1,234.567891"
     assert usd_title(Decimal("1.50")) == "" and usd_title(None) == ""
-    assert ipd_title(4307.69) == "exact: 4,307.690000 pts/$" and ipd_title(2.5) == ""
+    assert ipd_title(4307.69) == "exact: 4,307.69 pts/$" and ipd_title(2.5) == ""
 
 
 def test_exports_keep_the_amount_to_the_micro_dollar_with_at_least_cents():
