@@ -32,10 +32,41 @@ class Node(models.Model):
     def __str__(self):
         return self.name
 
+    OWNER_MAX = 100  # as long as a job's team (trainer.models.TEAM_MAX): the owner is a team that pays
+
     @property
     def owner(self):
         """The team that owns this node (label `team`), or None."""
         return self.labels.get("team") or None
+
+    @classmethod
+    def clean_owner(cls, team):
+        """The owner team as stored ("" for none, stripped); ValueError with a message for people when unusable."""
+        if team is None:
+            return ""
+        if not isinstance(team, str):
+            raise ValueError(f"owner team must be text, got {team!r}")
+        team = team.strip()
+        if len(team) > cls.OWNER_MAX:
+            raise ValueError(f"owner team must be at most {cls.OWNER_MAX} characters, got {len(team)}")
+        if any(not c.isprintable() for c in team):
+            raise ValueError(f"owner team must be printable text without control characters, got {team!r}")
+        return team
+
+    def set_owner(self, team):
+        """Make `team` the node's owner, charged for its idle time ("" or None: no owner, "unassigned").
+
+        The owner is the `team` label, which an agent started with `--label team=...` also sets when it
+        registers, so the agent's flag and this setting name the same thing. Raises ValueError (nothing
+        stored) when the team is unusable.
+        """
+        team = self.clean_owner(team)
+        labels = {k: v for k, v in self.labels.items() if k != "team"}
+        if team:
+            labels["team"] = team
+        self.labels = labels
+        self.save(update_fields=["labels"])
+        return team
 
     def status(self, newest_sample_at, now=None):
         """Return "ok", or "stale" when the newest sample is older than 3 intervals (or missing)."""
@@ -69,6 +100,24 @@ class Device(models.Model):
 
     def __str__(self):
         return f"{self.node.name}/{self.index} {self.model}"
+
+    @property
+    def label(self):
+        """What pages call this device: "CPU" for this machine's CPU (`--source host`), else "GPU <index>"."""
+        return self.label_for(self.source, self.index)
+
+    @staticmethod
+    def kind_for(source):
+        """ "CPU" for the host source (this machine's CPU), else "GPU"."""
+        return "CPU" if source == "host" else "GPU"
+
+    @classmethod
+    def label_for(cls, source, index):
+        """Device.label from the raw fields, for readers that skip model instances (the fleet page's one query).
+
+        A node has one host device (its CPU), so "CPU" needs no index."""
+        kind = cls.kind_for(source)
+        return kind if kind == "CPU" else f"{kind} {index}"
 
 
 class _SampleFields(models.Model):

@@ -274,6 +274,7 @@ def fleet(now=None):
                 {
                     "uuid": device.uuid,
                     "index": device.index,
+                    "label": device.label,
                     "model": device.model,
                     "source": device.source,
                     "simulated": device.simulated,

@@ -40,6 +40,7 @@ def device_samples(request, uuid):
                 "uuid": device.uuid,
                 "node": device.node.name,
                 "index": device.index,
+                "label": device.label,
                 "model": device.model,
                 "source": device.source,
                 "simulated": device.simulated,

@@ -14,6 +14,7 @@ step metric (or a sum/difference/ratio of two) that `dashboard.js` appends
 with `Plotly.extendTraces` when a step event arrives.
 """
 
+import html
 import math
 
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000"]
@@ -23,6 +24,23 @@ BLUE, ORANGE, GREEN, VERMILLION, SKY, PURPLE, YELLOW, BLACK = PALETTE
 
 def colour(i):
     return PALETTE[i % len(PALETTE)]
+
+
+def esc(value):
+    """A user's string (a name, team, label) as plotly.js shows it literally.
+
+    plotly.js renders a subset of HTML in trace names, tick labels, hover text and
+    annotations, and decodes &lt; &gt; &amp; back to the characters; every user
+    string a figure carries goes through here.
+    """
+    return html.escape(str(value), quote=False)
+
+
+def short(value, limit=60):
+    """esc(value), cut to `limit` characters with "…": a legend entry or tick label as long as a
+    200-character name would squeeze the plot to nothing (the hover and the page's tables have it whole)."""
+    value = str(value)
+    return esc(value if len(value) <= limit else value[:limit - 1] + "…")
 
 
 def layout(title, xtitle=None, ytitle=None, **extra):
@@ -72,31 +90,40 @@ def _num(value):
 
 
 def fleet_heatmap(nodes):
-    """Utilization of every device (columns: device index) of every node (rows); stale devices blank."""
+    """Utilization of every device (columns: device index) of every node (rows); stale devices blank.
+
+    A column is named by its devices' labels (Device.label: "GPU 0", or "CPU" for a host source).
+    Rows stay the nodes' raw names (dashboard.js finds a live sample's row by them); the tick labels
+    show them escaped and shortened.
+    """
     width = max((d["index"] for n in nodes for d in n["devices"]), default=-1) + 1
     z, text, names = [], [], []
+    column_labels = [dict() for _ in range(width)]  # ordered sets of the labels seen in each column
     for node in nodes:
         row = [None] * width
         labels = [""] * width
         for d in node["devices"]:
             util = None if d["stale"] else _num(d["util_pct"])
             row[d["index"]] = util
+            column_labels[d["index"]][d["label"]] = True
             flags = " · simulated" if d["simulated"] else (" · power estimated" if d["power_estimated"] else "")
             shown = "stale" if d["stale"] else ("no reading" if util is None else f"{util:.0f}%")
-            labels[d["index"]] = f"{node['name']} / GPU {d['index']} {d['model']}: {shown}{flags}"
+            labels[d["index"]] = esc(f"{node['name']} / {d['label']} {d['model']}: {shown}{flags}")
         z.append(row)
         text.append(labels)
         names.append(node["name"])
+    columns = [" / ".join(seen) or f"device {i}" for i, seen in enumerate(column_labels)]
     height = max(220, min(1400, 70 + 22 * len(names)))
     return {
         "data": [{
-            "type": "heatmap", "z": z, "x": [f"GPU {i}" for i in range(width)], "y": names, "text": text,
+            "type": "heatmap", "z": z, "x": columns, "y": names, "text": text,
             "hovertemplate": "%{text}<extra></extra>", "colorscale": "Cividis", "zmin": 0, "zmax": 100,
             "xgap": 2, "ygap": 2, "hoverongaps": False,
             "colorbar": {"title": {"text": "util %"}, "thickness": 12},
         }],
         "layout": layout("Utilization by node and device (now)", ytitle=None, height=height,
-                         yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
+                         yaxis={"autorange": "reversed", "automargin": True, "type": "category",
+                                "tickmode": "array", "tickvals": names, "ticktext": [short(n, 32) for n in names]},
                          xaxis={"side": "top", "automargin": True, "type": "category"}, hovermode="closest"),
     }
 
@@ -122,8 +149,15 @@ NODE_METRICS = [
 ]
 
 
+NOT_REPORTED = "not reported by this device"
+
+
 def node_figures(series, resolution):
     """One figure per metric, one trace per device: `series` is [(device dict, points)].
+
+    A device whose points all lack the metric (a CPU has no SM activity; some GPUs no temperature)
+    says "not reported" in its legend entry, and a chart none of whose devices report it says so
+    instead of drawing bare axes.
 
     Returns [(key, figure)]; each figure's `live` maps traces to the sample fields
     a live sample event carries (raw resolution only).
@@ -131,13 +165,25 @@ def node_figures(series, resolution):
     out = []
     for key, title, unit, raw_field, rollup_field in NODE_METRICS:
         field = raw_field if resolution == "raw" else rollup_field
-        data = []
+        data, silent = [], []
         for i, (device, points) in enumerate(series):
-            name = f"GPU {device['index']}" + (" (sim)" if device["simulated"] else "")
-            data.append(line(name, [p["ts"] for p in points], [_num(p.get(field)) for p in points], i))
+            ys = [_num(p.get(field)) for p in points]
+            absent = bool(points) and all(y is None for y in ys)
+            silent.append(absent)
+            name = esc(device["label"]) + (" (sim)" if device["simulated"] else "") + (
+                f" — {NOT_REPORTED}" if absent else "")
+            data.append(line(name, [p["ts"] for p in points], ys, i))
         suffix = {"raw": "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups"}[resolution]
-        fig = empty_note({"data": data, "layout": layout(f"{title} ({suffix})", None, unit, height=260)},
-                         f"No {suffix} in this range")
+        fig = {"data": data, "layout": layout(f"{title} ({suffix})", None, unit, height=260)}
+        if silent and all(silent):
+            who = "this device" if len(silent) == 1 else "these devices"
+            fig["layout"]["annotations"] = [{
+                "text": f"{title}: not reported by {who}", "showarrow": False, "xref": "paper", "yref": "paper",
+                "x": 0.5, "y": 0.5, "font": {"size": 14, "color": "#60605c"}}]
+            for axis in ("xaxis", "yaxis"):
+                fig["layout"][axis].update(showticklabels=False, showgrid=False)
+        else:
+            fig = empty_note(fig, f"No {suffix} in this range")
         fig["live"] = {"x": "ts", "traces": [{"trace": i, "device": d["uuid"], "y": {"key": raw_field}}
                                             for i, (d, _) in enumerate(series)]}
         out.append((key, fig))
@@ -274,13 +320,14 @@ def compare(jobs, xmode):
     data = []
     for i, (job, points) in enumerate(jobs):
         data.append({
-            "type": "scatter", "mode": "lines+markers", "name": f"#{job.pk} {job.name}",
+            "type": "scatter", "mode": "lines+markers", "name": f"#{job.pk} {short(job.name)}",
             "x": [p[xmode] for p in points], "y": [_num(p["pass1"]) for p in points],
             "line": {"color": colour(i), "dash": DASHES[i % len(DASHES)], "width": 2},
             "marker": {"symbol": ["circle", "square", "diamond", "triangle-up", "x", "cross"][i % 6], "size": 8},
         })
+    # The legend even for one job: it says which job the line is.
     return {"data": data, "layout": layout("Eval pass@1 against " + XMODES[xmode], XMODES[xmode],
-                                           "pass@1 (points)", height=420, hovermode="closest")}
+                                           "pass@1 (points)", height=420, hovermode="closest", showlegend=True)}
 
 
 def costs_by_day(stacks):
@@ -295,7 +342,7 @@ def costs_by_day(stacks):
     data = []
     for i, (name, idle, values) in enumerate(stacks):
         amounts = [values.get(d, 0) for d in days]
-        data.append({"type": "bar", "name": name, "x": [d.isoformat() for d in days],
+        data.append({"type": "bar", "name": short(name), "x": [d.isoformat() for d in days],
                      "y": [float(v) for v in amounts], "customdata": [usd_text(v) for v in amounts],
                      "hovertemplate": "%{customdata}",
                      "marker": {"color": "#9a9a94" if idle else colour(i),

@@ -37,7 +37,7 @@ def fleet_nodes(now):
     """Every node with its devices and their newest sample, as collector.store.fleet() returns them
     (the fields this page needs), in one query: at 1,000 devices the ORM's model instances
     cost most of the page's time budget."""
-    from collector.models import Node
+    from collector.models import Device, Node
 
     with connection.cursor() as cur:
         cur.execute(_FLEET)
@@ -52,7 +52,8 @@ def fleet_nodes(now):
             continue
         if ts is not None and (node["newest_sample_at"] is None or ts > node["newest_sample_at"]):
             node["newest_sample_at"] = ts
-        node["devices"].append({"uuid": uuid, "index": index, "model": model, "source": source,
+        node["devices"].append({"uuid": uuid, "index": index, "label": Device.label_for(source, index),
+                                "model": model, "source": source,
                                 "simulated": simulated, "power_estimated": estimated,
                                 "latest": None if ts is None else {"ts": ts, "util_pct": util, "power_w": power}})
     limit = Node.STALE_INTERVALS
@@ -114,7 +115,7 @@ def fleet_overview(now=None):
         newest = node["newest_sample_at"]
         nodes.append({
             "name": node["name"], "owner": node["owner"], "status": node["status"], "devices": rows,
-            "device_count": len(rows),
+            "device_count": len(rows), "device_kinds": device_kinds(rows),
             "util_mean_pct": sum(utils) / len(utils) if utils else None,
             "power_w": node_power,
             "newest_age_s": None if newest is None else (now - newest).total_seconds(),
@@ -129,6 +130,16 @@ def fleet_overview(now=None):
     flags = {"simulated": simulated, "power_estimated": estimated, "example_prices": example_prices,
              "unpriced": unpriced}
     return {"cards": cards, "nodes": nodes, "flags": flags}
+
+
+def device_kinds(devices):
+    """"8 GPUs", "1 CPU", "1 CPU, 2 GPUs": what a node's devices are, by Device.kind_for."""
+    from collector.models import Device
+
+    counts = defaultdict(int)
+    for d in devices:
+        counts[Device.kind_for(d["source"])] += 1
+    return ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in sorted(counts.items()))
 
 
 def device_state(ts, util_pct, interval_s, now):
@@ -189,7 +200,8 @@ def node_view(node, tr):
     series = []
     for device in devices:
         points = store.device_series(device, tr.start, tr.end, tr.resolution)
-        info = {"uuid": device.uuid, "index": device.index, "model": device.model, "source": device.source,
+        info = {"uuid": device.uuid, "index": device.index, "label": device.label, "model": device.model,
+                "source": device.source,
                 "simulated": device.simulated, "power_estimated": device.power_estimated,
                 "mem_total_mib": device.mem_total_mib, "latest": getattr(device, "latest", None)}
         series.append((info, points))

@@ -8,6 +8,7 @@ urlpatterns = [
     path("api/whoami", views.whoami, name="whoami"),
     path("assets/plotly-<str:version>.min.js", views.plotly_js, name="plotly-js"),
     path("nodes/<str:name>", views.node_page, name="node"),
+    path("nodes/<str:name>/owner", views.set_node_owner, name="node-owner"),
     path("jobs/", views.jobs_page, name="jobs"),
     path("jobs/start", views.start_job, name="job-start"),
     path("jobs/<int:job_id>", views.job_page, name="job"),

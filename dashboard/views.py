@@ -101,16 +101,40 @@ def node_page(request, name):
     tr, bad = _range_or_400(request)
     if bad:
         return bad
+    return render(request, "dashboard/node.html", _node_context(request, node, tr))
+
+
+def _node_context(request, node, tr):
     series = readings.node_view(node, tr)
     figs = dict(figures.node_figures(series, tr.resolution))
     devices = [d for d, _ in series]
-    return render(request, "dashboard/node.html", {
+    return {
         "node": node, "devices": devices, **_range_context(request, tr), "figures_json": _json(figs),
         "fig_keys": [k for k, *_ in figures.NODE_METRICS],
         "any_simulated": any(d["simulated"] for d in devices),
         "any_estimated": any(d["power_estimated"] for d in devices),
         "topics": f"node.{node.pk}" if tr.live and tr.follows_now and tr.resolution == "raw" else "",
-    })
+    }
+
+
+@require_POST
+@require_role("admin")
+def set_node_owner(request, name):
+    """An admin sets the team charged for the node's idle time (Node.set_owner); a bad team stores nothing.
+
+    Back to the node page either way (its range picker's links are relative to it), with what happened.
+    """
+    from collector.models import Node
+
+    node = get_object_or_404(Node, name=name)
+    try:
+        team = node.set_owner(request.POST.get("team", ""))
+    except ValueError as err:
+        messages.error(request, f"Owner not changed: {err}.")
+    else:
+        messages.success(request, f"Node {node.name} is now owned by team {team!r}; its idle time is charged to it."
+                         if team else f"Node {node.name} has no owner now; its idle time is charged to 'unassigned'.")
+    return redirect("node", name=node.name)
 
 
 # -- jobs --------------------------------------------------------------------------------------------

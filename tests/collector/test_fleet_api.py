@@ -39,6 +39,8 @@ def test_it_lists_nodes_with_status_devices_flags_and_latest_samples(client, vie
     }
     flags = {d["uuid"]: (d["simulated"], d["power_estimated"]) for d in old["devices"]}
     assert flags == {"SIM-s": (True, False), "CPU-c": (False, True)}
+    labels = {d["uuid"]: d["label"] for d in old["devices"]}
+    assert labels["CPU-c"] == "CPU" and device["label"] == "GPU 0", "devices are named by kind"
     assert old["newest_sample_at"] is not None
 
 def test_a_script_with_a_token_may_read_it(client, viewer, api_token, pg_conn):

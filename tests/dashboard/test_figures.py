@@ -33,15 +33,15 @@ def test_nan_and_missing_metrics_become_gaps_not_errors():
 
 
 def test_fleet_node_compare_and_cost_figures_are_valid():
-    nodes = [{"name": "a", "devices": [{"index": 0, "util_pct": 50.0, "stale": False, "simulated": True,
-                                        "power_estimated": False, "model": "H100"},
-                                       {"index": 1, "util_pct": None, "stale": True, "simulated": False,
-                                        "power_estimated": True, "model": "H100"}]}]
+    nodes = [{"name": "a", "devices": [{"index": 0, "label": "GPU 0", "util_pct": 50.0, "stale": False,
+                                        "simulated": True, "power_estimated": False, "model": "H100"},
+                                       {"index": 1, "label": "GPU 1", "util_pct": None, "stale": True,
+                                        "simulated": False, "power_estimated": True, "model": "H100"}]}]
     heat = valid(figures.fleet_heatmap(nodes))
     assert heat["data"][0]["z"] == [[50.0, None]], "a stale device is a gap, not a zero"
     assert "simulated" in heat["data"][0]["text"][0][0]
     valid(figures.fleet_power([(NOW, 1.5)]))
-    dev = {"uuid": "GPU-1", "index": 0, "simulated": False}
+    dev = {"uuid": "GPU-1", "index": 0, "label": "GPU 0", "simulated": False}
     for _, fig in figures.node_figures([(dev, [{"ts": NOW, "util_pct": 1.0}])], "raw"):
         valid(fig)
 
@@ -64,3 +64,64 @@ def test_sparkline_scales_into_its_box():
     ys = [float(p.split(",")[1]) for p in points.split()]
     assert len(xs) == 3 and min(xs) >= 0 and max(xs) <= 120 and min(ys) >= 0 and max(ys) <= 28
     assert figures.sparkline([1.0]) == ""
+
+
+def _device(index, label, model="H100", util=50.0):
+    return {"index": index, "label": label, "util_pct": util, "stale": False, "simulated": False,
+            "power_estimated": False, "model": model}
+
+
+def test_the_heatmap_names_columns_by_what_the_devices_are():
+    cpu_only = valid(figures.fleet_heatmap([{"name": "laptop", "devices": [_device(0, "CPU", "AMD EPYC")]}]))
+    assert cpu_only["data"][0]["x"] == ["CPU"], "a CPU is not 'GPU 0'"
+    assert cpu_only["data"][0]["text"][0][0].startswith("laptop / CPU AMD EPYC")
+    mixed = valid(figures.fleet_heatmap([{"name": "laptop", "devices": [_device(0, "CPU")]},
+                                         {"name": "gpu-a", "devices": [_device(0, "GPU 0"), _device(1, "GPU 1")]}]))
+    assert mixed["data"][0]["x"] == ["CPU / GPU 0", "GPU 1"]
+
+
+def test_a_metric_no_device_reports_says_so_instead_of_bare_axes():
+    cpu = {"uuid": "CPU-1", "index": 0, "label": "CPU", "simulated": False}
+    points = [{"ts": NOW + timedelta(seconds=s), "util_pct": 20.0, "sm_active_pct": None, "temp_c": None}
+              for s in range(3)]
+    figs = dict(figures.node_figures([(cpu, points)], "raw"))
+    for key in ("sm", "temp"):
+        fig = valid(figs[key])
+        assert "not reported by this device" in fig["layout"]["annotations"][0]["text"], key
+        assert fig["data"][0]["name"] == "CPU — not reported by this device"
+        assert fig["layout"]["yaxis"]["showticklabels"] is False, "no bare −1…4 scale"
+    assert "annotations" not in figs["util"]["layout"] and figs["util"]["data"][0]["name"] == "CPU"
+
+    gpu = {"uuid": "GPU-1", "index": 0, "label": "GPU 0", "simulated": False}
+    both = dict(figures.node_figures([(cpu, points), (gpu, [{**p, "temp_c": 60.0} for p in points])], "raw"))
+    assert "annotations" not in both["temp"]["layout"], "one device reports it: draw it"
+    assert [t["name"] for t in both["temp"]["data"]] == ["CPU — not reported by this device", "GPU 0"]
+
+
+HOSTILE = "<b>qa</b><img src=x onerror=alert(2)>&co"
+
+
+def test_user_strings_reach_plotly_escaped():
+    escaped = "&lt;b&gt;qa&lt;/b&gt;&lt;img src=x onerror=alert(2)&gt;&amp;co"
+    heat = figures.fleet_heatmap([{"name": HOSTILE, "devices": [_device(0, "GPU 0", model=HOSTILE)]}])
+    assert heat["data"][0]["y"] == [HOSTILE], "rows keep the raw name: live samples find their row by it"
+    assert heat["layout"]["yaxis"]["ticktext"] == [figures.short(HOSTILE, 32)]
+    assert "<" not in heat["layout"]["yaxis"]["ticktext"][0]
+    assert escaped in heat["data"][0]["text"][0][0] and "<b>" not in heat["data"][0]["text"][0][0]
+
+    class Job:
+        pk, name = 7, HOSTILE
+
+    trace = figures.compare([(Job(), [{"step": 0, "time": 0.0, "usd": 0.0, "pass1": 30.0}])], "step")["data"][0]
+    assert trace["name"] == f"#7 {escaped}"
+    node = dict(figures.node_figures([({"uuid": "u", "index": 0, "label": HOSTILE, "simulated": False}, [])], "raw"))
+    assert node["util"]["data"][0]["name"] == escaped
+    costs = figures.costs_by_day([(HOSTILE, False, {NOW.date(): 1}), (f"idle ({HOSTILE})", True, {NOW.date(): 2})])
+    assert [t["name"] for t in costs["data"]] == [figures.short(HOSTILE), figures.short(f"idle ({HOSTILE})")]
+    assert not any("<" in t["name"] for t in costs["data"])
+
+
+def test_a_long_name_is_shortened_in_legends_and_ticks():
+    long = "x" * 200
+    assert figures.short(long) == "x" * 59 + "…"
+    assert figures.short("short <name>") == "short &lt;name&gt;"

@@ -52,3 +52,91 @@ def test_a_live_page_starts_connecting_and_a_paused_one_says_paused(viewer_clien
     assert 'aria-pressed="true"' in live and 'data-state="connecting"' in live
     paused = viewer_client.get("/nodes/gpu-a?range=15m&live=0").content.decode()
     assert 'data-topics=""' in paused and 'aria-pressed="false"' in paused and 'data-state="paused"' in paused
+
+
+def test_a_cpu_is_named_cpu_in_the_device_table_and_charts(viewer_client):
+    n = b.node("laptop")
+    cpu = b.device(n, 0, model="AMD EPYC 7B13", source="host", power_estimated=True, uuid="CPU-laptop")
+    b.samples(cpu, datetime.now(UTC) - timedelta(minutes=5), 10, every_s=10, util_pct=30)
+
+    resp = viewer_client.get("/nodes/laptop?range=1h")
+    html = resp.content.decode()
+    assert '<th scope="row">CPU</th>' in html and "GPU 0" not in html
+    figs = json.loads(resp.context["figures_json"])
+    assert figs["util"]["data"][0]["name"] == "CPU"
+
+
+def test_an_admin_sets_the_owner_from_the_node_page(client, admin_user):
+    from collector.models import Node
+
+    n = b.node("gpu-a", team="research")
+    client.force_login(admin_user)
+    page = client.get("/nodes/gpu-a").content.decode()
+    assert 'id="owner-form"' in page and 'value="research"' in page
+
+    resp = client.post("/nodes/gpu-a/owner", {"team": "  infra "}, follow=True)
+    assert resp.redirect_chain[-1][0] == "/nodes/gpu-a"
+    n.refresh_from_db()
+    assert n.owner == "infra"
+    assert "now owned by team &#x27;infra&#x27;" in resp.content.decode()
+
+    cleared = client.post("/nodes/gpu-a/owner", {"team": ""}, follow=True)
+    n.refresh_from_db()
+    assert n.owner is None and "team" not in n.labels
+    assert "charged to &#x27;unassigned&#x27;" in cleared.content.decode()
+
+
+def test_a_bad_owner_is_refused_with_a_reason_and_nothing_stored(client, admin_user):
+    from collector.models import Node
+
+    n = b.node("gpu-a", team="research")
+    client.force_login(admin_user)
+    resp = client.post("/nodes/gpu-a/owner", {"team": "t" * 101}, follow=True)
+    assert "Owner not changed: owner team must be at most 100 characters, got 101" in resp.content.decode()
+    resp = client.post("/nodes/gpu-a/owner", {"team": "line\nbreak"}, follow=True)
+    assert "owner team must be printable text" in resp.content.decode()
+    n.refresh_from_db()
+    assert n.owner == "research"
+
+
+def test_only_an_admin_sees_or_may_use_the_owner_form(client, viewer, operator):
+    from collector.models import Node
+
+    n = b.node("gpu-a", team="research")
+    for user in (viewer, operator):
+        client.force_login(user)
+        assert 'id="owner-form"' not in client.get("/nodes/gpu-a").content.decode()
+        assert client.post("/nodes/gpu-a/owner", {"team": "mine"}).status_code == 403
+    n.refresh_from_db()
+    assert n.owner == "research"
+    client.logout()
+    assert client.post("/nodes/gpu-a/owner", {"team": "mine"}).status_code == 302, "to the login page"
+    n.refresh_from_db()
+    assert n.owner == "research"
+
+
+def test_the_owner_form_needs_its_csrf_token(admin_user):
+    from django.test import Client
+
+    csrf_client = Client(enforce_csrf_checks=True)
+    csrf_client.force_login(admin_user)
+    b.node("gpu-a", team="research")
+    assert csrf_client.post("/nodes/gpu-a/owner", {"team": "x"}).status_code == 403
+
+
+def test_unknown_pages_get_the_site_layout_and_a_way_back(viewer_client):
+    b.node("gpu-a")
+    for path in ("/jobs/999999", "/nodes/nonexistent", "/jobs/abc", "/no/such/page"):
+        resp = viewer_client.get(path)
+        html = resp.content.decode()
+        assert resp.status_code == 404, path
+        assert '<header class="top">' in html and 'aria-label="Main"' in html, path
+        assert "Not found" in html and '<a href="/">the fleet</a>' in html and '<a href="/jobs/">' in html, path
+        assert 'rel="icon"' in html
+
+
+def test_the_favicon_is_served(viewer_client, client):
+    page = viewer_client.get("/").content.decode()
+    assert '<link rel="icon" href="/static/yardstick/favicon.svg"' in page
+    resp = viewer_client.get("/favicon.ico")
+    assert resp.status_code == 301 and resp["Location"] == "/static/yardstick/favicon.svg"
