@@ -110,12 +110,14 @@ def parse_params(params, now=None):
         start = _parse_time("from", params["from"], end_of_day=False)
     else:
         start = datetime.combine((end - DEFAULT_RANGE).date(), time(0), tzinfo=dt_timezone.utc)
+    # Messages name the dates as typed: a `to` date means through its end, i.e. before the next midnight.
+    typed_from = params.get("from") or start.isoformat()
+    typed_to = params.get("to") or f"now ({end.isoformat(timespec='seconds')})"
     if start >= end:
-        raise ReportParamError("from", f"from must be before to, got from={start.isoformat()} "
-                                       f"and to={end.isoformat()}")
+        raise ReportParamError("from", f"from must be before to, got from={typed_from} and to={typed_to}")
     if end - start > MAX_RANGE:
         raise ReportParamError("to", f"the period may span at most {MAX_RANGE.days} days, got "
-                                     f"{(end - start).days} days ({start.date()} to {end.date()})")
+                                     f"{(end - start).days} days (from={typed_from} to={typed_to})")
     return Period(start, end), group, fmt
 
 

@@ -139,3 +139,165 @@ def test_the_fleet_and_node_pages_draw_and_the_range_lives_in_the_url(live_serve
     columns = page.evaluate("getComputedStyle(document.querySelector('.grid-2')).gridTemplateColumns.split(' ').length")
     assert columns == 3, "three charts a row on a wall display (two on a laptop)"
     shot(page, output_dir, request, "wall")
+
+
+LONG = "n" * 200  # a name without a space, as long as a job's name may be
+HOSTILE_TEAM = "<b>qa</b><img src=x onerror=alert(2)>"
+
+
+def _long_named_fleet():
+    """A node, job and team named with 200 characters and no space, charged, so every page shows them."""
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime.now(timezone.utc)
+    start = b.floor_minute(now) - timedelta(minutes=40)
+    b.prices()
+    node = b.node("n" * 100, team="t" * 100)  # as long as a stint's node may be
+    dev = b.device(node, 0, uuid="GPU-long-0")
+    b.latest(b.device(b.node(LONG, team="t" * 100), 0, uuid="GPU-longer-0"), util_pct=40, power_w=300)
+    b.latest(dev, util_pct=40, power_w=300)
+    b.minutes(dev, start, 30)
+    job = b.job(name=LONG, team="t" * 100)
+    b.stint(job, dev, start, start + timedelta(minutes=20))
+    b.steps(job, 10, start=start, every_s=60)
+    b.attribute(now)
+    return job
+
+
+def test_a_200_character_name_never_widens_a_page_or_the_printed_costs(live_server, page, transactional_db,  # noqa: F811
+                                                                         django_user_model, output_dir, request):
+    job = _long_named_fleet()
+    user_in_role(django_user_model, "wes", "viewer")
+    log_in(page, live_server.url, "wes", "/jobs/")
+    for path in ("/jobs/", f"/jobs/{job.pk}", f"/compare?jobs={job.pk}", "/costs/?group=job", "/costs/?group=team",
+                 "/costs/?group=node", "/", f"/nodes/{LONG}"):
+        page.goto(live_server.url + path)
+        page.wait_for_load_state("load")
+        widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert widths[0] <= widths[1], f"{path} is {widths[0]} px wide in a {widths[1]} px window"
+    page.goto(live_server.url + "/jobs/")
+    cell = page.locator(f'#jobs-table a[href="/jobs/{job.pk}"]')
+    assert cell.get_attribute("title") == f"#{job.pk} {LONG}", "the full name on hover"
+    shot(page, output_dir, request, "jobs")
+
+    page.goto(live_server.url + "/costs/?group=job")
+    page.wait_for_selector('.chart[data-fig="by_day"][data-drawn="true"]')
+    page.emulate_media(media="print")
+    headers = page.locator("table.data thead th")
+    assert headers.count() > 3
+    right_edge = page.evaluate("document.documentElement.clientWidth")
+    for i in range(headers.count()):
+        box = headers.nth(i).bounding_box()
+        assert box and box["width"] > 0 and box["x"] + box["width"] <= right_edge + 1, \
+            f"printed column {headers.nth(i).inner_text()!r} is off the page"
+    assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    assert LONG in page.inner_text("table.data"), "on paper the name prints whole"
+    shot(page, output_dir, request, "print")
+
+
+def test_user_strings_show_literally_in_chart_legends(live_server, page, transactional_db, django_user_model,  # noqa: F811
+                                                      output_dir, request):
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime.now(timezone.utc)
+    start = b.floor_minute(now) - timedelta(minutes=40)
+    b.prices()
+    dev = b.device(b.node("gpu-a", team=HOSTILE_TEAM), 0)
+    b.minutes(dev, start, 30)
+    job = b.job(name="<i>run</i>&amp;", team=HOSTILE_TEAM)
+    b.stint(job, dev, start, start + timedelta(minutes=20))
+    b.steps(job, 10, start=start, every_s=60)
+    b.attribute(now)
+    user_in_role(django_user_model, "xss", "viewer")
+    alerts = []
+    page.on("dialog", lambda d: (alerts.append(d.message), d.dismiss()))
+    log_in(page, live_server.url, "xss", "/costs/?group=team")
+
+    page.wait_for_selector('.chart[data-fig="by_day"][data-drawn="true"]')
+    legend = page.locator('[data-fig="by_day"] .legendtext').all_text_contents()
+    assert HOSTILE_TEAM in legend and f"idle ({HOSTILE_TEAM})" in legend, legend
+    assert page.locator('[data-fig="by_day"] b, [data-fig="by_day"] img').count() == 0
+    shot(page, output_dir, request, "costs")
+
+    page.goto(f"{live_server.url}/compare?jobs={job.pk}")
+    page.wait_for_selector('.chart[data-fig="compare"][data-drawn="true"]')
+    assert page.locator('[data-fig="compare"] .legendtext').all_text_contents() == [f"#{job.pk} <i>run</i>&amp;"]
+    assert page.locator('[data-fig="compare"] i').count() == 0
+
+    page.goto(live_server.url + "/")
+    page.wait_for_selector('.chart[data-fig="heatmap"][data-drawn="true"]')
+    assert page.locator('[data-fig="heatmap"] b, [data-fig="heatmap"] img').count() == 0
+    assert alerts == []
+
+
+def test_every_page_loads_without_console_errors_and_404s_lead_back(live_server, page, transactional_db,  # noqa: F811
+                                                                   django_user_model, output_dir, request):
+    from tests.dashboard.test_costs_page import charged_fleet
+
+    job = charged_fleet()
+    user_in_role(django_user_model, "cora", "viewer")
+    errors = []
+    # The test server has no WebSocket (/ws/live is Daphne's) and no Celery workers (/healthz answers 503,
+    # which the header shows): Chromium logs both; anything else is the page's own error.
+    known = ("/ws/live", "/healthz")
+    page.on("console", lambda m: m.type == "error" and not any(k in m.text or k in (m.location or {}).get("url", "")
+                                                                for k in known) and errors.append(f"{page.url}: {m.text}"))
+    page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
+    log_in(page, live_server.url, "cora", "/")
+    for path in ("/", "/nodes/gpu-a", "/jobs/", f"/jobs/{job.pk}", f"/compare?jobs={job.pk}", "/costs/"):
+        page.goto(live_server.url + path)
+        page.wait_for_load_state("networkidle")
+    assert page.evaluate("fetch('/static/yardstick/favicon.svg').then(r => r.status)") == 200
+    for path in ("/jobs/999999", "/nodes/nonexistent", "/jobs/abc"):
+        errors_before = list(errors)
+        resp = page.goto(live_server.url + path)
+        assert resp.status == 404
+        assert page.locator("header.top nav").is_visible() and page.locator("h1").inner_text() == "Not found"
+        errors[:] = errors_before  # the 404 itself is the one error Chromium logs here
+    shot(page, output_dir, request, "404")
+    page.click("text=the jobs")
+    page.wait_for_url(live_server.url + "/jobs/")
+    assert errors == []
+
+
+def test_the_costs_page_names_a_reversed_range_as_typed(live_server, page, transactional_db, django_user_model):  # noqa: F811
+    user_in_role(django_user_model, "rae", "viewer")
+    log_in(page, live_server.url, "rae", "/costs/")
+    page.goto(live_server.url + "/costs/?from=2026-11-10&to=2026-11-01")
+    message = page.inner_text("p.error")
+    assert "from=2026-11-10 and to=2026-11-01" in message, message
+    assert "2026-11-02" not in message
+
+
+def test_an_admin_sets_a_nodes_owner_and_an_operator_sees_no_form(live_server, page, transactional_db,  # noqa: F811
+                                                                  django_user_model, output_dir, request):
+    from collector.models import Node
+
+    node = b.node("gpu-a", team="research")
+    b.device(node, 0, source="host", model="AMD EPYC", uuid="CPU-gpu-a")
+    user_in_role(django_user_model, "olga", "operator")
+    log_in(page, live_server.url, "olga", "/nodes/gpu-a")
+    assert page.locator("#owner-form").count() == 0
+    assert page.locator("table.data tbody th").first.inner_text() == "CPU"
+    page.goto(live_server.url + "/")
+    page.wait_for_selector('.chart[data-fig="heatmap"][data-drawn="true"]')
+    assert page.evaluate("document.querySelector('[data-fig=heatmap]').data[0].x") == ["CPU"], "not 'GPU 0'"
+    assert "1 CPU" in page.inner_text("#node-table")
+    page.context.clear_cookies()
+
+    user_in_role(django_user_model, "adam", "admin")
+    log_in(page, live_server.url, "adam", "/nodes/gpu-a")
+    page.fill("#owner-team", "x" * 90 + "\u0007")
+    page.click("#owner-form button[type=submit]")
+    page.wait_for_selector(".messages li.error")
+    assert "Owner not changed" in page.inner_text(".messages")
+    node.refresh_from_db()
+    assert node.owner == "research"
+
+    page.fill("#owner-team", "infra")
+    page.click("#owner-form button[type=submit]")
+    page.wait_for_selector(".messages li.success")
+    assert page.input_value("#owner-team") == "infra" and "team infra" in page.inner_text(".page-head")
+    node.refresh_from_db()
+    assert node.owner == "infra"
+    shot(page, output_dir, request, "owner")
