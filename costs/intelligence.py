@@ -15,7 +15,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from django.db.models import Sum
 
 from costs.ledger import usage
-from costs.money import displays, exact_usd
+from costs.money import DISPLAY_KEYS, displays, exact_usd
 from costs.prices import PriceBook
 
 CENT = Decimal("0.01")
@@ -121,6 +121,10 @@ def jobs_money(job_ids, book=None):
         costs[u.job_id] += u.total_usd
     scores = Scores(job_ids)
     return {job_id: _money(cost, scores, job_id) for job_id, cost in costs.items()}
+
+
+# What _money gives of a job, as the JSON API's job detail carries it.
+MONEY_KEYS = ("cost_usd", "points_per_usd", "usd_per_point", "state", "gain_points", *DISPLAY_KEYS)
 
 
 def _money(cost, scores, job_id):

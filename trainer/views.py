@@ -110,7 +110,11 @@ def _job_detail(request, job_id):
     job = Job.objects.select_related("created_by").filter(pk=job_id).first()
     if job is None:
         return _missing(job_id)
-    return JsonResponse(job.to_dict(detail=True))
+    # Its cost and IPD as every page shows them (exact figures, display strings): /api/costs/jobs/<id> has the rest.
+    from costs.intelligence import MONEY_KEYS, jobs_money
+
+    money = jobs_money([job.pk])[job.pk]
+    return JsonResponse({**job.to_dict(detail=True), "money": {k: money[k] for k in MONEY_KEYS}})
 
 
 job_detail = _methods(GET=_job_detail)

@@ -1,6 +1,6 @@
 """A 40-step job on a laptop that cost a fraction of a cent: the same non-zero cost and IPD on the job page,
-the Jobs list, Compare and Costs, in Chromium, and the same numbers in /api/costs, its CSV and
-/api/costs/jobs/<id>.
+the Jobs list, Compare and Costs, in Chromium, and the same numbers in /api/costs, its CSV,
+/api/costs/jobs/<id> and /api/jobs/<id>.
 
 Hand-computed: the job holds a device for 4 minutes at $0.05/h and 30 W at $0.10/kWh, PUE 1:
 4/60 h x $0.05 = $0.0033333 + 30 W x 240 s = 0.002 kWh x $0.10 = $0.0002, so $0.0035333. Its eval
@@ -42,12 +42,16 @@ def test_the_api_and_the_csv_carry_the_exact_cost_from_which_the_ipd_is_recomput
     job = cheap_job()
 
     card = viewer_client.get(f"/api/costs/jobs/{job.pk}").json()
+    detail = viewer_client.get(f"/api/jobs/{job.pk}").json()["money"]
     body = viewer_client.get("/api/costs", {"group": "job"}).json()
     text = viewer_client.get("/api/costs", {"group": "job", "format": "csv"}).content.decode()
 
     assert card["cost_usd"] == "0.003533" and card["state"] == "ok"
     assert (card["cost_display"], card["ipd_display"]) == (COST, IPD)
     assert card["cost_title"] == "exact: $0.003533"
+    assert {k: detail[k] for k in ("cost_usd", "points_per_usd", "cost_display", "ipd_display")} == {
+        "cost_usd": card["cost_usd"], "points_per_usd": card["ipd_points_per_usd"], "cost_display": COST,
+        "ipd_display": IPD}
     [row] = [r for r in body["rows"] if r["key"] == str(job.pk)]
     assert row["attributed_exact_usd"] == card["cost_usd"]
     assert row["ipd_points_per_usd"] == card["ipd_points_per_usd"]
