@@ -236,7 +236,7 @@ def run(job_id, progress=None):
             job=job, node=socket.gethostname(), device=uuid, device_name=name, pid=os.getpid(),
             first_step=job.steps_done,
         )
-        _publish_stints(job)
+        job.announce_stints()  # "Where it ran" shows this stint from now (the claim's status event had none)
         limit = heartbeat_limit_s()
         beat = Heartbeat(job, interval_s=max(0.5, min(30.0, limit / 4))).start()
         outcome = _train(job, device, stint, progress)
@@ -428,11 +428,6 @@ def _record(job, step, metrics, samples, config):
                 fields["baseline_pass1"] = pass1
         _update_active(job, **fields)
     return row, [s.to_dict() for s in kept]
-
-
-def _publish_stints(job):
-    """Where the job runs, for its page's "Where it ran" (the status events carry it too)."""
-    publish(f"job.{job.pk}", "stints", {"job": job.pk, "stints": [s.to_dict() for s in job.stints.all()]})
 
 
 def _checkpoint(job, trainer, config):

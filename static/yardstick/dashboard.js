@@ -97,7 +97,11 @@
       q.forEach(function (pts, trace) { if (pts.x.length) { xs.push(pts.x); ys.push(pts.y); idx.push(trace); } });
       if (!idx.length) return;
       const f = figs[key], el = f.el;
-      if (!f.drawn) draw(f);
+      if (!f.drawn) {
+        // Still nothing to draw (the baseline step has only an eval): keep saying why.
+        if (ys.every(function (y) { return y.every(function (v) { return v === null; }); })) return;
+        draw(f);
+      }
       if (el.layout.annotations && el.layout.annotations.length) Plotly.relayout(el, { annotations: [] }); // "no data yet"
       Plotly.extendTraces(el, { x: xs, y: ys }, idx);
     });

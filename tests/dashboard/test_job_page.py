@@ -97,6 +97,12 @@ def test_a_chart_with_nothing_to_draw_yet_carries_what_to_say_instead_of_axes(vi
     assert {k: f.get("empty") for k, f in figs.items()} == {
         "reward": "No steps yet", "throughput": "No steps yet", "timing": "No steps yet", "losses": "No steps yet",
         "cost": "No eval with a cost yet"}
-    b.steps(job, 2)
+    b.steps(job, 0)  # the baseline alone: an eval, no training figures
     figs = json.loads(viewer_client.get(f"/jobs/{job.pk}").context["figures_json"])
-    assert [k for k, f in figs.items() if "empty" in f] == [], "the evals, at $0 so far"
+    assert {k: f.get("empty") for k, f in figs.items()} == {
+        "reward": None, "throughput": "No training step yet", "timing": "No training step yet",
+        "losses": "No training step yet", "cost": None}, "the baseline's eval is drawn, at $0 so far"
+    trained = b.job(name="trained")
+    b.steps(trained, 2)
+    figs = json.loads(viewer_client.get(f"/jobs/{trained.pk}").context["figures_json"])
+    assert [k for k, f in figs.items() if "empty" in f] == []

@@ -182,7 +182,7 @@ def test_a_rewind_truncates_the_job_charts_and_the_re_run_steps_replace_the_old_
     xs = f"JSON.stringify({reward}?.x)"
     every_live_trace = """() => ['reward', 'throughput', 'timing', 'losses'].flatMap(k => {
         const el = document.querySelector('[data-fig=' + k + ']');
-        return window.Yardstick.figs[k].live.traces.map(t => el.data[t.trace].x.length); })"""
+        return window.Yardstick.figs[k].live.traces.map(t => el.data ? el.data[t.trace].x.length : 0); })"""
 
     for n in range(1, 6):
         assert step(job, n, 0.1 * n)
@@ -262,7 +262,10 @@ def test_a_running_jobs_page_follows_its_baseline_costs_samples_and_end_without_
     with page.expect_navigation():
         page.click("form.job-stop-form button")  # POST, then back to this page with the message
     wait_subscribed(page)
-    loaded = page.evaluate(LOADED_AT)
+    listing = page.context.new_page()
+    stamps = {page: page.evaluate(LOADED_AT), listing: open_live(listing, live_web.url, "/jobs/")}
+    row = f'tr[data-job="{job.pk}"]'
+    assert listing.is_hidden(f"{row} form.job-stop-form") and listing.is_hidden(f"{row} form.job-resume-form")
     flash = ".messages li"
     assert page.inner_text(flash) == f"Job {job.pk} is stopping."
     assert page.is_hidden("form.job-stop-form") and page.is_hidden("form.job-resume-form")
@@ -304,8 +307,11 @@ def test_a_running_jobs_page_follows_its_baseline_costs_samples_and_end_without_
         stint.ended_at.strftime("%Y-%m-%d %H:%M:%S") + " stopped"
     assert page.locator(flash).count() == 0, "the job is no longer stopping"
     assert page.is_visible("form.job-resume-form") and page.is_hidden("form.job-stop-form")
+    listing.wait_for_selector(f"{row} form.job-resume-form", state="visible")
+    assert listing.is_hidden(f"{row} form.job-stop-form")
     assert Job.objects.get(pk=job.pk).status == "stopped"
-    assert page.evaluate(LOADED_AT) == loaded
+    for p, stamp in stamps.items():
+        assert p.evaluate(LOADED_AT) == stamp, "updated in place, not reloaded"
     shot(page, output_dir, request, "ended")
 
 
@@ -358,3 +364,28 @@ def test_while_the_base_policy_is_built_the_charts_say_so_instead_of_drawing_emp
     assert page.locator("[data-fig=reward] .chart-empty").count() == 0
     assert page.locator("[data-fig=reward] .main-svg").count() > 0
     assert page.evaluate(LOADED_AT) == loaded
+
+
+def test_stop_and_resume_follow_the_status_events_can_stop_and_can_resume_not_the_status_name(  # noqa: F811
+        live_web, page, django_user_model, output_dir, request):
+    job = b.job(name="on a missing device", status="running")
+    user_in_role(django_user_model, "otto", "operator", subprocess=True)
+    log_in(page, live_web.url, "otto", "/jobs/")
+    listing = page
+    one = page.context.new_page()
+    for p, path in ((listing, "/jobs/"), (one, f"/jobs/{job.pk}")):
+        open_live(p, live_web.url, path)
+    row = f'tr[data-job="{job.pk}"] '
+    assert listing.is_visible(row + "form.job-stop-form") and one.is_visible("form.job-stop-form")
+
+    # Failed, but a resume cannot help (Job.can_resume says no): Resume stays hidden, Stop goes.
+    assert in_thread(send_now, "jobs", "status", {"id": job.pk, "status": "failed", "phase": "", "steps_done": 0,
+                                                  "steps": 100, "can_stop": False, "can_resume": False})
+    for p, scope in ((listing, row), (one, "")):
+        p.wait_for_selector(scope + "form.job-stop-form", state="hidden")
+        assert p.is_hidden(scope + "form.job-resume-form")
+
+    assert in_thread(send_now, "jobs", "status", {"id": job.pk, "status": "failed", "phase": "", "steps_done": 0,
+                                                  "steps": 100, "can_stop": False, "can_resume": True})
+    for p, scope in ((listing, row), (one, "")):
+        p.wait_for_selector(scope + "form.job-resume-form", state="visible")
