@@ -100,27 +100,42 @@ def job_intelligence(job, book=None):
         "state": money["state"],
         **{k: v for k, v in money.items() if k.endswith(("_display", "_title"))},
         "rollout_tokens": tokens,
-        "usd_per_million_tokens": (str((cost / (Decimal(tokens) / 1_000_000)).quantize(CENT, ROUND_HALF_UP))
-                                   if tokens and cost > 0 else None),
-        "tokens_state": OK if tokens and cost > 0 else ("no tokens yet" if not tokens else NO_COST),
+        **token_figures(cost, tokens, energy_j),
         "energy_j": float(energy_j),
-        "tokens_per_joule": float(Decimal(tokens) / energy_j) if tokens and energy_j > 0 else None,
         "simulated": any(u.simulated for u in rows),
         "power_estimated": any(u.power_estimated for u in rows),
         "example_prices": any(u.example_price for u in rows),
     }
 
 
+def token_figures(cost, tokens, energy_j):
+    """{usd_per_million_tokens (string to the cent), tokens_per_joule, tokens_state} of a job that generated
+    `tokens` rollout tokens for `cost` dollars (Decimal) and `energy_j` joules (the job page and its live event)."""
+    return {
+        "usd_per_million_tokens": (str((cost / (Decimal(tokens) / 1_000_000)).quantize(CENT, ROUND_HALF_UP))
+                                   if tokens and cost > 0 else None),
+        "tokens_state": OK if tokens and cost > 0 else ("no tokens yet" if not tokens else NO_COST),
+        "tokens_per_joule": float(Decimal(tokens) / Decimal(energy_j)) if tokens and energy_j > 0 else None,
+    }
+
+
 def jobs_money(job_ids, book=None):
-    """{job id: {cost_usd, points_per_usd, usd_per_point, state, gain_points}} of many jobs at once,
-    each as job_intelligence computes it (one usage read and one scores read for all of them)."""
+    """{job id: {cost_usd, points_per_usd, usd_per_point, state, gain_points, and token_figures' keys}} of
+    many jobs at once, each as job_intelligence computes it (one usage, scores and tokens read for all)."""
+    from trainer.models import Step
+
     book = book or PriceBook()
     job_ids = list(job_ids)
     costs = dict.fromkeys(job_ids, Decimal(0))
+    energy = dict.fromkeys(job_ids, Decimal(0))
     for u in usage(job_ids=job_ids, book=book):
         costs[u.job_id] += u.total_usd
+        energy[u.job_id] += u.energy_j
+    tokens = dict(Step.objects.filter(job_id__in=job_ids, step__gt=0).values("job_id")
+                  .annotate(n=Sum("gen_tokens")).values_list("job_id", "n"))
     scores = Scores(job_ids)
-    return {job_id: _money(cost, scores, job_id) for job_id, cost in costs.items()}
+    return {job_id: {**_money(cost, scores, job_id), **token_figures(cost, tokens.get(job_id) or 0, energy[job_id])}
+            for job_id, cost in costs.items()}
 
 
 # What _money gives of a job, as the JSON API's job detail carries it.

@@ -14,7 +14,9 @@ what the pages show of them once and shares it twice:
                          "ipd_points_per_usd": 0.617, "ipd_display": "0.617", "ipd_state": "ok", ...}],
                "example_prices": false, "as_of": "2025-05-01T12:00:03+00:00"},
      "jobs": [{"id": 3, "cost_usd": "1.20", "points_per_usd": 4.1, "usd_per_point": "0.24", "state": "ok",
-               "cost_display": "$1.20", "ipd_display": "4.10", "usd_per_point_display": "$0.24", ...}]}
+               "cost_display": "$1.20", "ipd_display": "4.10", "usd_per_point_display": "$0.24", ...,
+               "usd_per_million_tokens": "0.52", "tokens_per_joule": 3.1, "tokens_state": "ok",
+               "cost_curve": {"step": [0, 10], "usd": [0.01, 1.2], "ipd": [0.0, 4.1]}}]}
 
 A job's money is its exact cost as a string to the micro-dollar and IPD a float
 (6 places), as the JSON API gives them, null where the state says why there is
@@ -90,6 +92,7 @@ def figures(now=None, job_ids=(), book=None):
     """The "costs" event's data (see the module docstring) for the active jobs and `job_ids`; also
     returns fleet_today's dict: (data, fleet)."""
     from costs.intelligence import jobs_money
+    from costs.money import usd_text
     from costs.prices import PriceBook
     from trainer.models import Job, Status
 
@@ -99,9 +102,23 @@ def figures(now=None, job_ids=(), book=None):
     active = Job.objects.filter(status__in=(Status.QUEUED, Status.RUNNING, Status.STOPPING))
     ids = sorted(set(active.values_list("pk", flat=True)) | set(job_ids))
     money = jobs_money(ids, book)
-    jobs = [{"id": i, **{k: money[i][k] for k in ("cost_usd", "points_per_usd", "usd_per_point", "state", *DISPLAY_KEYS)}}
+    jobs = [{"id": i, **{k: money[i][k] for k in ("cost_usd", "points_per_usd", "usd_per_point", "state",
+                                                  "usd_per_million_tokens", "tokens_per_joule", "tokens_state",
+                                                  *DISPLAY_KEYS)},
+             "usd_per_million_tokens_display": usd_text(money[i]["usd_per_million_tokens"]),
+             "cost_curve": _cost_curve(i, book)}
             for i in ids]
     return {"fleet": fleet_json(fleet), "jobs": jobs}, fleet
+
+
+def _cost_curve(job_id, book):
+    """The job page's cost/IPD chart points ({step, usd, ipd}, as dashboard.figures.cost_ipd draws them)."""
+    from costs.intelligence import score_cost_curve
+    from dashboard.figures import cost_ipd_points
+    from trainer.models import Job
+
+    job = Job.objects.only("pk", "baseline_pass1").get(pk=job_id)
+    return cost_ipd_points(score_cost_curve(job, book), job.baseline_pass1)
 
 
 def publish_figures(summary, now=None):

@@ -213,7 +213,9 @@ def columns(steps, keys=JOB_KEYS):
 def job_figures(x, cols, cost_curve, baseline_pass1):
     """The job page's figures from the steps `x` and metric columns `cols` ({key: [value per step]}).
 
-    Returns {name: figure}; reward, throughput, timing and losses grow live.
+    Returns {name: figure}; reward, throughput, timing and losses grow live. A figure with nothing to
+    draw yet carries `empty` (what to say instead of bare axes; dashboard.js says the job's phase
+    while it has one) and is drawn when its first point arrives.
     """
     def col(key):
         values = cols.get(key) or [None] * len(x)
@@ -288,22 +290,34 @@ def job_figures(x, cols, cost_curve, baseline_pass1):
         "live": {"x": "step", "traces": [{"trace": i, "y": _key(key)} for i, (_, key) in enumerate(quads)]},
     }
 
-    costs = empty_note(cost_ipd(cost_curve, baseline_pass1), "No eval with a cost yet")
-    return {"reward": reward, "throughput": throughput, "timing": timing, "losses": losses, "cost": costs}
+    costs = cost_ipd(cost_curve, baseline_pass1)
+    figs = {"reward": reward, "throughput": throughput, "timing": timing, "losses": losses, "cost": costs}
+    for fig in (reward, throughput, timing, losses):
+        # The baseline (step 0) is an eval alone: until a training step, most charts have no value to draw.
+        if not any(v is not None for trace in fig["data"] for v in trace["y"]):
+            fig["empty"] = "No training step yet" if x else "No steps yet"
+    if not cost_curve:
+        costs["empty"] = "No eval with a cost yet"
+    return figs
 
 
-def cost_ipd(curve, baseline_pass1):
-    """Cumulative dollars and intelligence per dollar at each eval, from costs.intelligence.score_cost_curve."""
-    xs = [p["step"] for p in curve]
-    dollars = [_num(p["cost_usd"]) for p in curve]
+def cost_ipd_points(curve, baseline_pass1):
+    """{step, usd, ipd}: the cost chart's x and its two traces' y, from costs.intelligence.score_cost_curve
+    (the page draws them, and the "costs" live event carries them to redraw it)."""
     ipd = []
     for p in curve:
         gain = None if baseline_pass1 is None or p["pass1"] is None else p["pass1"] - baseline_pass1
         ipd.append(None if gain is None or not p["cost_usd"] else gain / p["cost_usd"])
+    return {"step": [p["step"] for p in curve], "usd": [_num(p["cost_usd"]) for p in curve], "ipd": ipd}
+
+
+def cost_ipd(curve, baseline_pass1):
+    """Cumulative dollars and intelligence per dollar at each eval, from costs.intelligence.score_cost_curve."""
+    pts = cost_ipd_points(curve, baseline_pass1)
     return {
         "data": [
-            line("cost so far (USD)", xs, dollars, 0, mode="lines+markers"),
-            line("IPD (points / USD)", xs, ipd, 1, yaxis="y2", mode="lines+markers",
+            line("cost so far (USD)", pts["step"], pts["usd"], 0, mode="lines+markers"),
+            line("IPD (points / USD)", pts["step"], pts["ipd"], 1, yaxis="y2", mode="lines+markers",
                  marker={"symbol": "square"}),
         ],
         "layout": layout("Cost and intelligence per dollar, at each eval", "step", "USD", height=280,

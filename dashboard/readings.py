@@ -306,6 +306,33 @@ def job_samples(job, step=None):
     return step, list(Sample.objects.filter(job=job, step=step)), (bounds["lo"], bounds["hi"])
 
 
+def job_base_build(job):
+    """{seconds, usd} the job spent building its environment's base policy (the first job on an
+    environment does, on its own stint, so it is part of the job's cost), {building: True} while it
+    builds it, or None when it built none.
+
+    The runner records the build's start and length with the baseline (step 0); its dollars are the
+    job's minutes from the build's first through the one it ended in, priced as the cost is
+    (minute resolution, like attribution and the cost chart).
+    """
+    from datetime import timezone as tz
+
+    from costs.ledger import usage
+    from trainer.models import Step
+    from trainer.runner import BUILD_PHASE
+
+    if job.phase.startswith(BUILD_PHASE):
+        return {"building": True}
+    metrics = Step.objects.filter(job=job, step=0).values_list("metrics", flat=True).first() or {}
+    began, seconds = metrics.get("base/build_started_at"), metrics.get("base/build_s")
+    if began is None or seconds is None:
+        return None
+    start = datetime.fromtimestamp(began, tz.utc).replace(second=0, microsecond=0)
+    end = datetime.fromtimestamp(began + seconds, tz.utc)
+    usd = sum((u.total_usd for u in usage(start=start, end=end, job_ids=[job.pk])), Decimal(0))
+    return {"seconds": seconds, "usd": usd}
+
+
 def compare_points(job):
     """Eval points of a job: [{step, hours, usd, pass1}], dollars from the cost engine's score-vs-cost curve."""
     from costs.intelligence import score_cost_curve

@@ -236,6 +236,7 @@ def job_page(request, job_id):
         "samples": samples, "sample_step": shown_step, "sample_steps": sample_steps,
         "history": job.status_changes.order_by("at", "id"), "stints": job.stints.order_by("started_at", "id"),
         "config_items": sorted(job.config.items()), "live": live, "last_step": x[-1] if x else None,
+        "base_build": readings.job_base_build(job),
         "topics": f"job.{job.pk},jobs,costs" if live else "",
     })
 

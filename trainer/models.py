@@ -153,9 +153,9 @@ class Job(models.Model):
                 name=name, team=team, env=env, config=cfg.to_dict(), budget_usd=budget,
                 device=device, created_by=created_by,
             )
-            StatusChange.objects.create(job=job, from_status="", to_status=Status.QUEUED, at=job.created_at,
-                                        reason=f"created by {created_by}" if created_by else "created")
-            job._announce("")
+            change = StatusChange.objects.create(job=job, from_status="", to_status=Status.QUEUED, at=job.created_at,
+                                                 reason=f"created by {created_by}" if created_by else "created")
+            job._announce("", change=change)
             if enqueue:
                 job._enqueue()
         return job
@@ -184,19 +184,27 @@ class Job(models.Model):
                 if where is not None:
                     rows = rows.filter(where)
                 if rows.update(status=to, **fields):
-                    StatusChange.objects.create(job_id=self.pk, from_status=old, to_status=to, at=now, reason=reason)
+                    change = StatusChange.objects.create(job_id=self.pk, from_status=old, to_status=to, at=now,
+                                                         reason=reason)
                     self.refresh_from_db()
-                    self._announce(old, reason)
+                    self._announce(old, reason, change)
                     return old
         self.refresh_from_db()
         return None
 
-    def _announce(self, old, reason=""):
+    def _announce(self, old, reason="", change=None):
         publish("jobs", "status", {
             "id": self.pk, "name": self.name, "team": self.team, "from": old, "status": self.status, "phase": self.phase,
             "steps_done": self.steps_done, "steps": self.steps_total, "reason": reason,
             "can_stop": self.can_stop, "can_resume": self.can_resume,
+            # A job page adds the history row and redraws "Where it ran" (a stint ends with the job).
+            "change": change.to_dict() if change else None,
+            "stints": [s.to_dict() for s in self.stints.order_by("started_at", "id")],
         })
+
+    def announce_stints(self):
+        """Publish where the job runs (its stints) to its page's "Where it ran", after the transaction."""
+        publish(f"job.{self.pk}", "stints", {"job": self.pk, "stints": [s.to_dict() for s in self.stints.all()]})
 
     def claim(self):
         """queued → running for the worker calling it. Return True when this caller got the job."""
@@ -293,6 +301,7 @@ class Job(models.Model):
                         ended_at=Greatest(F("started_at"), Value(job.heartbeat_at or now, output_field=DateTimeField())),
                         end_reason="crashed",
                     )
+                    job.announce_stints()  # the status event went out with the stint still open
                     failed.append(job)
         return failed
 

@@ -131,3 +131,28 @@ def test_the_attribute_task_publishes_the_figures_and_leaves_the_fleet_totals_fo
     shown = fleet_ipd_today()
     assert live.fleet_json(shown) == sent
     assert shown["fleet_usd"] == cost
+
+
+def test_the_costs_event_carries_each_jobs_token_figures_and_cost_chart_as_its_page_shows_them(fleet):
+    from costs.intelligence import score_cost_curve
+    from dashboard import figures
+
+    a, _, c, q = build(fleet)
+    summary = attribute(now=NOW, since=utc(2025, 4, 30, 23, 0))
+
+    data, _ = live.figures(NOW, summary["jobs"])
+
+    sent = {j["id"]: j for j in data["jobs"]}
+    # A: 1,000 rollout tokens (step 10) for $1.50.
+    assert (sent[a.pk]["usd_per_million_tokens"], sent[a.pk]["usd_per_million_tokens_display"]) == \
+        ("1500.00", "$1,500.00")
+    assert sent[q.pk]["tokens_state"] == "no tokens yet" and sent[q.pk]["usd_per_million_tokens_display"] == "—"
+    for job in (a, c, q):
+        card = job_intelligence(job)
+        assert all(sent[job.pk][k] == card[k] for k in ("usd_per_million_tokens", "tokens_per_joule",
+                                                          "tokens_state")), "as the job page's card"
+        job.refresh_from_db()
+        drawn = figures.cost_ipd(score_cost_curve(job), job.baseline_pass1)["data"]
+        curve = sent[job.pk]["cost_curve"]
+        assert (curve["step"], curve["usd"], curve["ipd"]) == (drawn[0]["x"], drawn[0]["y"], drawn[1]["y"])
+    assert sent[a.pk]["cost_curve"]["step"] == [0, 10] and sent[a.pk]["cost_curve"]["usd"] == [0.1, 1.0]
