@@ -16,7 +16,8 @@ what the pages show of them once and shares it twice:
      "jobs": [{"id": 3, "cost_usd": "1.20", "points_per_usd": 4.1, "usd_per_point": "0.24", "state": "ok",
                "cost_display": "$1.20", "ipd_display": "4.10", "usd_per_point_display": "$0.24", ...,
                "usd_per_million_tokens": "0.52", "tokens_per_joule": 3.1, "tokens_state": "ok",
-               "cost_curve": {"step": [0, 10], "usd": [0.01, 1.2], "ipd": [0.0, 4.1]}}]}
+               "cost_curve": {"step": [0, 10], "usd": [0.01, 1.2], "ipd": [0.0, 4.1]},
+               "base_build_text": "includes $0.0012 / 60 s building the base policy (shared by ...)"}]}
 
 A job's money is its exact cost as a string to the micro-dollar and IPD a float
 (6 places), as the JSON API gives them, null where the state says why there is
@@ -106,7 +107,7 @@ def figures(now=None, job_ids=(), book=None):
                                                   "usd_per_million_tokens", "tokens_per_joule", "tokens_state",
                                                   *DISPLAY_KEYS)},
              "usd_per_million_tokens_display": usd_text(money[i]["usd_per_million_tokens"]),
-             "cost_curve": _cost_curve(i, book)}
+             "cost_curve": _cost_curve(i, book), "base_build_text": _base_build_text(i)}
             for i in ids]
     return {"fleet": fleet_json(fleet), "jobs": jobs}, fleet
 
@@ -119,6 +120,14 @@ def _cost_curve(job_id, book):
 
     job = Job.objects.only("pk", "baseline_pass1").get(pk=job_id)
     return cost_ipd_points(score_cost_curve(job, book), job.baseline_pass1)
+
+
+def _base_build_text(job_id):
+    """What the job page says beside the cost of the base-policy build (dashboard.readings.job_base_build)."""
+    from dashboard.readings import job_base_build
+    from trainer.models import Job
+
+    return (job_base_build(Job.objects.get(pk=job_id)) or {}).get("text", "")
 
 
 def publish_figures(summary, now=None):

@@ -307,9 +307,10 @@ def job_samples(job, step=None):
 
 
 def job_base_build(job):
-    """{seconds, usd} the job spent building its environment's base policy (the first job on an
-    environment does, on its own stint, so it is part of the job's cost), {building: True} while it
-    builds it, or None when it built none.
+    """{seconds, usd, text} the job spent building its environment's base policy (the first job on an
+    environment does, on its own stint, so it is part of the job's cost), {building: True, text} while
+    it builds it, or None when it built none. `text` is what the page says beside the cost (the job
+    page, and the "costs" live event for it).
 
     The runner records the build's start and length with the baseline (step 0); its dollars are the
     job's minutes from the build's first through the one it ended in, priced as the cost is
@@ -318,11 +319,13 @@ def job_base_build(job):
     from datetime import timezone as tz
 
     from costs.ledger import usage
+    from costs.money import usd_text
     from trainer.models import Step
     from trainer.runner import BUILD_PHASE
 
+    shared = f"(shared by later jobs on {job.env})"
     if job.phase.startswith(BUILD_PHASE):
-        return {"building": True}
+        return {"building": True, "text": f"includes the base-policy build now running {shared}"}
     metrics = Step.objects.filter(job=job, step=0).values_list("metrics", flat=True).first() or {}
     began, seconds = metrics.get("base/build_started_at"), metrics.get("base/build_s")
     if began is None or seconds is None:
@@ -330,7 +333,8 @@ def job_base_build(job):
     start = datetime.fromtimestamp(began, tz.utc).replace(second=0, microsecond=0)
     end = datetime.fromtimestamp(began + seconds, tz.utc)
     usd = sum((u.total_usd for u in usage(start=start, end=end, job_ids=[job.pk])), Decimal(0))
-    return {"seconds": seconds, "usd": usd}
+    return {"seconds": seconds, "usd": usd,
+            "text": f"includes {usd_text(usd)} / {seconds:.0f} s building the base policy {shared}"}
 
 
 def compare_points(job):

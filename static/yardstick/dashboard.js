@@ -250,6 +250,7 @@
             text("job-tokens-hint", j.tokens_per_joule ? num(j.tokens_per_joule, 2) + " tokens/J" : j.tokens_state);
           }
           if (j.cost_curve) costCurve(j.cost_curve);
+          if (j.base_build_text !== undefined) text("job-base-build", j.base_build_text);
         }
       });
     },

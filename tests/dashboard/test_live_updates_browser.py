@@ -337,9 +337,10 @@ def test_the_fleet_node_tables_newest_sample_ages_with_the_clock_and_a_new_sampl
 
 def test_while_the_base_policy_is_built_the_charts_say_so_instead_of_drawing_empty_axes(  # noqa: F811
         live_web, page, django_user_model, output_dir, request):
-    from trainer.models import Job
+    from costs.tasks import attribute
+    from trainer.models import Job, Step
 
-    job = b.job(name="first on its env", status="running")
+    job, _, (start, _, _) = priced_running_job("first on its env")
     building = "building the base policy for arithmetic (first job on it here; until pass@1 reaches 30%)"
     Job.objects.filter(pk=job.pk).update(phase=building)
     user_in_role(django_user_model, "bea", "viewer", subprocess=True)
@@ -363,6 +364,16 @@ def test_while_the_base_policy_is_built_the_charts_say_so_instead_of_drawing_emp
     page.wait_for_function("document.querySelector('[data-fig=reward]').data?.[2].x.length === 1")
     assert page.locator("[data-fig=reward] .chart-empty").count() == 0
     assert page.locator("[data-fig=reward] .main-svg").count() > 0
+
+    # Built in 30 s of the first minute ($0.10), as the runner records it with the baseline: the next
+    # attribution's costs event says so beside the cost.
+    Job.objects.filter(pk=job.pk).update(phase="training")
+    Step.objects.create(job=job, step=0, at=start + timedelta(seconds=40), eval_pass1=30.0,
+                        metrics={"eval/pass1": 30.0, "base/build_started_at": start.timestamp() + 5,
+                                 "base/build_s": 30.0})
+    in_thread(attribute)
+    text_is(page, "#job-base-build",
+            "includes $0.10 / 30 s building the base policy (shared by later jobs on arithmetic)")
     assert page.evaluate(LOADED_AT) == loaded
 
 
