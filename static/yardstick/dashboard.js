@@ -199,6 +199,12 @@
       if (root.dataset.lastStep !== "" && d.step <= Number(root.dataset.lastStep)) return; // already shown
       extend(function (t) { return [d.step, metric(t.y, m)]; });
       root.dataset.lastStep = d.step;
+      // Steps came, and a chart may still have no value of its own (the baseline is an eval alone).
+      Object.values(figs).forEach(function (f) {
+        if (!f.live || f.drawn || !f.spec.empty) return;
+        f.spec.empty = d.step === 0 ? "No training step yet" : "Nothing to draw yet";
+        sayEmpty(f);
+      });
       text("steps-done", d.step);
       const prog = document.getElementById("job-progress");
       if (prog) prog.value = d.step;

@@ -278,6 +278,7 @@ def test_a_running_jobs_page_follows_its_baseline_costs_samples_and_end_without_
     assert in_thread(send_now, f"job.{job.pk}", "step", {"job": job.pk, "step": 0, "steps": 100,
                                                           "metrics": {"eval/pass1": 30.0}, "samples": []})
     text_is(page, "#baseline-pass1", "30.0")
+    text_is(page, "[data-fig=throughput] .chart-empty p", "No training step yet")
     metrics = {"train/reward_mean": 0.5, "eval/pass1": 36.0, "performance/gen_tokens": 200_000}
     Step.objects.create(job=job, step=1, at=end - timedelta(seconds=1), eval_pass1=36.0, gen_tokens=200_000,
                         metrics=metrics)
