@@ -10,7 +10,7 @@ gain yet" (gain <= 0: IPD shown, dollars per point not).
 """
 
 from bisect import bisect_left
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
 from django.db.models import Sum
 
@@ -18,7 +18,6 @@ from costs.ledger import usage
 from costs.money import DISPLAY_KEYS, displays, exact_usd
 from costs.prices import PriceBook
 
-CENT = Decimal("0.01")
 NO_EVAL = "no eval yet"
 NO_COST = "no cost yet"
 NO_GAIN = "no gain yet"
@@ -109,11 +108,11 @@ def job_intelligence(job, book=None):
 
 
 def token_figures(cost, tokens, energy_j):
-    """{usd_per_million_tokens (string to the cent), tokens_per_joule, tokens_state} of a job that generated
-    `tokens` rollout tokens for `cost` dollars (Decimal) and `energy_j` joules (the job page and its live event)."""
+    """{usd_per_million_tokens (exact string to the micro-dollar, rounded only for display), tokens_per_joule,
+    tokens_state} of a job that generated `tokens` rollout tokens for `cost` dollars (Decimal) and `energy_j`
+    joules (the job page and its live event)."""
     return {
-        "usd_per_million_tokens": (str((cost / (Decimal(tokens) / 1_000_000)).quantize(CENT, ROUND_HALF_UP))
-                                   if tokens and cost > 0 else None),
+        "usd_per_million_tokens": (exact_usd(cost / (Decimal(tokens) / 1_000_000)) if tokens and cost > 0 else None),
         "tokens_state": OK if tokens and cost > 0 else ("no tokens yet" if not tokens else NO_COST),
         "tokens_per_joule": float(Decimal(tokens) / Decimal(energy_j)) if tokens and energy_j > 0 else None,
     }

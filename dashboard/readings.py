@@ -211,22 +211,6 @@ def node_view(node, tr):
 # -- jobs --------------------------------------------------------------------------------------
 
 
-def job_money(job_ids):
-    """{job id: (unrounded cost USD, or None)} from the cost ledger: IPD divides by it, pages round it
-    for display only (costs.money)."""
-    from costs.ledger import job_costs
-
-    return job_costs(list(job_ids))
-
-
-def ipd_of(job, cost):
-    """(points per USD, USD per point, state) of a job from its baseline and newest eval and its cost."""
-    from costs.intelligence import ipd
-
-    gain = None if job.latest_pass1 is None or job.baseline_pass1 is None else job.latest_pass1 - job.baseline_pass1
-    return ipd(gain, cost)
-
-
 def reward_sparks(job_ids):
     """{job id: [(step, reward_mean) ...]} downsampled in SQL to at most SPARK_POINTS a job: every
     stride-th step (stride = steps done / SPARK_POINTS, rounded up) and the newest."""
@@ -251,6 +235,7 @@ def reward_sparks(job_ids):
 def jobs_table(status=None, limit=100):
     """The newest `limit` jobs with progress, sparkline (and its points as JSON, for the page to extend),
     cost and IPD."""
+    from costs.intelligence import jobs_money
     from dashboard.figures import sparkline
     from trainer.models import Job
 
@@ -259,15 +244,15 @@ def jobs_table(status=None, limit=100):
         jobs = jobs.filter(status=status)
     jobs = list(jobs[:limit])
     ids = [j.pk for j in jobs]
-    money = job_money(ids)
+    # The same figures, by the same rule, as the job page, Compare and the live "costs" event.
+    money = jobs_money(ids)
     sparks = reward_sparks(ids)
     rows = []
     for job in jobs:
-        cost = money.get(job.pk)
-        points_per_usd, usd_per_point, state = ipd_of(job, cost)
+        m = money[job.pk]
         points = sparks.get(job.pk, [])
-        rows.append({"job": job, "cost_usd": cost, "ipd": points_per_usd, "usd_per_point": usd_per_point,
-                     "ipd_state": state, "spark": sparkline([v for _, v in points], xs=[s for s, _ in points]),
+        rows.append({"job": job, "cost_usd": m["cost_usd"], "ipd": m["points_per_usd"],
+                     "usd_per_point": m["usd_per_point"], "ipd_state": m["state"], "spark": sparkline([v for _, v in points], xs=[s for s, _ in points]),
                      "spark_points": json.dumps([[s, v if v is None or math.isfinite(v) else None] for s, v in points],
                                                  separators=(",", ":")),
                      "progress_pct": round(job.progress * 100, 1)})

@@ -76,3 +76,12 @@ def test_the_job_endpoint_returns_the_card_and_the_curve(fleet, client, viewer):
 
     assert body["cost_usd"] == "1.05" and body["gain_points"] == 3.0 and len(body["curve"]) == 2
     assert client.get("/api/costs/jobs/999999").status_code == 404
+
+
+def test_dollars_per_million_tokens_of_a_cheap_job_are_not_rounded_to_the_cent():
+    from costs.intelligence import token_figures
+
+    # $0.0039 for 51,200 tokens: $0.076171875 per million, which the cent would have made $0.08.
+    figures = token_figures(Decimal("0.0039"), 51_200, Decimal(100))
+    assert figures["usd_per_million_tokens"] == "0.076172"
+    assert figures["tokens_per_joule"] == 512.0

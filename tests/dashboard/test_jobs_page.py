@@ -21,6 +21,15 @@ def test_it_lists_jobs_with_progress_sparkline_cost_and_ipd(viewer_client):
     assert "#%d grpo-a" % job.pk in html and 'value="20"' in html
 
 
+def test_a_job_nothing_was_charged_for_yet_reads_the_same_in_the_list_as_on_its_page(viewer_client):
+    job = b.job(name="fresh", steps_total=40)
+    b.steps(job, 3)
+    row = viewer_client.get("/jobs/").context["rows"][0]
+    intel = viewer_client.get(f"/jobs/{job.pk}").context["intel"]
+    assert (row["cost_usd"], row["ipd"], row["ipd_state"]) == \
+        (intel["cost_usd"], intel["ipd_points_per_usd"], intel["state"]) == ("0.00", None, "no cost yet")
+
+
 def test_the_sparkline_keeps_at_most_spark_points_steps_across_the_whole_run_for_the_page_to_extend(viewer_client):
     import json
 
