@@ -159,33 +159,62 @@ def _money(cost, scores, job_id):
     }
 
 
+def spent_by(job, instants, book=None):
+    """[Decimal dollars charged to the job before each of `instants`], priced like every cost figure.
+
+    Attribution charges whole minutes; an instant inside a minute gets the share
+    of that minute's cost in proportion to the seconds the job held its devices
+    in the minute before the instant (its stints), so a job whose evals, or whose
+    base-policy build, all fall within one minute is not charged that whole
+    minute at each of them. Spending is taken as even across the held seconds of
+    a minute: the samples behind a minute are not split further.
+    """
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from costs.models import Allocation
+    from costs.prices import cost_usd, model_key
+
+    book = book or PriceBook()
+    minutes = {}
+    for minute, dev_s, joules, model, source in (Allocation.objects.filter(job_id=job.pk)
+                                                 .values_list("minute", "device_s", "energy_j", "device__model",
+                                                              "device__source")):
+        d, e = cost_usd(book.price(model_key(model, source), minute.date()), dev_s, joules)
+        minutes[minute] = minutes.get(minute, Decimal(0)) + d + e
+    now = timezone.now()
+    stints = [(a, b or now) for a, b in job.stints.values_list("started_at", "ended_at")]
+
+    def held_s(start, end):
+        return sum(max(0.0, (min(end, b) - max(start, a)).total_seconds()) for a, b in stints)
+
+    out = []
+    for at in instants:
+        total = Decimal(0)
+        for minute, usd in minutes.items():
+            end = minute + timedelta(minutes=1)
+            if end <= at:
+                total += usd
+            elif minute < at:
+                whole = held_s(minute, end)
+                # No stint in the minute (a crash closed it at the last heartbeat): even across the minute.
+                share = held_s(minute, at) / whole if whole else (at - minute).total_seconds() / 60
+                total += usd * Decimal(repr(min(1.0, share)))
+        out.append(total)
+    return out
+
+
 def score_cost_curve(job, book=None):
     """The job's eval score against cumulative dollars: [{step, at, pass1, cost_usd}] in time order.
 
-    The cost at a point is everything charged to the job in minutes that began
-    before the eval was recorded (minute resolution, like attribution).
+    The cost at a point is what the job was charged before the eval was
+    recorded (`spent_by`: whole minutes before it, and the held share of the
+    minute it falls in).
     """
-    from costs.models import Allocation
-
-    book = book or PriceBook()
     scores = Scores([job.pk]).points.get(job.pk, [])
     if not scores:
         return []
-    # Per-minute job costs, priced per (device, day) like everything else.
-    minutes = (Allocation.objects.filter(job_id=job.pk)
-               .values_list("minute", "device_id", "device_s", "energy_j", "device__model", "device__source"))
-    from costs.prices import cost_usd, model_key
-
-    spend = []
-    for minute, _device, dev_s, joules, model, source in minutes:
-        d, e = cost_usd(book.price(model_key(model, source), minute.date()), dev_s, joules)
-        spend.append((minute, d + e))
-    spend.sort()
-    out, total, i = [], Decimal(0), 0
-    for at, step, pass1 in scores:
-        while i < len(spend) and spend[i][0] < at:
-            total += spend[i][1]
-            i += 1
-        out.append({"step": step, "at": at.isoformat(), "pass1": pass1,
-                    "cost_usd": float(total.quantize(Decimal("0.000001")))})
-    return out
+    spent = spent_by(job, [at for at, _, _ in scores], book)
+    return [{"step": step, "at": at.isoformat(), "pass1": pass1, "cost_usd": float(usd.quantize(Decimal("0.000001")))}
+            for (at, step, pass1), usd in zip(scores, spent)]

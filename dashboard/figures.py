@@ -314,7 +314,7 @@ def cost_ipd_points(curve, baseline_pass1):
 def cost_ipd(curve, baseline_pass1):
     """Cumulative dollars and intelligence per dollar at each eval, from costs.intelligence.score_cost_curve."""
     pts = cost_ipd_points(curve, baseline_pass1)
-    return {
+    fig = {
         "data": [
             line("cost so far (USD)", pts["step"], pts["usd"], 0, mode="lines+markers"),
             line("IPD (points / USD)", pts["step"], pts["ipd"], 1, yaxis="y2", mode="lines+markers",
@@ -324,6 +324,9 @@ def cost_ipd(curve, baseline_pass1):
                          yaxis2={"title": {"text": "points / USD"}, "overlaying": "y", "side": "right",
                                  "showgrid": False}),
     }
+    # Cumulative dollars start at zero; without it a run of equal small amounts is drawn on a -1..1 axis.
+    fig["layout"]["yaxis"].update(rangemode="tozero", tickformat="$.2~g")
+    return fig
 
 
 XMODES = {"step": "step", "time": "wall time (h since start)", "usd": "cost (USD)"}

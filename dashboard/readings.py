@@ -297,13 +297,13 @@ def job_base_build(job):
     it builds it, or None when it built none. `text` is what the page says beside the cost (the job
     page, and the "costs" live event for it).
 
-    The runner records the build's start and length with the baseline (step 0); its dollars are the
-    job's minutes from the build's first through the one it ended in, priced as the cost is
-    (minute resolution, like attribution and the cost chart).
+    The runner records the build's start and length with the baseline (step 0); its dollars are what
+    the job was charged between the two (costs.intelligence.spent_by, which splits the minutes the build
+    began and ended in by the seconds held on each side).
     """
     from datetime import timezone as tz
 
-    from costs.ledger import usage
+    from costs.intelligence import spent_by
     from costs.money import usd_text
     from trainer.models import Step
     from trainer.runner import BUILD_PHASE
@@ -315,9 +315,8 @@ def job_base_build(job):
     began, seconds = metrics.get("base/build_started_at"), metrics.get("base/build_s")
     if began is None or seconds is None:
         return None
-    start = datetime.fromtimestamp(began, tz.utc).replace(second=0, microsecond=0)
-    end = datetime.fromtimestamp(began + seconds, tz.utc)
-    usd = sum((u.total_usd for u in usage(start=start, end=end, job_ids=[job.pk])), Decimal(0))
+    before, after = spent_by(job, [datetime.fromtimestamp(began, tz.utc), datetime.fromtimestamp(began + seconds, tz.utc)])
+    usd = after - before
     return {"seconds": seconds, "usd": usd,
             "text": f"includes {usd_text(usd)} / {seconds:.0f} s building the base policy {shared}"}
 

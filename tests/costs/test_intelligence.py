@@ -47,6 +47,14 @@ def test_the_curve_pairs_each_eval_with_the_dollars_spent_before_it(fleet):
     ]
 
 
+def test_an_eval_inside_a_minute_is_charged_the_share_of_it_held_before_the_eval(fleet):
+    # Two whole minutes ($0.105 each) and half of the third: a short job whose evals all fall in one
+    # minute must not be charged that whole minute at each of them.
+    job = run_job(fleet, [(0, T0 + timedelta(seconds=15), 30.0), (5, T0 + timedelta(minutes=2, seconds=30), 33.0)])
+
+    assert [p["cost_usd"] for p in score_cost_curve(job)] == [0.02625, 0.2625]
+
+
 def test_no_gain_and_no_cost_are_states_not_divisions_by_zero(fleet):
     job = run_job(fleet, [(0, T0, 30.0), (5, T0 + timedelta(minutes=5), 29.0)])
 

@@ -125,3 +125,10 @@ def test_a_long_name_is_shortened_in_legends_and_ticks():
     long = "x" * 200
     assert figures.short(long) == "x" * 59 + "…"
     assert figures.short("short <name>") == "short &lt;name&gt;"
+
+
+def test_the_cost_chart_draws_dollars_from_zero_even_when_every_eval_cost_the_same():
+    curve = [{"step": s, "at": "2026-12-01T00:00:00+00:00", "pass1": 30.0 + s, "cost_usd": 0.000829} for s in (0, 10)]
+    fig = figures.cost_ipd(curve, 30.0)
+    assert fig["data"][0]["y"] == [0.000829, 0.000829]
+    assert fig["layout"]["yaxis"]["rangemode"] == "tozero", "not a -1..1 axis around a constant"

@@ -68,7 +68,7 @@ def test_beside_the_cost_it_says_how_much_of_it_was_building_the_base_policy(vie
     from trainer.models import Job, Step
 
     # $0.10 a device-minute for 3 minutes; the build ran from 10 s into the first minute for 70 s,
-    # so it ended in the second: its minutes are the first two.
+    # held all along: 70 s of $0.10 a minute is $0.1167, not the two whole minutes it touched.
     b.prices(per_hour="6.00", per_kwh="0", pue="1")
     gpu = b.device(b.node("gpu-a"), 0)
     start = b.floor_minute(datetime.now(UTC)) - timedelta(minutes=5)
@@ -81,7 +81,7 @@ def test_beside_the_cost_it_says_how_much_of_it_was_building_the_base_policy(vie
     b.attribute(now=start + timedelta(minutes=4))
 
     html = viewer_client.get(f"/jobs/{job.pk}").content.decode()
-    assert ("includes $0.20 / 70 s building the base policy (shared by later jobs on arithmetic)"
+    assert ("includes $0.12 / 70 s building the base policy (shared by later jobs on arithmetic)"
             in " ".join(html.split()))
 
     # While it builds, the page says the cost includes the build, before any figure of it exists.
