@@ -32,6 +32,7 @@ computes it.
 
 import logging
 from datetime import datetime, time, timezone
+from decimal import Decimal
 
 from django.core.cache import cache
 from django.utils import timezone as djtz
@@ -51,15 +52,16 @@ def fleet_today_key(day):
 
 def fleet_today(now=None, book=None):
     """The fleet's cost and IPD over today (UTC) so far, from the cost report: {fleet_usd, attributed_usd,
-    idle_usd (Decimals to the cent), envs (the report's IPD per environment), example_prices, as_of}."""
+    idle_usd (unrounded Decimals: a card is no report whose cells must add up to the cent, and a laptop's
+    day can cost well under one), envs (the report's IPD per environment), example_prices, as_of}."""
     from costs import report
 
     now = now or djtz.now()
     start = datetime.combine(now.date(), time(0), tzinfo=timezone.utc)
     today = report.build(report.Period(start, now), "day", book=book)
     totals = today.totals
-    return {"fleet_usd": totals["fleet_usd"], "attributed_usd": totals["attributed_usd"],
-            "idle_usd": totals["idle_usd"], "envs": today.ipd_groups["by_env"],
+    return {**{f"{k}_usd": Decimal(totals[f"{k}_exact_usd"]) for k in ("fleet", "attributed", "idle")},
+            "envs": today.ipd_groups["by_env"],
             "example_prices": totals["example_prices"], "as_of": now}
 
 

@@ -284,7 +284,10 @@ def build(period, group, book=None):
         "device_hours", "energy_kwh", "device_cost_usd", "energy_cost_usd", "attributed_usd", "idle_usd")}
     totals["fleet_usd"] = totals["attributed_usd"] + totals["idle_usd"]
     totals.update({
-        "attributed_exact_usd": exact_usd(sum((r.exact["jd"] + r.exact["je"] for r in ordered), Decimal(0))),
+        "attributed_exact_usd": exact_usd(attributed_exact := sum((r.exact["jd"] + r.exact["je"] for r in ordered),
+                                                                  Decimal(0))),
+        "idle_exact_usd": exact_usd(idle_exact := sum((r.exact["id"] + r.exact["ie"] for r in ordered), Decimal(0))),
+        "fleet_exact_usd": exact_usd(attributed_exact + idle_exact),
         "gain_points": None, "ipd_points_per_usd": None, "usd_per_point": None, "ipd_state": BY_ENV,
         "energy_from": energy_from_label(set().union(*(r.energy_from for r in ordered)) if ordered else set()),
         "simulated": any(v["simulated"] for v in values),

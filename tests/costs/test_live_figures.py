@@ -48,6 +48,22 @@ def build(fleet):
     return a, b, c, q
 
 
+def test_a_laptops_day_that_cost_under_a_cent_shows_on_the_fleet_card_as_it_was_not_as_zero(fleet):
+    set_prices(("*", "0.036", "0", "1", date(2020, 1, 1)))  # $0.0006 a device-minute
+    g = fleet.device(fleet.node("laptop"))
+    fleet.minutes(g, utc(2025, 5, 1, 12, 0), 5, power_w=20)
+    job = fleet.job("tiny", "red")
+    fleet.stint(job, g, utc(2025, 5, 1, 12, 0), utc(2025, 5, 1, 12, 3))
+    attribute(now=NOW, since=utc(2025, 5, 1, 11, 0))
+
+    fleet_card = live.fleet_json(live.fleet_today(NOW))
+
+    assert (fleet_card["attributed_usd"], fleet_card["idle_usd"], fleet_card["fleet_usd"]) == \
+        ("0.0018", "0.0012", "0.003")
+    assert (fleet_card["attributed_display"], fleet_card["idle_display"], fleet_card["fleet_display"]) == \
+        ("$0.0018", "$0.0012", "$0.003")
+
+
 def test_the_costs_event_carries_todays_fleet_totals_and_each_jobs_cost_and_ipd(fleet):
     a, b, c, q = build(fleet)
     summary = attribute(now=NOW, since=utc(2025, 4, 30, 23, 0))
