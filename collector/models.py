@@ -7,6 +7,7 @@ agent writes them with COPY. Units are in the field names.
 
 from datetime import timedelta
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.utils import timezone
 
@@ -202,7 +203,12 @@ class Rollup1h(_Rollup):
 
 
 class DeviceHolder(models.Model):
-    """A process (`pid:1234`) or pod (`pod:namespace/name`) seen holding a device."""
+    """A process (`pid:1234`) or pod (`pod:namespace/name`) seen holding a device.
+
+    For a process, where it comes from (collector/agent/lineage.py): its
+    ancestor PIDs, parent first, and the launcher job ids in its environment;
+    tracking/matching.py matches training runs to devices through them.
+    """
 
     pk = models.CompositePrimaryKey("device", "holder")
     device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="holders")
@@ -211,6 +217,8 @@ class DeviceHolder(models.Model):
     used_mem_mib = models.IntegerField(null=True)
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
+    ancestor_pids = ArrayField(models.IntegerField(), default=list)
+    launcher_ids = models.JSONField(default=dict)  # e.g. {"SLURM_JOB_ID": "4242"}
 
     class Meta:
         managed = False

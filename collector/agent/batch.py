@@ -31,11 +31,15 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class Holder:
-    """A process (host PID) or pod that holds a device, with the memory it uses."""
+    """A process (host PID) or pod that holds a device, with the memory it uses,
+    and where the process comes from (lineage.py): so a training run can be
+    matched to the devices its processes hold."""
 
     holder: str  # "pid:1234" or "pod:namespace/name"
     pid: int | None = None
     used_mem_mib: int | None = None
+    ancestors: tuple = ()  # parent PID, grandparent, ... (lineage.ANCESTOR_DEPTH at most)
+    launcher_ids: dict = field(default_factory=dict)  # e.g. {"SLURM_JOB_ID": "4242"}; {} when none or unreadable
 
 
 @dataclass
@@ -62,7 +66,8 @@ class Batch:
         return {
             "devices": [[getattr(d, f) for f in _DEVICE_FIELDS] for d in self.devices],
             "rows": [[r[0], _to_us(r[1]), *r[2:]] for r in self.rows],
-            "holders": [[u, _to_us(ts), h.holder, h.pid, h.used_mem_mib] for u, ts, h in self.holders],
+            "holders": [[u, _to_us(ts), h.holder, h.pid, h.used_mem_mib, list(h.ancestors), h.launcher_ids]
+                        for u, ts, h in self.holders],
             "labels": self.labels,
             "interval_s": self.interval_s,
         }
@@ -72,13 +77,20 @@ class Batch:
         return cls(
             devices=[DeviceInfo(*d) for d in data["devices"]],
             rows=[(r[0], _from_us(r[1]), *r[2:]) for r in data["rows"]],
-            holders=[(u, _from_us(ts), Holder(h, pid, mem)) for u, ts, h, pid, mem in data["holders"]],
+            holders=[_holder_from_json(h) for h in data["holders"]],
             labels=data.get("labels", {}),
             interval_s=data.get("interval_s", 1.0),
         )
 
 
 _DEVICE_FIELDS = ("uuid", "node", "index", "model", "source", "simulated", "power_estimated", "mem_total_mib")
+
+
+def _holder_from_json(item):
+    # Spooled by an agent from before lineage was recorded: five fields, no lineage.
+    uuid, ts, holder, pid, mem, *lineage = item
+    ancestors, launcher_ids = lineage if lineage else ((), {})
+    return uuid, _from_us(ts), Holder(holder, pid, mem, tuple(ancestors), dict(launcher_ids))
 
 
 def _to_us(ts):

@@ -1,7 +1,8 @@
 """The telemetry schema, in one place.
 
-The Django migrations run `CREATE_SQL` and `WATERMARK_SQL` (`DROP_SQL` reverses
-both); tests and the benchmarks run `SCHEMA_SQL`, the two together. The agent
+The Django migrations run `CREATE_SQL`, `WATERMARK_SQL` and `LINEAGE_SQL`
+(`DROP_SQL` reverses them all); tests and the benchmarks run `SCHEMA_SQL`, the
+three together. The agent
 uses the same text and the same partition helper, so a node that writes with
 plain psycopg and the control plane agree on every column.
 
@@ -23,7 +24,9 @@ Tables:
   samples between the old and the new line itself, for every device at once
   (see collector/store.py `advance_watermark`). Live samples, always newer
   than the line, so cost a writer no pending marks at all.
-- `telemetry_device_holder`: which processes (host PID) or pods hold a device.
+- `telemetry_device_holder`: which processes (host PID) or pods hold a device;
+  with `LINEAGE_SQL` (migration 0003) each process's ancestor PIDs and launcher
+  job ids (agent/lineage.py), to match training runs to the devices they hold.
 """
 
 from datetime import datetime, timedelta, timezone
@@ -177,8 +180,22 @@ WATERMARK_DROP_SQL = "DROP TYPE IF EXISTS telemetry_mark; DROP TABLE IF EXISTS t
 # watermark, so it knows that every writer that saw the old line has committed.
 WATERMARK_LOCK = 0x7961_7264_776D  # "yardwm"
 
+# Added by collector migration 0003: where each holder process comes from
+# (agent/lineage.py). `ancestor_pids`: parent first. `launcher_ids`: e.g.
+# {"SLURM_JOB_ID": "4242"}, indexed for "the holders of this launcher's job".
+LINEAGE_SQL = """
+ALTER TABLE telemetry_device_holder
+    ADD COLUMN ancestor_pids integer[] NOT NULL DEFAULT '{}',
+    ADD COLUMN launcher_ids jsonb NOT NULL DEFAULT '{}'::jsonb;
+CREATE INDEX telemetry_device_holder_launcher ON telemetry_device_holder USING gin (launcher_ids jsonb_path_ops);
+"""
+LINEAGE_DROP_SQL = """
+DROP INDEX IF EXISTS telemetry_device_holder_launcher;
+ALTER TABLE telemetry_device_holder DROP COLUMN IF EXISTS ancestor_pids, DROP COLUMN IF EXISTS launcher_ids;
+"""
+
 # The whole schema, for a database made without Django's migrations (tests, benchmarks).
-SCHEMA_SQL = CREATE_SQL + WATERMARK_SQL
+SCHEMA_SQL = CREATE_SQL + WATERMARK_SQL + LINEAGE_SQL
 
 DROP_SQL = """
 DROP TYPE IF EXISTS telemetry_mark;

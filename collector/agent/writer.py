@@ -102,14 +102,19 @@ _MARK_TYPES = schema.SAMPLE_COPY_TYPES + ("timestamptz",)
 _MARK = {add_new: {records: _mark_sql(add_new, records) for records in (False, True)} for add_new in (False, True)}
 _HOLD_WATERMARK = f"SELECT pg_advisory_xact_lock_shared({schema.WATERMARK_LOCK})"
 # A holder unseen for longer than a gap starts a new holding (a reused PID).
+# Lineage travels as text (an array literal, a JSON object) per holder: unnest
+# would flatten a two-dimensional array of ancestors.
 _UPSERT_HOLDERS = (
-    "INSERT INTO telemetry_device_holder (device_id, holder, pid, used_mem_mib, first_seen, last_seen) "
-    "SELECT * FROM unnest(%s::int4[], %s::text[], %s::int4[], %s::int4[], %s::timestamptz[], %s::timestamptz[]) "
+    "INSERT INTO telemetry_device_holder "
+    "(device_id, holder, pid, used_mem_mib, first_seen, last_seen, ancestor_pids, launcher_ids) "
+    "SELECT d, h, p, m, f, l, a::int4[], j::jsonb FROM unnest(%s::int4[], %s::text[], %s::int4[], %s::int4[], "
+    "%s::timestamptz[], %s::timestamptz[], %s::text[], %s::text[]) AS t(d, h, p, m, f, l, a, j) "
     "ON CONFLICT (device_id, holder) DO UPDATE SET "
     f"first_seen = CASE WHEN excluded.first_seen - telemetry_device_holder.last_seen > interval '{schema.MAX_GAP_S} seconds' "
     "THEN excluded.first_seen ELSE least(telemetry_device_holder.first_seen, excluded.first_seen) END, "
     "last_seen = greatest(telemetry_device_holder.last_seen, excluded.last_seen), "
-    "pid = excluded.pid, used_mem_mib = excluded.used_mem_mib"
+    "pid = excluded.pid, used_mem_mib = excluded.used_mem_mib, "
+    "ancestor_pids = excluded.ancestor_pids, launcher_ids = excluded.launcher_ids"
 )
 # Every node of a batch's new devices in one statement (a simulated fleet has hundreds).
 _UPSERT_NODES = (
@@ -308,18 +313,18 @@ class Writer:
         return inserted
 
     def _store_holders(self, cur, holders, ids, limit):
-        seen = {}  # (device id, holder) -> [pid, mem, first, last]
+        seen = {}  # (device id, holder) -> [pid, mem, first, last, newest Holder]
         for uuid, ts, h in holders:
             if ts > limit:
                 continue
             key = (ids[uuid], h.holder)
             entry = seen.get(key)
             if entry is None:
-                seen[key] = [h.pid, h.used_mem_mib, ts, ts]
+                seen[key] = [h.pid, h.used_mem_mib, ts, ts, h]
             else:
                 entry[2] = min(entry[2], ts)
                 if ts >= entry[3]:
-                    entry[0], entry[1], entry[3] = h.pid, h.used_mem_mib, ts
+                    entry[0], entry[1], entry[3], entry[4] = h.pid, h.used_mem_mib, ts, h
         if not seen:
             return
         keys = sorted(seen)
@@ -332,6 +337,8 @@ class Writer:
                 [seen[k][1] for k in keys],
                 [seen[k][2] for k in keys],
                 [seen[k][3] for k in keys],
+                ["{" + ",".join(map(str, seen[k][4].ancestors)) + "}" for k in keys],
+                [json.dumps(seen[k][4].launcher_ids, sort_keys=True) for k in keys],
             ],
         )
 

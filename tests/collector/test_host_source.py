@@ -49,12 +49,14 @@ def test_it_rejects_a_tdp_that_is_not_positive():
         HostSource("h", cpu_tdp_w=-5)
 
 
-def test_busy_processes_are_recorded_as_holders_with_their_memory_and_idle_ones_are_not():
+def test_busy_processes_are_recorded_as_holders_with_their_memory_and_lineage_and_idle_ones_are_not():
     import subprocess
     import sys
     import time
 
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    import os
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], env={**os.environ, "SLURM_JOB_ID": "31"})
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         source = HostSource("h", cpu_tdp_w=100, holders_every_s=0.5)
@@ -73,4 +75,6 @@ def test_busy_processes_are_recorded_as_holders_with_their_memory_and_idle_ones_
     assert busy.pid in holders and idle.pid not in holders
     assert holders[busy.pid].holder == f"pid:{busy.pid}"
     assert holders[busy.pid].used_mem_mib > 0
+    assert holders[busy.pid].ancestors[0] == os.getpid()
+    assert holders[busy.pid].launcher_ids == {"SLURM_JOB_ID": "31"}
     assert between.holders == ()

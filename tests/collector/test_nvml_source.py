@@ -1,6 +1,9 @@
 """The nvml source, against a fake pynvml (no GPU on the test machines)."""
 
 import inspect
+import os
+import subprocess
+import sys
 import logging
 from datetime import datetime, timezone
 
@@ -133,3 +136,19 @@ def test_close_frees_gpm_samples_and_shuts_nvml_down():
 
     assert nvml.freed == 2
     assert not nvml.initialized
+
+
+def test_each_holder_carries_its_ancestors_and_launcher_ids_read_from_the_real_process():
+    env = {**os.environ, "TORCHELASTIC_RUN_ID": "run-9", "SLURM_JOB_ID": "77"}
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        gpu = FakeGpu("GPU-a", processes=[(rank.pid, 2**30)])
+        [reading] = NvmlSource("n", nvml=FakeNvml([gpu])).read(TS)
+    finally:
+        rank.kill()
+        rank.wait()
+
+    [holder] = reading.holders
+    assert (holder.pid, holder.used_mem_mib) == (rank.pid, 1024)
+    assert holder.ancestors[0] == os.getpid()
+    assert holder.launcher_ids == {"TORCHELASTIC_RUN_ID": "run-9", "SLURM_JOB_ID": "77"}

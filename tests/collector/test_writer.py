@@ -103,6 +103,27 @@ def test_it_records_who_holds_each_device_and_for_how_long(pg_conn):
     assert (holder.first_seen, holder.last_seen) == (T0, T0 + timedelta(seconds=5))
 
 
+def test_it_records_each_holders_ancestors_and_launcher_ids_as_last_seen(pg_conn):
+    writer = Writer(pg_conn)
+    writer.write(Batch([GPU0], rows(GPU0, 0, 1), holders=[("GPU-0", T0, Holder("pid:42", 42, 1000))]))
+    lineage = Holder("pid:42", 42, 1000, ancestors=(41, 40), launcher_ids={"SLURM_JOB_ID": "4242"})
+    writer.write(Batch([GPU0], rows(GPU0, 5, 1), holders=[("GPU-0", T0 + timedelta(seconds=5), lineage)]))
+
+    holder = DeviceHolder.objects.get()
+    assert (holder.ancestor_pids, holder.launcher_ids) == ([41, 40], {"SLURM_JOB_ID": "4242"})
+    assert DeviceHolder.objects.filter(launcher_ids__contains={"SLURM_JOB_ID": "4242"}).count() == 1
+
+
+def test_a_batch_spooled_before_lineage_was_recorded_still_reads_and_writes(pg_conn):
+    spooled = Batch([GPU0], rows(GPU0, 0, 1), holders=[("GPU-0", T0, Holder("pid:42", 42, 1000))]).to_json()
+    spooled["holders"] = [h[:5] for h in spooled["holders"]]  # the old five-field holder
+
+    Writer(pg_conn).write(Batch.from_json(spooled))
+
+    holder = DeviceHolder.objects.get()
+    assert (holder.pid, holder.ancestor_pids, holder.launcher_ids) == (42, [], {})
+
+
 def test_a_device_that_moves_to_another_node_is_re_registered(pg_conn):
     writer = Writer(pg_conn)
     writer.write(Batch([GPU0], rows(GPU0, 0, 1)))

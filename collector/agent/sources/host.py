@@ -7,7 +7,8 @@ energy counter, which integrates that estimate from the agent's start.
 
 Holders: every HOLDERS_EVERY_S the processes that used at least
 HOLDER_MIN_CORES of a core since the previous scan, with their resident
-memory, so a CPU-only job can be told apart from the rest of the machine.
+memory and lineage (lineage.py), so a CPU-only job can be told apart from the
+rest of the machine.
 """
 
 import platform
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import psutil
 
-from ..batch import DeviceInfo, Holder, Reading
+from ..batch import DeviceInfo, Reading
+from ..lineage import Lineages
 
 # A server CPU draws roughly this share of its TDP when idle (an estimate).
 IDLE_SHARE = 0.3
@@ -61,6 +63,7 @@ class HostSource:
         self.holders_every_s = holders_every_s
         self._scanned_at = None  # time.monotonic() of the last process scan
         self._cpu_s = {}  # (pid, create time) -> CPU seconds at the last scan
+        self.lineages = Lineages()
 
     def power_w(self, util_pct):
         return self.tdp_w * (IDLE_SHARE + (1 - IDLE_SHARE) * util_pct / 100.0)
@@ -104,9 +107,9 @@ class HostSource:
             before = self._cpu_s.get(key)
             if self._scanned_at is not None and before is not None:
                 if (used - before) / (now - self._scanned_at) >= HOLDER_MIN_CORES:
-                    busy.append(Holder(holder=f"pid:{info['pid']}", pid=info["pid"],
-                                       used_mem_mib=None if mem is None else mem.rss // MIB))
+                    busy.append(self.lineages.holder(info["pid"], None if mem is None else mem.rss // MIB))
         self._cpu_s, self._scanned_at = cpu_s, now
+        self.lineages.forget_others({h.pid for h in busy})
         return tuple(busy)
 
     def close(self):

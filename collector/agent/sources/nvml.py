@@ -10,11 +10,14 @@ then on, without asking again every tick. A device that fails outright (GPU
 lost, ...) is skipped with one message per failure streak; the others go on.
 SM activity comes from GPM (Hopper and later) as NVML_GPM_METRIC_SM_UTIL,
 the share of SMs busy between two ticks; None where GPM is unsupported.
+Holders: NVML's compute processes (host PIDs) with their ancestors and
+launcher ids (lineage.py), for matching training runs to their GPUs.
 """
 
 import logging
 
-from ..batch import DeviceInfo, Holder, Reading
+from ..batch import DeviceInfo, Reading
+from ..lineage import Lineages
 from . import SourceError
 
 log = logging.getLogger("collector.agent")
@@ -55,6 +58,7 @@ class NvmlSource:
             ) from None
         except nv.NVMLError as exc:
             raise SourceError(f"NVML failed to start: {exc}") from None
+        self.lineages = Lineages()
         self.devices = []
         for index in range(nv.nvmlDeviceGetCount()):
             try:
@@ -105,6 +109,7 @@ class NvmlSource:
             if device.failing:
                 log.info("GPU %d (%s) answers again", device.info.index, device.info.uuid)
                 device.failing = False
+        self.lineages.forget_others({h.pid for r in readings for h in r.holders})
         return readings
 
     def _read(self, device):
@@ -128,11 +133,7 @@ class NvmlSource:
             self._sm_active(device),
         )
         holders = tuple(
-            Holder(
-                holder=f"pid:{p.pid}",
-                pid=p.pid,
-                used_mem_mib=None if p.usedGpuMemory is None else p.usedGpuMemory // MIB,
-            )
+            self.lineages.holder(p.pid, None if p.usedGpuMemory is None else p.usedGpuMemory // MIB)
             for p in procs
         )
         return Reading(device.info, values, holders)
