@@ -68,6 +68,18 @@ RESUMABLE = (Status.STOPPED, Status.FAILED, Status.BUDGET_EXHAUSTED)
 ENDED = (Status.STOPPED, Status.COMPLETED, Status.FAILED, Status.BUDGET_EXHAUSTED)
 
 
+class Source(models.TextChoices):
+    """Who trains: Yardstick's own GRPO worker, or an outside run reporting through the tracking API."""
+
+    EMBEDDED = "embedded"
+    EXTERNAL = "external"
+
+
+# An external job's status follows its MLflow run's (tracking.Run): RUNNING, FINISHED, FAILED, KILLED.
+RUN_STATUS_TO_JOB = {"RUNNING": Status.RUNNING, "FINISHED": Status.COMPLETED, "FAILED": Status.FAILED,
+                     "KILLED": Status.STOPPED}
+
+
 class Job(models.Model):
     """One GRPO post-training run of a policy on an environment."""
 
@@ -102,6 +114,10 @@ class Job(models.Model):
     baseline_pass1 = models.FloatField(null=True, blank=True, help_text="eval pass@1 before the first update, points")
     latest_pass1 = models.FloatField(null=True, blank=True, help_text="newest eval pass@1, points")
     latest_reward_mean = models.FloatField(null=True, blank=True)
+    # External jobs are MLflow runs of TRL, veRL, NeMo RL... (tracking.Run, job.run); never enqueued.
+    source = models.CharField(max_length=20, choices=Source.choices, default=Source.EMBEDDED, db_index=True)
+    framework = models.CharField(max_length=50, blank=True, default="",
+                                 help_text='what trained it, from its tags or params: "trl", "verl", "nemo-rl", ...')
 
     class Meta:
         ordering = ["-id"]
@@ -159,6 +175,61 @@ class Job(models.Model):
             if enqueue:
                 job._enqueue()
         return job
+
+    @classmethod
+    def open_external(cls, *, name, team, framework="", created_by=None):
+        """Create the running job of an outside training run (tracking.Run creates it): it is never
+        enqueued, no worker claims it, and its status then follows the run (`follow_run`)."""
+        now = timezone.now()
+        with transaction.atomic():
+            job = cls.objects.create(
+                name=name[:NAME_MAX], team=team[:TEAM_MAX], env="external", config={}, device="external",
+                source=Source.EXTERNAL, framework=framework[:50], status=Status.RUNNING, created_by=created_by,
+                created_at=now, started_at=now, heartbeat_at=now,
+            )
+            change = StatusChange.objects.create(job=job, from_status="", to_status=Status.RUNNING, at=now,
+                                                 reason=f"run reported by {created_by}" if created_by else "run reported")
+            job._announce("", change=change)
+        return job
+
+    def follow_run(self, run_status, reason=""):
+        """Move an external job to what its MLflow run's status says (RUN_STATUS_TO_JOB; others change
+        nothing). A run set RUNNING again (resumed by its id) reopens an ended job. Return True when
+        the job changed."""
+        to = RUN_STATUS_TO_JOB.get(run_status)
+        if to is None or self.source != Source.EXTERNAL:
+            return False
+        now = timezone.now()
+        if to == Status.RUNNING:
+            return self._transition(ENDED, Status.RUNNING, reason or "run resumed", heartbeat_at=now,
+                                    finished_at=None, error="", stop_requested=False, stop_reason="") is not None
+        reason = reason or f"run ended {run_status}"
+        fields = dict(finished_at=now, error=reason if to == Status.FAILED else "", stop_requested=False,
+                      budget_stop_requested=False, phase="")
+        if self._transition(ACTIVE, to, reason, **fields) is not None:
+            return True
+        # A run marked stale that then ends on its own ends as it says.
+        return self._transition([Status.FAILED], to, reason, where=Q(error__startswith="stale:"), **fields) is not None
+
+    @classmethod
+    def fail_stale_runs(cls, limit_s, now=None):
+        """Mark external jobs whose run logged nothing for `limit_s` failed ("stale: ..."); a later log
+        puts them back to running (`revive_stale`). Return the jobs failed by this call."""
+        now = now or timezone.now()
+        stale = Q(heartbeat_at__lt=now - timedelta(seconds=limit_s)) | Q(heartbeat_at__isnull=True)
+        failed = []
+        for job in cls.objects.filter(stale, source=Source.EXTERNAL, status__in=ACTIVE):
+            silent_s = (now - job.heartbeat_at).total_seconds() if job.heartbeat_at else limit_s
+            error = f"stale: no metric for {silent_s:.0f} s (YARDSTICK_RUN_STALE_S is {limit_s:g})"
+            if job._transition(ACTIVE, Status.FAILED, error, where=stale, error=error, finished_at=now):
+                failed.append(job)
+        return failed
+
+    def revive_stale(self):
+        """A stale external job (failed for silence) logs again: back to running. Return True when it did."""
+        return self._transition([Status.FAILED], Status.RUNNING, "logging again after going stale",
+                                where=Q(source=Source.EXTERNAL, error__startswith="stale:"),
+                                heartbeat_at=timezone.now(), finished_at=None, error="") is not None
 
     def _enqueue(self):
         from trainer.tasks import run_job
@@ -248,6 +319,8 @@ class Job(models.Model):
         The worker continues from the newest checkpoint. Return False when the
         job is in another state or a resume cannot help (see `resume_refusal`).
         """
+        if self.source == Source.EXTERNAL:
+            return False  # its own process resumes it (start_run with the run's id), not a worker
         who = f" by {by}" if by else ""
         with transaction.atomic():
             # The error text stays in the history (the reason of the → failed change).
@@ -285,7 +358,8 @@ class Job(models.Model):
         cutoff = now - timedelta(seconds=limit_s)
         stale = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)
         failed = []
-        for job in cls.objects.filter(stale, status__in=ACTIVE):
+        # External jobs have no worker to beat: silence marks them stale instead (fail_stale_runs).
+        for job in cls.objects.filter(stale, status__in=ACTIVE, source=Source.EMBEDDED):
             stint = job.stints.filter(ended_at__isnull=True).order_by("-started_at").first()
             where = f" on {stint.node} (pid {stint.pid})" if stint else ""
             last = job.heartbeat_at.strftime("%Y-%m-%d %H:%M:%S UTC") if job.heartbeat_at else "never"
@@ -328,10 +402,13 @@ class Job(models.Model):
 
     @property
     def can_resume(self):
-        return self.status in RESUMABLE and not self.not_resumable_reason
+        return self.source == Source.EMBEDDED and self.status in RESUMABLE and not self.not_resumable_reason
 
     def resume_refusal(self):
         """Why this job cannot be resumed, for people; empty when it can."""
+        if self.source == Source.EXTERNAL:
+            return (f"job {self.pk} is an external run: restart its training with MLFLOW_RUN_ID set to the run's "
+                    "id to continue it")
         if self.status not in RESUMABLE:
             return f"job {self.pk} is {self.status}; only a stopped, failed or budget_exhausted job can be resumed"
         if self.not_resumable_reason:
@@ -344,6 +421,8 @@ class Job(models.Model):
             "name": self.name,
             "team": self.team,
             "env": self.env,
+            "source": self.source,
+            "framework": self.framework,
             "status": self.status,
             "phase": self.phase,
             "device": self.device,

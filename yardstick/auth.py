@@ -3,6 +3,11 @@
 Three roles, each a Django group created by a migration, each including the
 one before: `viewer` reads, `operator` also starts and stops jobs, `admin` also
 edits prices, nodes and users. A superuser is an admin.
+
+Beside them, the narrow `reporter` role is for the tokens training runs report
+with (MLFLOW_TRACKING_TOKEN): it may call the MLflow tracking and artifact APIs
+(TRACKING_PREFIXES) and nothing else; every page and other API answers 403.
+Operators and admins may write runs too; viewers may read them.
 """
 
 import functools
@@ -14,6 +19,12 @@ from django.http import JsonResponse
 from django.shortcuts import redirect, render
 
 ROLES = ("viewer", "operator", "admin")
+REPORTER = "reporter"
+# Who may write runs through the tracking API (create, log, update); viewers may only read.
+TRACKING_WRITERS = (REPORTER, "operator", "admin")
+
+# The MLflow-compatible APIs (tracking/): the only paths a reporter may reach; errors there in MLflow's shape.
+TRACKING_PREFIXES = ("/api/2.0/mlflow/", "/api/2.0/mlflow-artifacts/", "/api/3.0/mlflow/", "/ajax-api/")
 
 # Paths anyone may open: the health check, the login page, static files.
 PUBLIC_PREFIXES = ("/healthz", "/accounts/login/", "/static/")
@@ -29,18 +40,29 @@ def role_of(user):
     if cached is not False:
         return cached
     names = set(user.groups.values_list("name", flat=True))
-    role = next((r for r in reversed(ROLES) if r in names), None)
+    role = next((r for r in reversed(ROLES) if r in names), REPORTER if REPORTER in names else None)
     user._yardstick_role = role
     return role
 
 
 def has_role(user, role):
+    """Whether the user holds `role` of ROLES or a higher one (a reporter holds none of them)."""
     held = role_of(user)
-    return held is not None and ROLES.index(held) >= ROLES.index(role)
+    return held in ROLES and ROLES.index(held) >= ROLES.index(role)
 
 
 def is_api(request):
     return request.path.startswith("/api/")
+
+
+def is_tracking(request):
+    return request.path.startswith(TRACKING_PREFIXES)
+
+
+def _unauthenticated(request, message):
+    if is_tracking(request):  # the MLflow client reads error_code and message
+        return JsonResponse({"error_code": "UNAUTHENTICATED", "message": message}, status=401)
+    return JsonResponse({"error": message}, status=401)
 
 
 def _denied(request, status, message):
@@ -95,14 +117,12 @@ class TokenAuthMiddleware:
         if header:
             scheme, _, token = header.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
-                return JsonResponse(
-                    {"error": "Authorization must be 'Bearer <token>'"}, status=401
-                )
+                return _unauthenticated(request, "Authorization must be 'Bearer <token>'")
             from yardstick.models import ApiToken
 
             user = ApiToken.authenticate(token.strip())
             if user is None:
-                return JsonResponse({"error": "invalid or revoked API token"}, status=401)
+                return _unauthenticated(request, "invalid or revoked API token")
             request.user = user
             request._dont_enforce_csrf_checks = True
         return self.get_response(request)
@@ -115,10 +135,17 @@ class LoginRequiredMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        if request.user.is_authenticated or request.path.startswith(PUBLIC_PREFIXES):
+        if request.path.startswith(PUBLIC_PREFIXES):
             return self.get_response(request)
-        if is_api(request):
-            return JsonResponse({"error": "authentication required"}, status=401)
+        if request.user.is_authenticated:
+            if role_of(request.user) == REPORTER and not is_tracking(request):
+                return _denied(request, 403, "a reporter token may only report training runs (the MLflow "
+                                             "tracking API under /api/2.0/mlflow/); this needs the viewer role")
+            return self.get_response(request)
+        if is_api(request) or is_tracking(request):
+            return _unauthenticated(request, "authentication required: send 'Authorization: Bearer <token>' "
+                                             "(MLFLOW_TRACKING_TOKEN)" if is_tracking(request)
+                                    else "authentication required")
         return redirect(f"{settings.LOGIN_URL_PATH}?next={request.get_full_path()}")
 
 

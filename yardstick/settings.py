@@ -98,6 +98,7 @@ CELERY_BEAT_SCHEDULE = {
     "collector-apply-retention": {"task": "collector.tasks.apply_retention", "schedule": 6 * 3600.0},
     "costs-attribute": {"task": "costs.tasks.attribute", "schedule": 60.0},
     "trainer-detect-crashed-jobs": {"task": "trainer.tasks.detect_crashed_jobs", "schedule": 30.0},
+    "tracking-mark-stale-runs": {"task": "tracking.tasks.mark_stale_runs", "schedule": 60.0},
 }
 
 CHANNEL_LAYERS = {
@@ -130,6 +131,8 @@ COLLECTOR_STALE_S = envint("YARDSTICK_COLLECTOR_STALE_S", 60, minimum=1)
 
 # A running job whose heartbeat is older than this is marked failed (its worker died).
 YARDSTICK_JOB_HEARTBEAT_LIMIT_S = envint("YARDSTICK_JOB_HEARTBEAT_LIMIT_S", 120, minimum=10)
+# An external run (tracking API) that logs nothing for this long is marked failed as stale; a later log revives it.
+YARDSTICK_RUN_STALE_S = envint("YARDSTICK_RUN_STALE_S", 600, minimum=10)
 # Torch threads per training process; 0: the job config's torch_threads, else the cores it may use.
 YARDSTICK_JOB_TORCH_THREADS = envint("YARDSTICK_JOB_TORCH_THREADS", 0, minimum=0)
 
@@ -154,6 +157,7 @@ INSTALLED_APPS = [
     "trainer.apps.TrainerConfig",
     "costs.apps.CostsConfig",
     "dashboard.apps.DashboardConfig",
+    "tracking.apps.TrackingConfig",
 ]
 
 MIDDLEWARE = [

@@ -16,6 +16,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # Pages name the SVG icon in base.html; this answers tools that ask the conventional path anyway.
     path("favicon.ico", RedirectView.as_view(url=static("yardstick/favicon.svg"), permanent=True)),
+    # The MLflow-compatible tracking API first: its catch-all answers MLflow paths in MLflow's JSON.
+    path("", include("tracking.urls")),
     path("", include("dashboard.urls")),
     path("", include("collector.urls")),
     path("", include("trainer.urls")),

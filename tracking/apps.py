@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class TrackingConfig(AppConfig):
+    name = "tracking"
+    verbose_name = "Tracking (MLflow-compatible API for outside training runs)"

@@ -1,0 +1,396 @@
+"""What each MLflow tracking call does to Yardstick's rows: the one home of the rules the API applies.
+
+Functions take plain values (already parsed from the request by tracking/api.py)
+and return model rows; bad input raises TrackingError with MLflow's error code
+and a message naming the field, the value and what is accepted, before anything
+is written (a refused batch stores nothing).
+"""
+
+import re
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from trainer.models import Job
+from tracking import ingest
+from tracking.models import (
+    MAX_EXPERIMENT_NAME_LENGTH, MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH, SCORE_KEY_TAG, Experiment, Metric, Param,
+    Run, RunStatus, RunTag, Stage, TrackingError, invalid, now_ms, validate_key,
+)
+
+# MLflow's log-batch limits (mlflow/utils/validation.py).
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAMS_TAGS_PER_BATCH = 100
+MAX_ENTITIES_PER_BATCH = 1000
+RUN_NAME_TAG = "mlflow.runName"
+TEAM_TAG = "yardstick.team"
+FRAMEWORK_TAG = "yardstick.framework"
+STOP_TAG = "yardstick.stop_requested"
+RUN_STATUS_NUMBERS = {1: "RUNNING", 2: "SCHEDULED", 3: "FINISHED", 4: "FAILED", 5: "KILLED"}
+# Params whose value says how many steps the run will take (the job's progress): transformers/TRL, veRL, NeMo RL.
+STEPS_PARAMS = ("max_steps", "trainer.total_training_steps", "grpo.max_num_steps")
+
+
+# -- experiments ----------------------------------------------------------------------
+
+
+def create_experiment(name, artifact_location="", tags=()):
+    if not isinstance(name, str) or not name.strip():
+        raise invalid("Experiment name must be a non-empty string, got " + repr(name))
+    if len(name) > MAX_EXPERIMENT_NAME_LENGTH:
+        raise invalid(f"Experiment name has {len(name)} characters; at most {MAX_EXPERIMENT_NAME_LENGTH} are accepted")
+    tags = _tags(tags)
+    try:
+        with transaction.atomic():
+            experiment = Experiment.objects.create(name=name, artifact_location=artifact_location or "")
+    except IntegrityError:
+        raise TrackingError("RESOURCE_ALREADY_EXISTS", f"Experiment '{name}' already exists.") from None
+    if not artifact_location:
+        experiment.artifact_location = f"mlflow-artifacts:/{experiment.pk}"
+    for key, value in tags:
+        experiment.set_tag(key, value)
+    experiment.save()
+    return experiment
+
+
+def get_experiment(experiment_id):
+    pk = _experiment_pk(experiment_id)
+    if pk == 0:
+        return Experiment.default()
+    experiment = Experiment.objects.filter(pk=pk).first()
+    if experiment is None:
+        raise TrackingError("RESOURCE_DOES_NOT_EXIST", f"No Experiment with id={experiment_id} exists")
+    return experiment
+
+
+def get_experiment_by_name(name):
+    if not isinstance(name, str) or not name:
+        raise invalid(f"Missing value for required parameter 'experiment_name', got {name!r}")
+    if name == Experiment.DEFAULT_NAME:
+        Experiment.default()
+    experiment = Experiment.objects.filter(name=name).first()
+    if experiment is None:
+        raise TrackingError("RESOURCE_DOES_NOT_EXIST", f"Could not find experiment with name '{name}'")
+    return experiment
+
+
+def rename_experiment(experiment_id, new_name):
+    experiment = get_experiment(experiment_id)
+    if not isinstance(new_name, str) or not new_name.strip():
+        raise invalid(f"new_name must be a non-empty string, got {new_name!r}")
+    if Experiment.objects.filter(name=new_name).exclude(pk=experiment.pk).exists():
+        raise TrackingError("RESOURCE_ALREADY_EXISTS", f"Experiment '{new_name}' already exists.")
+    experiment.name, experiment.updated_at = new_name, timezone.now()
+    experiment.save(update_fields=["name", "updated_at"])
+
+
+def set_experiment_stage(experiment_id, stage):
+    experiment = get_experiment(experiment_id)
+    if experiment.pk == 0 and stage == Stage.DELETED:
+        raise invalid("Cannot delete the default experiment '0'. This is an internally reserved experiment.")
+    experiment.lifecycle_stage, experiment.updated_at = stage, timezone.now()
+    experiment.save(update_fields=["lifecycle_stage", "updated_at"])
+    Run.objects.filter(experiment=experiment).update(lifecycle_stage=stage)
+
+
+def set_experiment_tag(experiment_id, key, value):
+    experiment = get_experiment(experiment_id)
+    _active(experiment)
+    experiment.set_tag(key, value)
+    if key == SCORE_KEY_TAG:
+        _rescore_experiment(experiment)
+
+
+def delete_experiment_tag(experiment_id, key):
+    experiment = get_experiment(experiment_id)
+    if key not in experiment.tags:
+        raise TrackingError("RESOURCE_DOES_NOT_EXIST", f"No tag with name: {key} in experiment with id {experiment_id}")
+    experiment.tags = {k: v for k, v in experiment.tags.items() if k != key}
+    experiment.updated_at = timezone.now()
+    experiment.save(update_fields=["tags", "updated_at"])
+    if key == SCORE_KEY_TAG:
+        _rescore_experiment(experiment)
+
+
+def _rescore_experiment(experiment):
+    for run in experiment.runs.select_related("job", "experiment"):
+        ingest.rescore(run)
+
+
+# -- runs -------------------------------------------------------------------------------
+
+
+def create_run(experiment_id, user_id="", start_time=None, tags=(), run_name="", created_by=None):
+    experiment = get_experiment(experiment_id if experiment_id not in (None, "") else "0")
+    _active(experiment)
+    tags = dict(_tags(tags))
+    run_name = run_name or tags.get(RUN_NAME_TAG) or ""
+    if not isinstance(run_name, str) or len(run_name) > 250:
+        raise invalid(f"run_name must be a string of at most 250 characters, got {str(run_name)[:40]!r}")
+    start_time = now_ms() if start_time in (None, "") else _int64("start_time", start_time)
+    with transaction.atomic():
+        run = Run(experiment=experiment, user_id=str(user_id or "")[:255], start_time=start_time,
+                  created_by=created_by)
+        run_name = run_name or f"run-{run.run_id[:8]}"
+        tags[RUN_NAME_TAG] = run_name
+        run.run_name = run_name
+        run.artifact_uri = f"{experiment.artifact_location or f'mlflow-artifacts:/{experiment.pk}'}/{run.run_id}/artifacts"
+        team = tags.get(TEAM_TAG) or experiment.name
+        run.job = Job.open_external(name=run_name, team=team, framework=framework_of(tags, {}), created_by=created_by)
+        run.save()
+        RunTag.objects.bulk_create([RunTag(run=run, key=k, value=v) for k, v in tags.items()])
+    return run
+
+
+def get_run(run_id):
+    if not isinstance(run_id, str) or not run_id:
+        raise invalid(f"Missing value for required parameter 'run_id', got {run_id!r}")
+    run = Run.objects.select_related("experiment", "job").filter(run_id=run_id).first()
+    if run is None:
+        raise TrackingError("RESOURCE_DOES_NOT_EXIST", f"Run with id={run_id} not found")
+    return run
+
+
+def update_run(run_id, status=None, end_time=None, run_name=None):
+    run = get_run(run_id)
+    _writable(run)
+    fields = []
+    if status not in (None, ""):
+        status = run_status(status)
+        run.status = status
+        fields.append("status")
+    if end_time not in (None, ""):
+        run.end_time = _int64("end_time", end_time)
+        fields.append("end_time")
+    if run_name:
+        if not isinstance(run_name, str) or len(run_name) > 250:
+            raise invalid(f"run_name must be a string of at most 250 characters, got {str(run_name)[:40]!r}")
+        run.run_name = run_name
+        fields.append("run_name")
+    with transaction.atomic():
+        run.last_logged_at = timezone.now()
+        run.save(update_fields=[*fields, "last_logged_at"])
+        if run_name:
+            RunTag.objects.update_or_create(run=run, key=RUN_NAME_TAG, defaults={"value": run_name})
+            Job.objects.filter(pk=run.job_id).update(name=run_name[:200])
+        if "status" in fields:
+            run.job.follow_run(status)
+    return run
+
+
+def set_run_stage(run_id, stage):
+    run = get_run(run_id)
+    run.lifecycle_stage = stage
+    run.save(update_fields=["lifecycle_stage"])
+
+
+def log_batch(run_id, metrics=(), params=(), tags=()):
+    """Validate the whole batch, then store it in one transaction and feed the job's steps."""
+    run = get_run(run_id)
+    _writable(run)
+    metrics, params, tags = list(metrics or []), list(params or []), list(tags or [])
+    if len(metrics) > MAX_METRICS_PER_BATCH:
+        raise invalid(f"A batch logging request can contain at most {MAX_METRICS_PER_BATCH} metrics. "
+                      f"Got {len(metrics)} metrics.")
+    if len(params) > MAX_PARAMS_TAGS_PER_BATCH or len(tags) > MAX_PARAMS_TAGS_PER_BATCH:
+        raise invalid(f"A batch logging request can contain at most {MAX_PARAMS_TAGS_PER_BATCH} params and "
+                      f"{MAX_PARAMS_TAGS_PER_BATCH} tags. Got {len(params)} params and {len(tags)} tags.")
+    if len(metrics) + len(params) + len(tags) > MAX_ENTITIES_PER_BATCH:
+        raise invalid(f"A batch logging request can contain at most {MAX_ENTITIES_PER_BATCH} entities in total.")
+    rows = [_metric(i, m) for i, m in enumerate(metrics)]
+    params = _params(run, params)
+    tags = _tags(tags)
+    with transaction.atomic():
+        Param.objects.bulk_create([Param(run=run, key=k, value=v) for k, v in params], ignore_conflicts=True)
+        for key, value in tags:
+            RunTag.objects.update_or_create(run=run, key=key, defaults={"value": value})
+        Metric.objects.bulk_create([Metric(run=run, key=k, value=v, timestamp=t, step=s) for k, v, t, s in rows])
+        run.last_logged_at = timezone.now()
+        run.save(update_fields=["last_logged_at"])
+        job = run.job
+        if job.status == "failed" and job.error.startswith("stale:"):
+            job.revive_stale()
+        _describe_job(run, dict(params), dict(tags))
+        if any(k == RUN_NAME_TAG for k, _ in tags):
+            run.run_name = dict(tags)[RUN_NAME_TAG]
+            run.save(update_fields=["run_name"])
+        if rows:
+            ingest.ingest(run, rows)
+        else:
+            Job.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now())
+        if any(k == SCORE_KEY_TAG for k, _ in tags):
+            ingest.rescore(run)
+
+
+def delete_tag(run_id, key):
+    run = get_run(run_id)
+    _writable(run)
+    deleted, _ = RunTag.objects.filter(run=run, key=key).delete()
+    if not deleted:
+        raise TrackingError("RESOURCE_DOES_NOT_EXIST", f"No tag with name: {key} in run with id {run_id}")
+    if key == SCORE_KEY_TAG:
+        ingest.rescore(run)
+
+
+def metric_history(run_id, key):
+    run = get_run(run_id)
+    if not isinstance(key, str) or not key:
+        raise invalid(f"Missing value for required parameter 'metric_key', got {key!r}")
+    return Metric.objects.filter(run=run, key=key).order_by("step", "timestamp", "id")
+
+
+def latest_metrics(runs):
+    """{run pk: [Metric]} the newest value of each key (highest step, then newest timestamp), as MLflow's run data."""
+    rows = (Metric.objects.filter(run__in=runs).order_by("run_id", "key", "-step", "-timestamp", "-id")
+            .distinct("run_id", "key"))
+    out = {}
+    for row in rows:
+        out.setdefault(row.run_id, []).append(row)
+    return out
+
+
+def framework_of(tags, params):
+    """Which framework trained a run, from what it logged: "trl", "verl", "nemo-rl", "transformers", or ""."""
+    if tags.get(FRAMEWORK_TAG):
+        return tags[FRAMEWORK_TAG][:50]
+    keys = set(params)
+    if any(k.startswith(("actor_rollout_ref.", "algorithm.adv_estimator")) for k in keys):
+        return "verl"
+    if any(k.startswith(("grpo.", "loss_fn.")) for k in keys):
+        return "nemo-rl"
+    if "num_generations" in keys or "max_completion_length" in keys:
+        return "trl"
+    if "per_device_train_batch_size" in keys:
+        return "transformers"
+    return ""
+
+
+def run_status(value):
+    """An MLflow RunStatus, given by name or by its proto number."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = RUN_STATUS_NUMBERS.get(value, value)
+    if value not in RunStatus.values:
+        raise invalid(f"status must be one of {', '.join(RunStatus.values)}, got {value!r}")
+    return value
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def _describe_job(run, params, tags):
+    """What newly logged params and tags say about the job: its framework and how many steps it will take."""
+    job = run.job
+    fields = {}
+    if not job.framework or FRAMEWORK_TAG in tags:
+        found = framework_of({**dict(run.tags.values_list("key", "value")), **tags},
+                             {**dict.fromkeys(run.params.values_list("key", flat=True)), **params})
+        if found and found != job.framework:
+            fields["framework"] = found
+    for key in STEPS_PARAMS:
+        if key in params and re.fullmatch(r"\s*\d+\s*", params[key]) and int(params[key]) > 0:
+            fields["config"] = {**(job.config or {}), "steps": int(params[key])}
+    if TEAM_TAG in tags and tags[TEAM_TAG]:
+        fields["team"] = tags[TEAM_TAG][:100]
+    if fields:
+        Job.objects.filter(pk=job.pk).update(**fields)
+        job.refresh_from_db()
+
+
+def _experiment_pk(value):
+    text = str(value).strip() if value is not None else ""
+    if not re.fullmatch(r"\d{1,18}", text):
+        raise invalid(f"experiment_id must be the id of an experiment (digits, e.g. '1'), got {value!r}")
+    return int(text)
+
+
+def _active(experiment):
+    if experiment.lifecycle_stage != Stage.ACTIVE:
+        raise invalid(f"The experiment {experiment.pk} must be in the 'active' state. "
+                      f"Current state is {experiment.lifecycle_stage}.")
+
+
+def _writable(run):
+    if run.lifecycle_stage != Stage.ACTIVE:
+        raise invalid(f"The run {run.run_id} must be in the 'active' state. Current state is {run.lifecycle_stage}.")
+
+
+def _int64(field, value):
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not re.fullmatch(r"-?\d{1,19}", str(value).strip()):
+        raise invalid(f"{field} must be an integer (ms since the epoch, or a step), got {value!r}")
+    number = int(str(value).strip())
+    if not -2**63 <= number < 2**63:
+        raise invalid(f"{field} must fit in 64 bits, got {value!r}")
+    return number
+
+
+def _float(field, value):
+    """MLflow's JSON spells NaN and infinities as strings; a number or one of those is accepted."""
+    if isinstance(value, bool):
+        raise invalid(f"{field} must be a number, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.strip() in ("NaN", "Infinity", "-Infinity", "inf", "-inf", "nan"):
+        return float(value.strip().replace("Infinity", "inf"))
+    try:
+        number = float(value) if isinstance(value, str) else None
+    except ValueError:
+        number = None
+    if number is None:
+        raise invalid(f"{field} must be a number (or 'NaN', 'Infinity', '-Infinity'), got {value!r}")
+    return number
+
+
+def _entry(kind, i, entry):
+    if not isinstance(entry, dict):
+        raise invalid(f"{kind}[{i}] must be an object with key and value, got {entry!r}")
+    return entry
+
+
+def _metric(i, entry):
+    entry = _entry("metrics", i, entry)
+    key = validate_key("metric", entry.get("key"))
+    if "value" not in entry:
+        raise invalid(f"Missing value for required parameter 'metrics[{i}].value' (metric '{key}')")
+    value = _float(f"metrics[{i}].value (metric '{key}')", entry["value"])
+    if entry.get("timestamp") in (None, ""):
+        raise invalid(f"Missing value for required parameter 'metrics[{i}].timestamp' (metric '{key}')")
+    timestamp = _int64(f"metrics[{i}].timestamp", entry["timestamp"])
+    step = _int64(f"metrics[{i}].step", entry.get("step", 0) if entry.get("step") not in (None, "") else 0)
+    return key, value, timestamp, step
+
+
+def _params(run, params):
+    out = {}
+    for i, entry in enumerate(params):
+        entry = _entry("params", i, entry)
+        key = validate_key("param", entry.get("key"))
+        value = "" if entry.get("value") is None else str(entry["value"])
+        if len(value) > MAX_PARAM_VAL_LENGTH:
+            raise invalid(f"Param value '{value[:40]}...' had length {len(value)}, which exceeded length limit "
+                          f"of {MAX_PARAM_VAL_LENGTH} (param '{key}')")
+        if key in out and out[key] != value:
+            raise invalid(f"Duplicate parameter keys have been submitted: '{key}' with values {out[key]!r} and "
+                          f"{value!r}")
+        out[key] = value
+    existing = dict(Param.objects.filter(run=run, key__in=list(out)).values_list("key", "value"))
+    changed = {k: (existing[k], v) for k, v in out.items() if k in existing and existing[k] != v}
+    if changed:
+        detail = ", ".join(f"'{k}': old={old!r}, new={new!r}" for k, (old, new) in changed.items())
+        raise invalid(f"Changing param values is not allowed. Params were already logged for run ID "
+                      f"'{run.run_id}': {detail}")
+    return list(out.items())
+
+
+def _tags(tags):
+    out = []
+    for i, entry in enumerate(tags or []):
+        entry = _entry("tags", i, entry)
+        key = validate_key("tag", entry.get("key"))
+        value = "" if entry.get("value") is None else str(entry["value"])
+        if len(value) > MAX_TAG_VAL_LENGTH:
+            raise invalid(f"Tag value '{value[:40]}...' had length {len(value)}, which exceeded length limit of "
+                          f"{MAX_TAG_VAL_LENGTH} (tag '{key}')")
+        if key == SCORE_KEY_TAG and value:
+            validate_key("score key", value)
+        out.append((key, value))
+    return out
