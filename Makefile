@@ -23,7 +23,7 @@ test: $(STAMP) browser
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt client/pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Yardstick needs Python 3.11, 3.12 or 3.13 and found none on the PATH (tried $(PYTHONS)). Install one, or set PYTHON=/path/to/python3.x"; exit 1; }
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 11) <= v <= (3, 13) else "Yardstick needs Python 3.11, 3.12 or 3.13 (what its pinned requirements support); $(PYTHON) is " + sys.version.split()[0])'
 	@echo "Using $$($(PYTHON) -c 'import sys; print(sys.executable, sys.version.split()[0])')"
@@ -31,6 +31,8 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(if $(TORCH_INDEX_URL),$(PY) -m pip install --quiet --index-url $(TORCH_INDEX_URL) "$$(grep -E '^torch==' requirements.txt)")
 	$(PY) -m pip install --quiet -r requirements.txt
+# The client package (client/): the tests run real MLflow clients with it installed.
+	$(PY) -m pip install --quiet -e ./client
 	touch $(STAMP)
 
 # Browser tests drive Debian's Chromium through Playwright (Playwright's own

@@ -17,3 +17,11 @@ def mark_stale_runs():
     for job in failed:
         log.warning("job %s: %s", job.pk, job.error)
     return len(failed)
+
+
+@shared_task(name="tracking.tasks.match_runs", ignore_result=True)
+def match_runs():
+    """Turn the GPU holders of outside runs into stints of their jobs (tracking/matching.py); return the totals."""
+    from tracking.matching import match_runs as match
+
+    return match()

@@ -204,6 +204,10 @@ class Job(models.Model):
             return self._transition(ENDED, Status.RUNNING, reason or "run resumed", heartbeat_at=now,
                                     finished_at=None, error="", stop_requested=False, stop_reason="") is not None
         reason = reason or f"run ended {run_status}"
+        if to == Status.COMPLETED and self.stop_requested:
+            # Stopped from Yardstick: transformers' MLflowCallback ends its run FINISHED on the
+            # StopCallback's stop (and the callback then sets it KILLED); the job stopped either way.
+            to = Status.STOPPED
         fields = dict(finished_at=now, error=reason if to == Status.FAILED else "", stop_requested=False,
                       budget_stop_requested=False, phase="")
         if self._transition(ACTIVE, to, reason, **fields) is not None:

@@ -99,6 +99,7 @@ CELERY_BEAT_SCHEDULE = {
     "costs-attribute": {"task": "costs.tasks.attribute", "schedule": 60.0},
     "trainer-detect-crashed-jobs": {"task": "trainer.tasks.detect_crashed_jobs", "schedule": 30.0},
     "tracking-mark-stale-runs": {"task": "tracking.tasks.mark_stale_runs", "schedule": 60.0},
+    "tracking-match-runs": {"task": "tracking.tasks.match_runs", "schedule": 30.0},
 }
 
 CHANNEL_LAYERS = {
