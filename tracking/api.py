@@ -284,6 +284,13 @@ def get_metric_history(request, body):
             **({"next_page_token": token} if token else {})}
 
 
+@endpoint(("POST",))
+def search_logged_models(request, body):
+    """Runs here log no models; MLflow 3's client searches a run's models whenever it lists or downloads
+    the run's artifacts (log_table, download_artifacts), and an error there would end those calls."""
+    return {"models": []}
+
+
 def endpoint_not_found(request):
     """Any other path under MLflow's API prefixes: MLflow's JSON 404, which its clients know how to handle."""
     err = TrackingError("ENDPOINT_NOT_FOUND", f"{request.method} {request.path} is not served by Yardstick's "

@@ -33,6 +33,7 @@ ENDPOINTS = {
     "runs/delete-tag": api.delete_tag,
     "runs/log-inputs": api.log_inputs,
     "metrics/get-history": api.get_metric_history,
+    "logged-models/search": api.search_logged_models,
 }
 
 urlpatterns = [
@@ -43,5 +44,5 @@ urlpatterns = [
     path("api/2.0/mlflow-artifacts/artifacts", views_artifacts.listing, name="mlflow-artifacts-list"),
     path("api/2.0/mlflow-artifacts/artifacts/<path:path>", views_artifacts.artifact, name="mlflow-artifact"),
     re_path(r"^api/2\.0/mlflow-artifacts/", views_artifacts.not_found),
-    re_path(r"^(api|ajax-api)/[0-9.]+/mlflow/", api.endpoint_not_found),
+    re_path(r"^(?:api|ajax-api)/[0-9.]+/mlflow/", api.endpoint_not_found),  # no group: it would be an argument
 ]
