@@ -66,7 +66,7 @@ def test_a_cost_update_reaches_the_fleet_jobs_and_job_pages_without_a_reload(  #
     stamps = {p: open_live(p, live_web.url, path) for p, path in paths.items()}
     row = f'tr[data-job="{job.pk}"]'
     assert fleet.inner_text("#card-fleet-usd") == "$0.00", "nothing attributed yet"
-    assert jobs.inner_text(f"{row} .job-cost") == "—"
+    assert jobs.inner_text(f"{row} .job-cost") == one.inner_text("#job-cost") == "$0.00", "the same on both pages"
     assert one.inner_text("#job-cost") == "$0.00"
 
     summary = in_thread(attribute)  # the periodic task itself: attribute, check budgets, publish
@@ -366,15 +366,15 @@ def test_while_the_base_policy_is_built_the_charts_say_so_instead_of_drawing_emp
     assert page.locator("[data-fig=reward] .chart-empty").count() == 0
     assert page.locator("[data-fig=reward] .main-svg").count() > 0
 
-    # Built in 30 s of the first minute ($0.10), as the runner records it with the baseline: the next
-    # attribution's costs event says so beside the cost.
+    # Built in 30 s of the first minute, held all of it at $0.10 a minute: $0.05, as the runner records it
+    # with the baseline; the next attribution's costs event says so beside the cost.
     Job.objects.filter(pk=job.pk).update(phase="training")
     Step.objects.create(job=job, step=0, at=start + timedelta(seconds=40), eval_pass1=30.0,
                         metrics={"eval/pass1": 30.0, "base/build_started_at": start.timestamp() + 5,
                                  "base/build_s": 30.0})
     in_thread(attribute)
     text_is(page, "#job-base-build",
-            "includes $0.10 / 30 s building the base policy (shared by later jobs on arithmetic)")
+            "includes $0.05 / 30 s building the base policy (shared by later jobs on arithmetic)")
     assert page.evaluate(LOADED_AT) == loaded
 
 
