@@ -129,6 +129,8 @@ def ingest(run, metrics):
         if pass1 is not None:
             mapped["eval/pass1"] = pass1
         rows.append(_merge_step(job, step, mapped, pass1, gen_tokens))
+    if any(key in CUMULATIVE_TOKENS for key, *_ in metrics):
+        _redifference_later_steps(run, job, set(by_step))
     _update_job(job, rows)
     for step, merged in rows:
         publish(f"job.{job.pk}", "step", {"job": job.pk, "step": step, "steps": job.steps_total,
@@ -168,6 +170,22 @@ def _step_tokens(run, step, raw):
                       .values_list("value", flat=True).first())
             return max(0, int(raw[key] - (before if before is not None and math.isfinite(before) else 0)))
     return None
+
+
+def _redifference_later_steps(run, job, steps):
+    """A cumulative counter that arrived after a later step's (the client's async batches can overtake
+    each other) changes that later step's difference: recompute the step after each one logged now."""
+    for key in CUMULATIVE_TOKENS:
+        for step in steps:
+            later = (Metric.objects.filter(run=run, key=key, step__gt=step).order_by("step", "-timestamp")
+                     .values_list("step", flat=True).first())
+            if later is None or later in steps or later > STEP_MAX:
+                continue
+            value = (Metric.objects.filter(run=run, key=key, step=later).order_by("-timestamp")
+                     .values_list("value", flat=True).first())
+            tokens = _step_tokens(run, later, {key: value})
+            if tokens is not None:
+                _merge_step(job, later, {"performance/gen_tokens": tokens}, None, tokens)
 
 
 def _merge_step(job, step, mapped, pass1, gen_tokens):

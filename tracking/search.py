@@ -48,8 +48,13 @@ def runs(experiment_ids, filter_string="", order_by=(), view_type=None):
         ids.append(int(str(value).strip()))
     rows = Run.objects.filter(experiment_id__in=ids, lifecycle_stage__in=_stages(view_type))
     rows = rows.select_related("experiment", "job")
-    for entity, key, op, value in parse(filter_string):
-        rows = rows.filter(_run_condition(entity, key, op, value))
+    for i, (entity, key, op, value) in enumerate(parse(filter_string)):
+        if entity == "metric":  # against the run's latest value of the metric; a run without it never matches
+            field = f"_filter_{i}"
+            rows = rows.alias(**{field: _run_value(entity, key)}).filter(
+                _number_condition(field, op, _number(f"metrics.{key}", op, value)), **{f"{field}__isnull": False})
+        else:
+            rows = rows.filter(_run_condition(entity, key, op, value))
     ordering = []
     for i, (entity, key, descending) in enumerate(_order(order_by)):
         if entity == "attribute":
@@ -230,11 +235,6 @@ def _run_value(entity, key):
 
 
 def _run_condition(entity, key, op, value):
-    if entity == "metric":
-        number = _number(f"metrics.{key}", op, value)
-        inner = Metric.objects.filter(run=OuterRef("pk"), key=key).order_by("-step", "-timestamp", "-id")
-        latest = Metric.objects.filter(pk=Subquery(inner.values("pk")[:1]))
-        return Exists(latest.filter(_number_condition("value", op, number)))
     if entity in ("param", "tag"):
         model = Param if entity == "param" else RunTag
         return Exists(model.objects.filter(run=OuterRef("pk"), key=key).filter(_string_condition("value", op, value)))

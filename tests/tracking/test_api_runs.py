@@ -29,3 +29,109 @@ def test_a_fluent_run_is_an_external_job_that_follows_the_runs_status(mlflow_cli
     step = Step.objects.get(job=job, step=1)
     assert step.metrics["train/reward_mean"] == 0.25 and step.metrics["train/kl"] == 0.01
     assert step.reward_mean == 0.25
+
+
+def test_every_logging_call_stores_what_the_client_reads_back(mlflow_client):
+    exp = mlflow_client.create_experiment("calls")
+    run = mlflow_client.create_run(exp, run_name="r1", tags={"stage": "dev"})
+    rid = run.info.run_id
+    mlflow_client.log_metric(rid, "loss", 2.5, timestamp=1_700_000_000_000, step=3)
+    mlflow_client.log_metric(rid, "loss", float("nan"), timestamp=1_700_000_000_001, step=4)
+    mlflow_client.log_metric(rid, "loss", 1.5, timestamp=1_700_000_000_002, step=5)
+    mlflow_client.log_param(rid, "lr", "1e-5")
+    mlflow_client.log_param(rid, "lr", "1e-5")  # the same value again is allowed, as in MLflow
+    mlflow_client.set_tag(rid, "note", "hello")
+    mlflow_client.delete_tag(rid, "stage")
+    mlflow_client.log_batch(rid, metrics=[mlflow.entities.Metric("kl", float("inf"), 1, 1)],
+                            params=[mlflow.entities.Param("beta", "0.04")], tags=[mlflow.entities.RunTag("a", "b")])
+    got = mlflow_client.get_run(rid)
+    assert got.data.metrics["loss"] == 1.5 and got.data.metrics["kl"] == math.inf
+    assert got.data.params == {"lr": "1e-5", "beta": "0.04"}
+    assert got.data.tags["note"] == "hello" and got.data.tags["a"] == "b" and "stage" not in got.data.tags
+    history = mlflow_client.get_metric_history(rid, "loss")
+    assert [(m.step, m.timestamp) for m in history] == [(3, 1_700_000_000_000), (4, 1_700_000_000_001),
+                                                        (5, 1_700_000_000_002)]
+    assert math.isnan(history[1].value)
+    assert got.info.artifact_uri == f"mlflow-artifacts:/{exp}/{rid}/artifacts"
+
+
+def test_a_run_resumed_by_its_id_continues_the_same_job(mlflow_client, monkeypatch):
+    mlflow.set_experiment("resume")
+    with mlflow.start_run() as first:
+        mlflow.log_metric("reward", 0.1, step=1)
+        mlflow.end_run(status="KILLED")
+    job = Run.objects.get(run_id=first.info.run_id).job
+    job.refresh_from_db()
+    assert job.status == "stopped"
+    monkeypatch.setenv("MLFLOW_RUN_ID", first.info.run_id)  # how veRL and NeMo RL resume
+    with mlflow.start_run() as again:
+        assert again.info.run_id == first.info.run_id
+        job.refresh_from_db()
+        assert job.status == "running"
+        mlflow.log_metric("reward", 0.2, step=2)
+    job.refresh_from_db()
+    assert job.status == "completed" and job.steps_done == 2
+    assert Job.objects.filter(source="external").count() == 1
+    assert list(Step.objects.filter(job=job).values_list("step", "reward_mean")) == [(1, 0.1), (2, 0.2)]
+
+
+def test_a_failed_run_fails_its_job_and_async_metrics_arrive(mlflow_client):
+    mlflow.set_experiment("async")
+    with pytest.raises(RuntimeError), mlflow.start_run() as run:
+        for step in range(1, 4):  # transformers' MLflowCallback logs this way, from a background thread
+            mlflow.log_metrics({"reward": step / 10, "num_tokens": 100.0 * step}, step=step, synchronous=False)
+        mlflow.flush_async_logging()
+        raise RuntimeError("training crashed")
+    job = Run.objects.get(run_id=run.info.run_id).job
+    assert job.status == "failed"
+    assert list(Step.objects.filter(job=job).values_list("step", "gen_tokens")) == [(1, 100), (2, 100), (3, 100)]
+
+
+@pytest.mark.parametrize("call, code, says", [
+    (lambda c, rid: c.log_metric(rid, "bad@key", 1.0), "INVALID_PARAMETER_VALUE", "Invalid metric name"),
+    (lambda c, rid: c.log_param(rid, "lr", "0.2"), "INVALID_PARAMETER_VALUE", "Changing param values is not allowed"),
+    (lambda c, rid: c.log_param(rid, "big", "x" * 6001), "INVALID_PARAMETER_VALUE", "exceeded length limit of 6000"),
+    (lambda c, rid: c.get_run("0" * 32), "RESOURCE_DOES_NOT_EXIST", "not found"),
+    (lambda c, rid: c.delete_tag(rid, "nope"), "RESOURCE_DOES_NOT_EXIST", "No tag with name: nope"),
+    (lambda c, rid: c.create_experiment("bad"), "RESOURCE_ALREADY_EXISTS", "Experiment 'bad' already exists"),
+    (lambda c, rid: c.get_experiment_by_name("nope"), None, None),
+])
+def test_bad_input_gets_mlflows_error_and_stores_nothing(mlflow_client, call, code, says):
+    exp = mlflow_client.create_experiment("bad")
+    rid = mlflow_client.create_run(exp).info.run_id
+    mlflow_client.log_param(rid, "lr", "0.1")
+    if code is None:  # the client turns this one into None, as with MLflow's server
+        assert call(mlflow_client, rid) is None
+    else:
+        with pytest.raises(MlflowException) as err:
+            call(mlflow_client, rid)
+        assert err.value.error_code == code and says in err.value.message
+    assert Metric.objects.count() == 0
+    assert mlflow_client.get_run(rid).data.params == {"lr": "0.1"}
+
+
+def test_a_batch_with_one_bad_metric_stores_none_of_it(mlflow_client, live_server, reporter, api_token):
+    import requests
+
+    exp = mlflow_client.create_experiment("batch")
+    rid = mlflow_client.create_run(exp).info.run_id
+    body = {"run_id": rid, "metrics": [{"key": "ok", "value": 1, "timestamp": 1, "step": 1},
+                                       {"key": "bad", "value": "lots", "timestamp": 1, "step": 1}],
+            "params": [{"key": "p", "value": "1"}]}
+    resp = requests.post(f"{live_server.url}/api/2.0/mlflow/runs/log-batch", json=body,
+                         headers={"Authorization": f"Bearer {api_token(reporter)}"})
+    assert resp.status_code == 400
+    assert resp.json()["error_code"] == "INVALID_PARAMETER_VALUE" and "metric 'bad'" in resp.json()["message"]
+    assert Metric.objects.count() == 0 and not mlflow_client.get_run(rid).data.params
+
+
+def test_a_stop_from_yardstick_shows_on_the_run_and_a_killed_end_stops_the_job(mlflow_client, operator):
+    exp = mlflow_client.create_experiment("stop")
+    rid = mlflow_client.create_run(exp).info.run_id
+    job = Run.objects.get(run_id=rid).job
+    assert "yardstick.stop_requested" not in mlflow_client.get_run(rid).data.tags
+    assert job.request_stop(by=operator)
+    assert mlflow_client.get_run(rid).data.tags["yardstick.stop_requested"] == "true"
+    mlflow_client.set_terminated(rid, "KILLED")
+    job.refresh_from_db()
+    assert job.status == "stopped" and not job.can_resume
