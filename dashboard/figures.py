@@ -381,3 +381,43 @@ def sparkline(values, width=120, height=28, xs=None):
     run = (pts[-1][0] - first) or 1
     return " ".join(f"{(x - first) / run * (width - 2) + 1:.1f},{height - 2 - (v - lo) / span * (height - 4):.1f}"
                     for x, v in pts)
+
+
+# -- external runs ------------------------------------------------------------------------
+
+OTHER_GROUP = "other"
+
+
+def metric_group(key):
+    """The chart an external run's logged metric goes on: its prefix before the first "/" ("train",
+    "val-core", "perf", ...), or OTHER_GROUP for a key without one (TRL's reward, kl, eval_reward ...).
+    dashboard.js groups a key first seen live by the same rule."""
+    prefix, sep, _ = key.partition("/")
+    return prefix if sep and prefix else OTHER_GROUP
+
+
+def run_metric_figures(series):
+    """One chart per metric prefix of what an external run logged, a line per key, growing live.
+
+    `series` is {key: ([steps], [values])} (dashboard.readings.run_metric_series). Returns
+    [(group, figure key, figure)], groups in name order with OTHER_GROUP last; each figure's `live`
+    names its traces' raw keys, which the step events carry as they were logged.
+    """
+    groups = {}
+    for key in sorted(series):
+        groups.setdefault(metric_group(key), []).append(key)
+    out = []
+    for group in sorted(groups, key=lambda g: (g == OTHER_GROUP, g)):
+        keys = groups[group]
+        data = []
+        for i, key in enumerate(keys):
+            steps, values = series[key]
+            name = key if group == OTHER_GROUP else key[len(group) + 1:]
+            data.append(line(short(name, 48), steps, [_num(v) for v in values], i, mode="lines+markers",
+                             marker={"size": 4}, meta=key))
+        title = "Logged: unprefixed keys" if group == OTHER_GROUP else f"Logged: {group}/"
+        fig = {"data": data, "layout": layout(esc(title), "step", None, height=300, showlegend=True),
+               "live": {"x": "step", "group": group,
+                        "traces": [{"trace": i, "y": {"key": k}, "skip_null": True} for i, k in enumerate(keys)]}}
+        out.append((group, f"logged:{group}", fig))
+    return out

@@ -358,3 +358,82 @@ def cost_stacks(period, group="team"):
         names[idle, key] = label
         stacks[idle, key][u.day] += u.total_usd
     return [(names[k], k[0], dict(v)) for k, v in sorted(stacks.items(), key=lambda kv: (kv[0][0], names[kv[0]]))]
+
+
+# -- external runs (tracking) ---------------------------------------------------------------------
+
+# Points a logged metric's chart holds at most: every stride-th value and the newest (as the sparklines).
+RUN_METRIC_POINTS = 2000
+
+
+def run_metric_series(run, max_points=RUN_METRIC_POINTS):
+    """{key: ([steps], [values])} of everything an external run logged, oldest first, downsampled in SQL
+    to at most `max_points` a key. NaN and infinities come back as floats (the figure drops them)."""
+    from tracking.models import Metric
+
+    table, run_col = Metric._meta.db_table, Metric._meta.get_field("run").column
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            SELECT key, step, value FROM (
+                SELECT key, step, value, row_number() OVER (PARTITION BY key ORDER BY step, timestamp) AS rn,
+                       count(*) OVER (PARTITION BY key) AS n
+                FROM {table} WHERE {run_col} = %s) m
+            WHERE (rn - 1) %% greatest(1, ceil(n / %s::float8)::int) = 0 OR rn = n
+            ORDER BY key, rn
+            """,
+            [run.pk, max_points],
+        )
+        out = {}
+        for key, step, value in cur.fetchall():
+            steps, values = out.setdefault(key, ([], []))
+            steps.append(step)
+            values.append(value)
+    return out
+
+
+def external_run(job):
+    """What the job page shows of an external job's MLflow run: the run, its params (in place of a
+    TrainConfig), its tags, its artifacts (images shown as figures), and its score: which logged metric
+    it is now and why (the run's tag, its experiment's, or the frameworks' default it fell back to).
+    None for an embedded job."""
+    from urllib.parse import quote
+
+    from tracking import artifacts as store
+    from tracking.ingest import DEFAULT_SCORE_KEYS, score_key
+    from tracking.models import SCORE_KEY_TAG
+
+    run = getattr(job, "run", None) if job.source == "external" else None
+    if run is None:
+        return None
+    tags = dict(run.tags.values_list("key", "value"))
+    files = list(run.artifacts.order_by("path"))
+    key = score_key(run)
+    if tags.get(SCORE_KEY_TAG):
+        why = f"set on this run by its tag {SCORE_KEY_TAG}"
+    elif run.experiment.score_key:
+        why = f"set for experiment {run.experiment.name!r}"
+    elif key:
+        why = "the default: the first logged of " + ", ".join(DEFAULT_SCORE_KEYS)
+    else:
+        why = "none logged yet of the defaults " + ", ".join(DEFAULT_SCORE_KEYS)
+    base = f"/api/2.0/mlflow-artifacts/artifacts/{run.experiment_id}/{run.run_id}/artifacts/"
+    return {
+        "run": run, "experiment": run.experiment,
+        "params": sorted(run.params.values_list("key", "value")),
+        "tags": sorted((k, v) for k, v in tags.items() if not k.startswith("mlflow.")),
+        "images": [{"path": a.path, "url": base + quote(a.path), "size_bytes": a.size_bytes} for a in files if store.is_image(a)],
+        "files": [{"path": a.path, "url": base + quote(a.path), "size_bytes": a.size_bytes} for a in files if not store.is_image(a)],
+        "artifacts_mb": sum(a.size_bytes for a in files) / store.MB,
+        "score_key": key, "score_why": why, "score_own": bool(tags.get(SCORE_KEY_TAG)),
+        "logged_keys": sorted(run.metrics.values_list("key", flat=True).distinct()),
+        "experiment_score_key": run.experiment.score_key, "default_score_keys": DEFAULT_SCORE_KEYS,
+    }
+
+
+def derived_metric_keys():
+    """The Yardstick keys ingestion adds to an external run's steps beside what it logged (its standard
+    charts read them; the page's "Logged" charts leave them out)."""
+    from tracking.ingest import KNOWN_KEYS
+
+    return sorted(set(KNOWN_KEYS.values()) | {"performance/gen_tokens", "eval/pass1"})

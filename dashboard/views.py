@@ -231,6 +231,9 @@ def job_page(request, job_id):
     intel = job_intelligence(job)
     figs = figures.job_figures(x, cols, score_cost_curve(job), job.baseline_pass1)
     shown_step, samples, sample_steps = readings.job_samples(job, step)
+    external = readings.external_run(job)
+    logged = figures.run_metric_figures(readings.run_metric_series(external["run"])) if external else []
+    figs.update({key: fig for _, key, fig in logged})
     return render(request, "dashboard/job.html", {
         "job": job, "intel": intel, "figures_json": _json(figs), "fig_keys": list(figs),
         "samples": samples, "sample_step": shown_step, "sample_steps": sample_steps,
@@ -238,7 +241,35 @@ def job_page(request, job_id):
         "config_items": sorted(job.config.items()), "live": live, "last_step": x[-1] if x else None,
         "base_build": readings.job_base_build(job),
         "topics": f"job.{job.pk},jobs,costs" if live else "",
+        "external": external, "logged_figs": [{"group": g, "key": k} for g, k, _ in logged],
+        "derived_keys_json": _json(readings.derived_metric_keys()) if external else "[]",
     })
+
+
+@require_POST
+@require_role("operator")
+def set_score_key(request, job_id):
+    """An operator sets which logged metric is the score of an external job's experiment
+    (Experiment.set_score_key, as MLflow's set-experiment-tag does); empty goes back to the defaults."""
+    from trainer.models import Job
+    from tracking import store
+    from tracking.models import SCORE_KEY_TAG, TrackingError
+
+    job = get_object_or_404(Job, pk=job_id)
+    run = getattr(job, "run", None)
+    if run is None:
+        messages.error(request, f"Job {job.pk} is not an external run: its score is its eval pass@1.")
+        return redirect("job", job_id=job.pk)
+    key = request.POST.get("score_key", "").strip()
+    try:
+        # As MLflow's set-experiment-tag does: validated, then every run of the experiment rescored.
+        store.set_experiment_tag(run.experiment_id, SCORE_KEY_TAG, key)
+    except TrackingError as err:
+        messages.error(request, f"Score not changed: {err.message}.")
+    else:
+        messages.success(request, f"Experiment {run.experiment.name!r} now scores its runs by {key!r}." if key else
+                         f"Experiment {run.experiment.name!r} scores its runs by the default keys again.")
+    return redirect("job", job_id=job.pk)
 
 
 # -- compare ------------------------------------------------------------------------------------------

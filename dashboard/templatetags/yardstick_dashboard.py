@@ -1,5 +1,7 @@
 """Template helpers for the dashboard: the plotly.js URL, money and IPD, status badges, ages."""
 
+import math
+
 import plotly
 from django import template
 from django.urls import reverse
@@ -53,7 +55,8 @@ def ipd_definition():
 
 @register.filter
 def num(value, places=1):
-    if value is None or value == "":
+    # NaN: a figure not reported (an external run's rollouts have no advantage), not a number to print.
+    if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
         return "—"
     return f"{float(value):,.{int(places)}f}"
 

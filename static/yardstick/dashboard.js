@@ -197,6 +197,7 @@
       if (page !== "job" || ev.topic !== "job." + root.dataset.job) return;
       const d = ev.data, m = d.metrics || {};
       if (root.dataset.lastStep !== "" && d.step <= Number(root.dataset.lastStep)) return; // already shown
+      loggedKeys(m);
       extend(function (t) { return [d.step, metric(t.y, m)]; });
       root.dataset.lastStep = d.step;
       // Steps came, and a chart may still have no value of its own (the baseline is an eval alone).
@@ -212,6 +213,10 @@
       if (m["eval/pass1"] != null) text("pass1-now", Number(m["eval/pass1"]).toFixed(1));
       if (d.step === 0 && m["eval/pass1"] != null) text("baseline-pass1", num(m["eval/pass1"], 1));
       if (d.samples && d.samples.length) showSamples(d.step, d.samples);
+    },
+    // An external run's generations (tracking/artifacts.py): the samples table follows the newest step.
+    rollouts: function (ev) {
+      if (page === "job" && ev.topic === "job." + root.dataset.job) showSamples(ev.data.step, ev.data.samples);
     },
     // Where the job runs: its stints, as Stint.to_dict gives them (the runner opens one; a status event ends it).
     stints: function (ev) {
@@ -229,7 +234,7 @@
       const prog = row.querySelector("progress");
       if (prog && d.steps) { prog.max = d.steps; prog.value = d.step; }
       const t = row.querySelector(".progress-text");
-      if (t && d.steps) t.textContent = d.step + " / " + d.steps;
+      if (t) t.textContent = d.steps ? d.step + " / " + d.steps : "step " + d.step; // an external run has no step count
       const spark = row.querySelector(".job-spark");
       if (spark && d.reward_mean !== null && d.reward_mean !== undefined) sparkAdd(spark, d.step, Number(d.reward_mean));
     },
@@ -284,6 +289,7 @@
         if (prog && d.steps) { prog.max = d.steps; prog.value = d.steps_done; }
         const t = row.querySelector(".progress-text");
         if (t && d.steps) t.textContent = d.steps_done + " / " + d.steps;
+        else if (t && d.steps === 0 && d.steps_done !== undefined) t.textContent = "step " + d.steps_done;
         showControls(row, d);
       }
     },
@@ -363,6 +369,60 @@
         else if (form.dataset.showWhen) form.hidden = form.dataset.showWhen.split(",").indexOf(d.status) < 0;
       });
     });
+  }
+
+  // Job (external run): a logged key first seen live gets a line on its prefix's chart, a new chart for a new
+  // prefix (dashboard.figures.metric_group's rule). Keys ingestion derives for the standard charts are left out.
+  const derivedEl = document.getElementById("derived-keys");
+  const derived = new Set(derivedEl ? JSON.parse(derivedEl.textContent) : []);
+  const OTHER_GROUP = "other";
+  function metricGroup(key) { const i = key.indexOf("/"); return i > 0 ? key.slice(0, i) : OTHER_GROUP; }
+  function loggedKeys(m) {
+    const box = document.getElementById("logged-charts");
+    if (!box) return;
+    const known = new Set();
+    Object.values(figs).forEach(function (f) {
+      if (f.live && f.live.group !== undefined) f.live.traces.forEach(function (t) { known.add(t.y.key); });
+    });
+    Object.keys(m).sort().forEach(function (key) {
+      if (derived.has(key) || known.has(key)) return;
+      known.add(key);
+      const group = metricGroup(key);
+      const f = figs["logged:" + group] || loggedChart(box, group);
+      const i = f.spec.data.length;
+      const trace = { type: "scatter", mode: "lines+markers", name: group === OTHER_GROUP ? key : key.slice(group.length + 1),
+                      x: [], y: [], meta: key, marker: { size: 4 }, line: { width: 2 } };
+      f.spec.data.push(trace);
+      f.live.traces.push({ trace: i, y: { key: key }, skip_null: true });
+      if (f.drawn) Plotly.addTraces(f.el, trace);
+    });
+  }
+  function loggedChart(box, group) {
+    const card = document.createElement("div");
+    card.className = "card";
+    const el = document.createElement("div");
+    el.className = "chart"; el.dataset.fig = "logged:" + group; el.dataset.group = group;
+    el.setAttribute("role", "img"); el.setAttribute("aria-label", "metrics logged under " + group + ", by step");
+    card.append(el);
+    // Charts in group order with "other" last, as the server renders them.
+    const after = Array.from(box.querySelectorAll(".chart[data-group]")).find(function (c) {
+      const g = c.dataset.group;
+      return group !== OTHER_GROUP && (g === OTHER_GROUP || g > group);
+    });
+    box.insertBefore(card, after ? after.closest(".card") : null);
+    const empty = document.getElementById("logged-empty");
+    if (empty) empty.hidden = true;
+    const title = group === OTHER_GROUP ? "Logged: unprefixed keys" : "Logged: " + group + "/";
+    const spec = { data: [], layout: { title: { text: title, x: 0, xanchor: "left", font: { size: 15 } }, height: 300,
+      margin: { l: 56, r: 16, t: 40, b: 48 }, hovermode: "x unified", showlegend: true, paper_bgcolor: "rgba(0,0,0,0)",
+      font: { family: "system-ui, -apple-system, Segoe UI, sans-serif", size: 12, color: "#1d1d1b" },
+      legend: { orientation: "h", yanchor: "top", y: -0.2, x: 0 }, colorway: ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000"],
+      xaxis: { title: { text: "step" }, gridcolor: "#e6e6e6", automargin: true }, yaxis: { gridcolor: "#e6e6e6", automargin: true } },
+      live: { x: "step", group: group, traces: [] }, empty: "Nothing to draw yet" };
+    const f = { el: el, live: spec.live, spec: spec };
+    figs["logged:" + group] = f;
+    sayEmpty(f);
+    return f;
   }
 
   // Job: the step's kept rollouts replace the table's when the page follows the newest step (no ?step=).
