@@ -20,6 +20,7 @@ clock). Prints median, p90 and max against the goal (<= 1 s). Never fails on spe
 """
 
 import argparse
+import contextlib
 import random
 import os
 import statistics
@@ -102,6 +103,28 @@ def wait_http(url, timeout_s=60):
     raise SystemExit(f"Daphne did not answer at {url} within {timeout_s} s")
 
 
+@contextlib.contextmanager
+def serving(log_name):
+    """Daphne (the real ASGI app) on the bench database as a subprocess, its output in DATA_DIR/log_name;
+    yields its base URL and stops it on the way out."""
+    from django.conf import settings
+
+    base = f"http://127.0.0.1:{free_port()}"
+    log = open(Path(settings.DATA_DIR) / log_name, "w")
+    env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL,
+           "SECRET_KEY": settings.SECRET_KEY, "DJANGO_ALLOW_ASYNC_UNSAFE": ""}
+    daphne = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", base.rsplit(":", 1)[1],
+                               "yardstick.asgi:application"], cwd=ROOT, env=env, stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_http(base + "/healthz")
+        yield base
+    finally:
+        daphne.terminate()
+        daphne.wait(timeout=20)
+        log.close()
+
+
 def prepare():
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
@@ -175,7 +198,6 @@ def main():
 
     django.setup()
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs a loop in this thread
-    from django.conf import settings
     from django.db import connection
 
     from yardstick.services import embedded_services_for_command
@@ -183,21 +205,10 @@ def main():
     with embedded_services_for_command(redis=True):
         use_bench_database(BENCH_DB)
         job, node, device = prepare()
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        log = open(Path(settings.DATA_DIR) / "bench-live-daphne.log", "w")
-        env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL,
-               "SECRET_KEY": settings.SECRET_KEY, "DJANGO_ALLOW_ASYNC_UNSAFE": ""}
-        daphne = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                   "yardstick.asgi:application"], cwd=ROOT, env=env, stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            wait_http(base + "/healthz")
-            steps, samples = measure(base, job, node, device, args.rounds)
+            with serving("bench-live-daphne.log") as base:
+                steps, samples = measure(base, job, node, device, args.rounds)
         finally:
-            daphne.terminate()
-            daphne.wait(timeout=20)
-            log.close()
             connection.close()
 
     print(f"\nlive latency, {args.rounds} rounds each (goal: on screen within {GOAL_MS} ms of the write)")

@@ -151,3 +151,36 @@ def grpo_trainer(output_dir: str, *, rollouts: int = 1024, group: int = 8, updat
         processing_class=tokenizer,
         callbacks=callbacks,
     )
+
+
+def main(argv=None) -> int:
+    """A user's TRL GRPO script, as the suite runs it in its own process: `python -m tests.trl_tiny OUT_DIR`.
+
+    It reports to MLflow (MLFLOW_TRACKING_URI / MLFLOW_TRACKING_TOKEN / MLFLOW_EXPERIMENT_NAME from the
+    environment, as a user sets them) and stops when Yardstick says so, through yardstick_mlflow's StopCallback.
+    """
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m tests.trl_tiny")
+    ap.add_argument("output_dir")
+    ap.add_argument("--steps", type=int, default=1000, help="GRPO steps (default: more than any test waits for)")
+    ap.add_argument("--rollouts", type=int, default=16)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+
+    import torch
+    from yardstick_mlflow import StopCallback
+
+    torch.set_num_threads(args.threads)
+    trainer = grpo_trainer(args.output_dir, rollouts=args.rollouts, group=args.group, updates=1,
+                           max_new_tokens=args.max_new_tokens, steps=args.steps, report_to=["mlflow"],
+                           callbacks=[StopCallback()], run_name="tiny-grpo")
+    trainer.train()
+    print(f"trained {trainer.state.global_step} steps", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
