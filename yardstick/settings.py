@@ -137,6 +137,10 @@ YARDSTICK_RUN_STALE_S = envint("YARDSTICK_RUN_STALE_S", 600, minimum=10)
 # Torch threads per training process; 0: the job config's torch_threads, else the cores it may use.
 YARDSTICK_JOB_TORCH_THREADS = envint("YARDSTICK_JOB_TORCH_THREADS", 0, minimum=0)
 
+# Artifacts a run uploads (tracking/artifacts.py): the largest file, and what one run may keep in all.
+ARTIFACT_MAX_MB = envint("YARDSTICK_ARTIFACT_MAX_MB", 5, minimum=1)
+RUN_ARTIFACTS_MAX_MB = envint("YARDSTICK_RUN_ARTIFACTS_MAX_MB", 50, minimum=1)
+
 # Telemetry retention in days (None keeps it forever).
 TELEMETRY_RAW_DAYS = envint("YARDSTICK_RAW_DAYS", 7, minimum=1)
 TELEMETRY_1M_DAYS = envint("YARDSTICK_1M_DAYS", 90, minimum=1)
