@@ -48,7 +48,11 @@ RECORDER = """
     if (ev.kind === "step") window.__arrive["step:" + ev.data.step] = Date.now();
     if (ev.kind === "samples") ev.data.samples.forEach((s) => { window.__arrive["ts:" + s.ts] = Date.now(); });
   });
-  document.querySelectorAll(".chart[data-fig]").forEach((el) => {
+  // A chart with nothing to draw yet is not a plot (no .on) until its first point arrives: attach
+  // to each chart as soon as Plotly has made it one.
+  const watch = () => document.querySelectorAll(".chart[data-fig]").forEach((el) => {
+    if (el.__watched || typeof el.on !== "function") return;
+    el.__watched = true;
     el.on("plotly_afterplot", () => {
       const now = Date.now();
       el.data.forEach((t) => {
@@ -58,6 +62,8 @@ RECORDER = """
       });
     });
   });
+  watch();
+  setInterval(watch, 20);
 }
 """
 

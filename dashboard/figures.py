@@ -263,13 +263,20 @@ def job_figures(x, cols, cost_curve, baseline_pass1):
 
     phases = [("generate", "timing/generate_s"), ("score", "timing/score_s"), ("train", "timing/train_s"),
               ("eval", "timing/eval_s"), ("checkpoint", "timing/checkpoint_s")]
-    patterns = ["", "/", ".", "x", "\\"]  # bars differ by pattern as well as colour
+    patterns = ["", "/", ".", "x", "\\", "-"]  # bars differ by pattern as well as colour
+    # The part of the step no phase accounts for: all of it for a run that reports only its step time
+    # (TRL's step_time), the overhead between phases for the embedded trainer.
+    rest = {"rest": ["timing/step_s", [key for _, key in phases]]}
+    bars = [(name, col(key), _key(key)) for name, key in phases]
+    bars.append(("other / not split by phase", [
+        None if total is None else max(0.0, total - sum(v for v in parts if v is not None))
+        for total, *parts in zip(col("timing/step_s"), *(col(key) for _, key in phases))], rest))
     timing = {
-        "data": [{"type": "bar", "name": name, "x": x, "y": col(key),
+        "data": [{"type": "bar", "name": name, "x": x, "y": ys,
                   "marker": {"color": colour(i), "pattern": {"shape": patterns[i]}}}
-                 for i, (name, key) in enumerate(phases)],
+                 for i, (name, ys, _) in enumerate(bars)],
         "layout": layout("Time per step by phase", "step", "seconds", height=280, barmode="stack", bargap=0.05),
-        "live": {"x": "step", "traces": [{"trace": i, "y": _key(key)} for i, (_, key) in enumerate(phases)]},
+        "live": {"x": "step", "traces": [{"trace": i, "y": spec} for i, (_, _, spec) in enumerate(bars)]},
     }
 
     quads = [("loss", "train/loss"), ("KL to base", "train/kl"), ("entropy", "train/entropy"),

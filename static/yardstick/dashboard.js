@@ -59,6 +59,12 @@
   function metric(expr, m) {
     const get = function (k) { const v = m[k]; return v === undefined || v === null ? null : Number(v); };
     if (expr.key) return get(expr.key);
+    if (expr.rest) {  // [total, [parts]]: what the parts leave of the total (figures.job_figures' "other")
+      const total = get(expr.rest[0]);
+      if (total === null) return null;
+      const parts = expr.rest[1].map(get).filter(function (v) { return v !== null; });
+      return Math.max(0, total - parts.reduce(function (s, v) { return s + v; }, 0));
+    }
     const [a, b] = (expr.sum || expr.diff || expr.ratio).map(get);
     if (a === null || b === null) return null;
     if (expr.sum) return a + b;

@@ -43,6 +43,8 @@ def test_an_external_runs_page_shows_what_it_logged_and_grows_live(  # noqa: F81
     mlflow.set_experiment("verl-gsm8k")
     run = mlflow.start_run(run_name="qwen-ppo")
     mlflow.log_params({"actor_rollout_ref.rollout.n": 5, "trainer.total_training_steps": 10})
+    # A framework logs its whole config: 200 keys, as TRL does.
+    mlflow.log_params({f"config.key_{i:03d}": i for i in range(200)})
     for step in (1, 2):
         mlflow.log_metrics({"critic/score/mean": 0.2 * step, "actor/entropy": 1.5, "timing_s/gen": 3.0}, step=step)
     (tmp_path / "val_step2.json").write_text(json.dumps([{"input": "Natalia sold 48 clips...", "output": "72",
@@ -62,6 +64,8 @@ def test_an_external_runs_page_shows_what_it_logged_and_grows_live(  # noqa: F81
     wait_subscribed(page)
     assert page.locator("h1 + .badge.ext").inner_text() == "external · verl"
     assert page.locator("#run-params").inner_text().count("actor_rollout_ref.rollout.n") == 1
+    box = page.locator("#run-params").locator("xpath=..").bounding_box()
+    assert box["height"] <= 400, "202 params scroll inside their box instead of stretching the page"
     for fig in ("logged:actor", "logged:critic", "logged:timing_s", "reward"):
         page.wait_for_selector(f".chart[data-fig='{fig}'][data-drawn='true']")
     assert traces_x(page, "logged:critic") == [["score/mean", [1, 2]]]

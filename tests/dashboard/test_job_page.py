@@ -19,7 +19,9 @@ def test_it_shows_reward_band_evals_throughput_timing_losses_and_cost(viewer_cli
     assert mean["x"] == list(range(13)) and mean["y"][12] == 0.3 + 0.002 * 12
     assert abs(upper["y"][1] - lower["y"][1] - 0.2) < 1e-9, "the band is mean ± std"
     assert evals["x"] == [0, 5, 10] and evals["yaxis"] == "y2"
-    assert [t["name"] for t in figs["timing"]["data"]] == ["generate", "score", "train", "eval", "checkpoint"]
+    assert [t["name"] for t in figs["timing"]["data"]] == ["generate", "score", "train", "eval", "checkpoint",
+                                                           "other / not split by phase"]
+    assert abs(figs["timing"]["data"][-1]["y"][1] - (0.75 - 0.5 - 0.01 - 0.2)) < 1e-9, "the step's rest"
     assert figs["throughput"]["data"][1]["y"][1] == 480 / 0.75, "tokens per second of wall time"
     assert len(figs["losses"]["data"]) == 4
     assert resp.context["topics"] == f"job.{job.pk},jobs,costs"
@@ -58,6 +60,15 @@ def test_the_cost_chart_and_cards_come_from_the_cost_engine(viewer_client):
     cost = json.loads(resp.context["figures_json"])["cost"]
     assert cost["data"][0]["x"] == [0, 5, 10]
     assert cost["data"][0]["y"][-1] > 0
+
+
+def test_a_run_that_reports_only_its_step_time_fills_the_timing_chart_with_it():
+    from dashboard import figures
+
+    figs = figures.job_figures([1, 2], {"timing/step_s": [2.5, 3.0]}, [], None)
+    other = figs["timing"]["data"][-1]
+    assert other["name"] == "other / not split by phase" and other["y"] == [2.5, 3.0]
+    assert "empty" not in figs["timing"], "a TRL run's step_time is a chart, not 'No training step yet'"
 
 
 def test_an_unknown_job_is_404(viewer_client):
