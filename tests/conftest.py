@@ -206,3 +206,28 @@ def manage(*args, env=None, timeout=120):
         [sys.executable, str(ROOT / "manage.py"), *args],
         cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout,
     )
+
+
+def forget_mlflow_state():
+    """End this process's MLflow runs and forget its experiment: `mlflow.set_experiment` also sets the
+    MLFLOW_EXPERIMENT_ID environment variable, which a later test's client would otherwise inherit."""
+    import mlflow
+    from mlflow.tracking import fluent
+
+    try:
+        mlflow.flush_async_logging()
+        while mlflow.active_run():
+            mlflow.end_run()
+    except Exception:  # the test revoked the token or broke the run on purpose: forget the run
+        fluent._active_run_stack.get().clear()
+    fluent._active_experiment_id = None
+    for name in ("MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID"):
+        os.environ.pop(name, None)
+
+
+@pytest.fixture(autouse=True)
+def _mlflow_forgotten_after_each_test():
+    yield
+    if "mlflow" in sys.modules:
+        forget_mlflow_state()
+

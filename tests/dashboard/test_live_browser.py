@@ -13,7 +13,8 @@ from tests.dashboard.live_stack import live_stack  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-POINTS = "document.querySelector('[data-fig=reward]').data[2].x.length"
+# A chart with nothing to draw yet is no plot (it says what is happening instead): 0 points until then.
+POINTS = "(document.querySelector('[data-fig=reward]').data?.[2]?.x.length ?? 0)"
 
 
 def test_an_operator_starts_a_job_watches_steps_arrive_live_and_stops_it(

@@ -53,7 +53,8 @@ def test_with_no_supported_python_it_says_which_versions_it_needs(tmp_path):
     # A throwaway copy of the Makefile and requirements, so the real .venv is never touched.
     work = tmp_path / "clone"
     work.mkdir()
-    for name in ("Makefile", "requirements.txt"):
+    for name in ("Makefile", "requirements.txt", "client/pyproject.toml"):
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_text((ROOT / name).read_text())
     out = subprocess.run([MAKE, "-C", str(work), "venv"], env=env, capture_output=True, text=True)
     assert out.returncode != 0

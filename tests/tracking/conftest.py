@@ -44,13 +44,6 @@ def mlflow_client(mlflow_as, reporter):
 
 
 def _reset_fluent_state():
-    import mlflow
-    from mlflow.tracking import fluent
+    from tests.conftest import forget_mlflow_state
 
-    try:
-        mlflow.flush_async_logging()
-        while mlflow.active_run():
-            mlflow.end_run()
-    except Exception:  # the test revoked the token or broke the run on purpose: forget the run
-        fluent._active_run_stack.get().clear()
-    fluent._active_experiment_id = None
+    forget_mlflow_state()
