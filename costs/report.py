@@ -28,6 +28,7 @@ counts: it is in the rows' idle column).
 
 import csv
 import io
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
@@ -357,30 +358,50 @@ def to_json(report):
     }
 
 
-def _cell(value):
+# A spreadsheet runs a cell that begins with one of these as a formula (a job named "=1+2", or worse
+# "=HYPERLINK(...)"); tab and carriage return are on OWASP's list too, as some spreadsheets skip them first.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+PLAIN_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")  # money as text ("-1.50") is a number, not a formula
+
+
+def _as_text(value):
+    """A text cell for a spreadsheet: one that would start a formula gets a leading apostrophe (OWASP's
+    CSV-injection guard). The apostrophe, not a tab, because spreadsheets read it as "this is text" and hide
+    it, and any other reader sees plainly that a character was added, where a tab is invisible whitespace."""
+    if value.startswith(FORMULA_STARTS) and not PLAIN_NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def _cell(value, text=str):
+    """One cell as a string; `text` treats what people typed (names, teams), never numbers, so a negative
+    gain stays the number -6.0."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str):
+        return text(value)
     return str(value)
 
 
-def csv_rows(report):
+def csv_rows(report, text=str):
     """Header, one row per group, a totals row: lists of strings (the CSV and the text table share them)."""
     out = [list(COLUMNS)]
     for row in report.rows:
-        out.append([_cell(row[c]) for c in COLUMNS])
+        out.append([_cell(row[c], text) for c in COLUMNS])
     t = report.totals
     totals = {**t, "group": report.group, "key": "TOTAL", "label": "fleet", "team": "", "status": "",
               "total_usd": t["fleet_usd"]}
-    out.append([_cell(totals.get(c)) for c in COLUMNS])
+    out.append([_cell(totals.get(c), text) for c in COLUMNS])
     return out
 
 
 def to_csv(report):
+    """The CSV a spreadsheet opens: text cells are guarded against formula injection (the text table is not)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerows(csv_rows(report))
+    writer.writerows(csv_rows(report, text=_as_text))
     return buf.getvalue()
 
 

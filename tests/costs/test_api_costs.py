@@ -107,3 +107,30 @@ def test_the_command_prints_json_equal_to_the_api(fleet, client, viewer):
 
     assert json.loads(out.getvalue())["rows"] == api["rows"]
     assert json.loads(out.getvalue())["totals"] == api["totals"]
+
+
+def test_it_sends_a_name_that_starts_a_formula_as_text_and_leaves_negative_numbers_as_numbers(fleet, client, viewer):
+    from cost_builders import utc
+
+    from costs.attribution import attribute
+
+    a, b = build(fleet)
+    a.name, a.team = "=1+2", "@ops"
+    a.save(update_fields=["name", "team"])
+    b.name = "-2+3"
+    b.save(update_fields=["name"])
+    fleet.evals(b, (0, utc(2025, 3, 11, 0, 31), 40.0), (10, utc(2025, 3, 11, 0, 50), 34.0))  # it got worse
+    attribute(now=utc(2025, 3, 11, 2, 0), since=utc(2025, 3, 10, 23, 0))
+    client.force_login(viewer)
+
+    rows = {r["key"]: r for r in csv.DictReader(io.StringIO(client.get(
+        "/api/costs", {**PERIOD, "group": "job", "format": "csv"}).content.decode()))}
+
+    assert rows[str(a.pk)]["label"] == "'=1+2" and rows[str(a.pk)]["team"] == "'@ops"
+    assert rows[str(b.pk)]["label"] == "'-2+3"
+    assert rows[str(b.pk)]["gain_points"] == "-6.0"  # a negative number goes out as the number it is
+    assert float(rows[str(b.pk)]["ipd_points_per_usd"]) < 0
+    assert rows[str(a.pk)]["total_usd"] == "3.58"
+    out = StringIO()
+    call_command("cost_report", "--from", PERIOD["from"], "--to", PERIOD["to"], "--group", "job", stdout=out)
+    assert "=1+2" in out.getvalue() and "'=1+2" not in out.getvalue()  # the terminal table shows the name as it is
