@@ -135,8 +135,12 @@ def create_run(experiment_id, user_id="", start_time=None, tags=(), run_name="",
         tags[RUN_NAME_TAG] = run_name
         run.run_name = run_name
         run.artifact_uri = f"{experiment.artifact_location or f'mlflow-artifacts:/{experiment.pk}'}/{run.run_id}/artifacts"
-        team = tags.get(TEAM_TAG) or experiment.name
-        run.job = Job.open_external(name=run_name, team=team, framework=framework_of(tags, {}), created_by=created_by)
+        # Who pays: the run's yardstick.team tag, else its experiment's, else nobody yet (as idle time of a
+        # node without an owner). The experiment is the run's environment: IPD sums gains per environment,
+        # and points of different experiments' scores must not be added up.
+        team = tags.get(TEAM_TAG) or (experiment.tags or {}).get(TEAM_TAG) or "unassigned"
+        run.job = Job.open_external(name=run_name, team=team, env=experiment.name,
+                                    framework=framework_of(tags, {}), created_by=created_by)
         run.save()
         RunTag.objects.bulk_create([RunTag(run=run, key=k, value=v) for k, v in tags.items()])
     return run

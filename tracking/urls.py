@@ -8,7 +8,7 @@ MLflow 3 clients call `logged-models` when a model is logged, for instance.
 
 from django.urls import path, re_path
 
-from tracking import api, views_artifacts, views_bind
+from tracking import api, views_artifacts, views_bind, views_links
 
 ENDPOINTS = {
     "experiments/create": api.create_experiment,
@@ -45,5 +45,7 @@ urlpatterns = [
     path("api/2.0/mlflow-artifacts/artifacts/<path:path>", views_artifacts.artifact, name="mlflow-artifact"),
     re_path(r"^api/2\.0/mlflow-artifacts/", views_artifacts.not_found),
     path("jobs/<int:job_id>/bind", views_bind.bind_run, name="job-bind"),
+    path("runs/<str:run_id>", views_links.run_page, name="run"),
+    path("experiments/<int:experiment_id>", views_links.experiment_page, name="experiment"),
     re_path(r"^(?:api|ajax-api)/[0-9.]+/mlflow/", api.endpoint_not_found),  # no group: it would be an argument
 ]

@@ -37,6 +37,7 @@ DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d{1,2})$")
 DEVICE_ACCEPTED = "auto, cpu, cuda or cuda:N"
 NAME_MAX = 200
 TEAM_MAX = 100
+ENV_MAX = 50
 # Budgets are kept to the micro-dollar: a small CPU job's whole budget can be a fraction of a cent.
 BUDGET_PLACES = 6
 BUDGET_MAX_USD = Decimal("9999999999.999999")  # what DecimalField(16, 6) holds
@@ -85,7 +86,7 @@ class Job(models.Model):
 
     name = models.CharField(max_length=NAME_MAX)
     team = models.CharField(max_length=TEAM_MAX, db_index=True, help_text="who pays for it")
-    env = models.CharField(max_length=50)
+    env = models.CharField(max_length=ENV_MAX)  # an external run's: its experiment
     # The full TrainConfig (defaults filled in at creation), so later default changes never alter a job.
     config = models.JSONField()
     budget_usd = models.DecimalField(max_digits=16, decimal_places=BUDGET_PLACES, null=True, blank=True)
@@ -158,7 +159,7 @@ class Job(models.Model):
         except TypeError as err:  # a dataclass refusing something from_dict let through
             raise JobInputError("config", f"config is not usable: {err}") from None
         budget = _budget(budget_usd)
-        if not isinstance(device, str) or not DEVICE_RE.match(device):
+        if not isinstance(device, str) or not DEVICE_RE.fullmatch(device):  # fullmatch: "$" lets "cuda:1\n" through
             raise JobInputError("device", f"device must be {DEVICE_ACCEPTED}, got {device!r}")
         refusal = device_refusal(device, runs_here=runs_here)
         if refusal:
@@ -177,13 +178,13 @@ class Job(models.Model):
         return job
 
     @classmethod
-    def open_external(cls, *, name, team, framework="", created_by=None):
+    def open_external(cls, *, name, team, env="external", framework="", created_by=None):
         """Create the running job of an outside training run (tracking.Run creates it): it is never
         enqueued, no worker claims it, and its status then follows the run (`follow_run`)."""
         now = timezone.now()
         with transaction.atomic():
             job = cls.objects.create(
-                name=name[:NAME_MAX], team=team[:TEAM_MAX], env="external", config={}, device="external",
+                name=name[:NAME_MAX], team=team[:TEAM_MAX], env=env[:ENV_MAX], config={}, device="external",
                 source=Source.EXTERNAL, framework=framework[:50], status=Status.RUNNING, created_by=created_by,
                 created_at=now, started_at=now, heartbeat_at=now,
             )
@@ -208,6 +209,7 @@ class Job(models.Model):
             # Stopped from Yardstick: transformers' MLflowCallback ends its run FINISHED on the
             # StopCallback's stop (and the callback then sets it KILLED); the job stopped either way.
             to = Status.STOPPED
+            reason = f"stopped as asked ({reason})"
         fields = dict(finished_at=now, error=reason if to == Status.FAILED else "", stop_requested=False,
                       budget_stop_requested=False, phase="")
         if self._transition(ACTIVE, to, reason, **fields) is not None:

@@ -135,3 +135,35 @@ def test_a_stop_from_yardstick_shows_on_the_run_and_a_killed_end_stops_the_job(m
     mlflow_client.set_terminated(rid, "KILLED")
     job.refresh_from_db()
     assert job.status == "stopped" and not job.can_resume
+
+
+def test_a_runs_experiment_is_its_jobs_environment_and_its_team_comes_from_a_tag_or_is_unassigned(mlflow_client):
+    import mlflow
+
+    from tracking.models import Run
+
+    mlflow.set_experiment("gsm8k-grpo")
+    with mlflow.start_run() as plain:
+        pass
+    mlflow.set_experiment_tag("yardstick.team", "reasoning")
+    with mlflow.start_run() as tagged:
+        pass
+    plain_job, tagged_job = (Run.objects.get(run_id=r.info.run_id).job for r in (plain, tagged))
+    assert (plain_job.env, plain_job.team) == ("gsm8k-grpo", "unassigned"), "IPD groups gains per environment"
+    assert (tagged_job.env, tagged_job.team) == ("gsm8k-grpo", "reasoning")
+
+
+@pytest.mark.parametrize("raw, says", [
+    ('{"experiment_id": "0", "run_name": "a\\u0000b"}', "run_name contains a NUL (U+0000) character"),
+    ('{"experiment_id": "0", "run_name": "a\\ud800b"}', "run_name contains a lone surrogate"),
+    ("[" * 100_000 + "]" * 100_000, "the body must be a JSON object nested at most 32 levels deep"),
+])
+def test_text_it_cannot_store_and_deep_json_get_mlflows_invalid_parameter_value(client, reporter, raw, says):
+    from tracking.models import Run
+
+    client.force_login(reporter)
+    resp = client.post("/api/2.0/mlflow/runs/create", raw, content_type="application/json")
+    assert resp.status_code == 400
+    assert resp.json()["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert says in resp.json()["message"]
+    assert not Run.objects.exists()

@@ -1,0 +1,37 @@
+"""The link the MLflow client prints after a run ("View run ... at <URI>/#/experiments/1/runs/<id>") opens
+the run's job page."""
+
+import pytest
+
+from tests.browser import page  # noqa: F401 - fixture
+from tests.dashboard.browser_helpers import log_in, user_in_role
+from tracking import store
+
+pytestmark = pytest.mark.browser
+
+
+def test_the_clients_view_run_link_opens_the_runs_job_page(live_server, page, transactional_db,  # noqa: F811
+                                                          django_user_model):
+    experiment = store.create_experiment("grpo-math")
+    run = store.create_run(experiment.pk, run_name="qwen-grpo")
+    user_in_role(django_user_model, "vera", "viewer")
+    log_in(page, live_server.url, "vera", "/jobs/")
+
+    page.goto(f"{live_server.url}/#/experiments/{experiment.pk}/runs/{run.run_id}")
+    page.wait_for_url(f"{live_server.url}/jobs/{run.job_id}")
+    assert "qwen-grpo" in page.inner_text("h1")
+
+    page.goto(f"{live_server.url}/#/experiments/{experiment.pk}")
+    page.wait_for_url(f"{live_server.url}/jobs/")
+
+
+    page.goto(f"{live_server.url}/")  # already on the page: only the fragment changes
+    page.evaluate(f"window.location.hash = '#/experiments/{experiment.pk}/runs/{run.run_id}'")
+    page.wait_for_url(f"{live_server.url}/jobs/{run.job_id}")
+
+
+def test_an_unknown_run_is_a_404_and_a_viewer_is_needed(client, viewer):
+    assert client.get("/runs/" + "0" * 32).status_code == 302, "to the login page"
+    client.force_login(viewer)
+    assert client.get("/runs/" + "0" * 32).status_code == 404
+    assert client.get("/experiments/999").status_code == 404

@@ -1,0 +1,24 @@
+"""Where the MLflow client's links land: it prints `<tracking URI>/#/experiments/<id>/runs/<run id>`
+after every run ("View run ... at"), a path of MLflow's own UI. The fragment never reaches the server;
+static/yardstick/links.js sends it here, and this sends the reader to the run's job page."""
+
+from django.shortcuts import get_object_or_404, redirect
+from django.views.decorators.http import require_GET
+
+from tracking.models import Experiment, Run
+from yardstick.auth import require_role
+
+
+@require_GET
+@require_role("viewer")
+def run_page(request, run_id):
+    run = get_object_or_404(Run, run_id=run_id)
+    return redirect("job", job_id=run.job_id)
+
+
+@require_GET
+@require_role("viewer")
+def experiment_page(request, experiment_id):
+    """An experiment's runs are its jobs: the Jobs list (there is no page per experiment)."""
+    get_object_or_404(Experiment, pk=experiment_id)
+    return redirect("jobs")
