@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET
 from collector import store
 from collector.models import Device
 from yardstick.auth import require_role
+from yardstick.inputs import InputError, check_moment
 
 # The range a request without `from` covers at each resolution.
 DEFAULT_RANGE = {"raw": timedelta(hours=1), "1m": timedelta(days=1), "1h": timedelta(days=30)}
@@ -77,13 +78,15 @@ def _time(params, name):
     if not raw:
         return None
     try:
-        return datetime.fromtimestamp(float(raw), tz=timezone.utc)
+        value = datetime.fromtimestamp(float(raw), tz=timezone.utc)
     except (ValueError, OverflowError, OSError):
-        pass
+        try:
+            value = datetime.fromisoformat(raw.replace(" ", "+") if raw.count(" ") == 1 and "T" in raw else raw)
+        except ValueError:
+            raise BadParameter(
+                f"{name} must be an ISO 8601 time like 2025-01-31T12:00:00Z or Unix seconds, got {raw!r}"
+            ) from None
     try:
-        value = datetime.fromisoformat(raw.replace(" ", "+") if raw.count(" ") == 1 and "T" in raw else raw)
-    except ValueError:
-        raise BadParameter(
-            f"{name} must be an ISO 8601 time like 2025-01-31T12:00:00Z or Unix seconds, got {raw!r}"
-        ) from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return check_moment(name, value if value.tzinfo else value.replace(tzinfo=timezone.utc))
+    except InputError as err:  # 0001-01-01 less the default range overflowed (500)
+        raise BadParameter(err.message) from None

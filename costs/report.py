@@ -41,6 +41,7 @@ from costs.intelligence import Scores, ipd
 from costs.ledger import energy_from_label, usage
 from costs.money import displays, exact_usd
 from costs.prices import PriceBook
+from yardstick.inputs import InputError, check_moment
 
 GROUPS = ("team", "job", "node", "day")
 FORMATS = ("json", "csv")
@@ -81,16 +82,19 @@ def _parse_time(param, value, end_of_day):
     accepted = f"{param} must be a date YYYY-MM-DD or an ISO 8601 date-time (e.g. 2025-01-31T12:00Z), got {value!r}"
     try:
         if len(text) == 10:
-            day = date.fromisoformat(text)
-            moment = datetime.combine(day, time(0), tzinfo=dt_timezone.utc)
-            # A date as `to` means through the end of that day.
-            return moment + timedelta(days=1) if end_of_day else moment
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+            moment = datetime.combine(date.fromisoformat(text), time(0), tzinfo=dt_timezone.utc)
+        else:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise ReportParamError(param, accepted) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt_timezone.utc)
-    return moment.astimezone(dt_timezone.utc)
+    try:  # 9999-12-31 through its end, or 0001-01-01 less the default week, overflowed (500)
+        moment = check_moment(param, moment).astimezone(dt_timezone.utc)
+    except InputError as err:
+        raise ReportParamError(param, err.message) from None
+    # A date as `to` means through the end of that day.
+    return moment + timedelta(days=1) if end_of_day and len(text) == 10 else moment
 
 
 def parse_params(params, now=None):

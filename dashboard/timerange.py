@@ -12,6 +12,8 @@ from urllib.parse import urlencode
 
 from django.utils import timezone as djtz
 
+from yardstick.inputs import InputError, check_moment
+
 RANGES = {
     "15m": timedelta(minutes=15),
     "1h": timedelta(hours=1),
@@ -23,13 +25,8 @@ DEFAULT_RANGE = "1h"
 MAX_CUSTOM = timedelta(days=366)
 
 
-class RangeError(ValueError):
+class RangeError(InputError):
     """A range parameter that cannot be used; `field` names it."""
-
-    def __init__(self, field, message):
-        super().__init__(message)
-        self.field = field
-        self.message = message
 
 
 def resolution_for(span):
@@ -81,7 +78,10 @@ def parse_time(field, raw):
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise RangeError(field, f"{field} must be a time like 2025-01-31T12:00 (UTC), got {raw!r}") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    try:  # 9999-12-31 overflowed where a page steps past it (500)
+        return check_moment(field, value if value.tzinfo else value.replace(tzinfo=timezone.utc))
+    except InputError as err:
+        raise RangeError(field, err.message) from None
 
 
 def from_request(params, now=None, default=DEFAULT_RANGE):

@@ -290,7 +290,7 @@ def compare_page(request):
         xmode = "step"
     ids = []
     for part in filter(None, (p.strip() for p in raw.split(","))):
-        if not part.isdigit():
+        if not (part.isascii() and part.isdigit() and len(part) <= 18):  # "²".isdigit() is True; int("²") fails
             errors.append(f"jobs must be job ids separated by commas, like 1,2,3; got {part!r}")
             continue
         ids.append(int(part))

@@ -17,6 +17,7 @@ from django.http import HttpResponse
 from tracking import search, store
 from tracking.models import Stage, TrackingError, invalid
 from yardstick.auth import TRACKING_WRITERS, role_of
+from yardstick.inputs import InputError, NotJson, json_object
 
 DEFAULT_MAX_RESULTS = 1000
 MAX_RESULTS_LIMIT = 50000
@@ -74,12 +75,11 @@ def _body(request):
     if not request.body:
         return {}
     try:
-        body = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise TrackingError("MALFORMED_REQUEST", f"the request body is not JSON: {err}") from None
-    if not isinstance(body, dict):
-        raise invalid(f"the request body must be a JSON object, got {type(body).__name__}")
-    return body
+        return json_object(request.body)
+    except NotJson as err:
+        raise TrackingError("MALFORMED_REQUEST", f"the request body is not JSON: {err.message}") from None
+    except InputError as err:  # JSON that is refused: not an object, too deep, text that cannot be stored
+        raise invalid(err.message) from None
 
 
 def _run_id(body):

@@ -5,13 +5,12 @@ Viewers read; operators (and admins) start, stop and resume. Errors are
 job in the wrong state (409).
 """
 
-import json
-
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 
 from trainer.models import Job, JobInputError, Sample, Step, status_filter
 from yardstick.auth import require_role
+from yardstick.inputs import InputError, json_object
 
 LIST_LIMIT = 100
 LIST_LIMIT_MAX = 500
@@ -80,11 +79,9 @@ def list_jobs(request):
 def create_job(request):
     """Start a job from {name, team, env, config: {...}, budget_usd, device}; 201 with the job."""
     try:
-        body = json.loads(request.body or b"")
-    except (ValueError, UnicodeDecodeError) as err:
-        return _bad("body", f"the body must be a JSON object ({err})")
-    if not isinstance(body, dict):
-        return _bad("body", f"the body must be a JSON object, got {type(body).__name__}")
+        body = json_object(request.body)
+    except InputError as err:
+        return _bad(err.field, err.message)
     accepted = ("name", "team", "env", "config", "budget_usd", "device")
     unknown = sorted(set(body) - set(accepted))
     if unknown:

@@ -175,6 +175,8 @@ MIDDLEWARE = [
     "yardstick.auth.TokenAuthMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "yardstick.auth.LoginRequiredMiddleware",
+    # NUL or a lone surrogate in a query parameter, form field or path part: a 400 naming it, not a DataError.
+    "yardstick.inputs.RefuseUnstorableText",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]

@@ -59,6 +59,10 @@ def test_hour_points_sum_their_minutes(client, viewer, series):
         ({"from": "2025-04-02T00:00:00Z", "to": "2025-04-01T00:00:00Z"}, "from must be before to"),
         ({"resolution": "raw", "from": "2025-03-01T00:00:00Z", "to": "2025-04-01T00:00:00Z"},
          "from..to may span at most 1 day(s) at resolution raw"),
+        # The calendar's edges overflowed (500) when the default range was taken off them.
+        ({"to": "0001-01-01T00:00:00"}, "to must be a time from 1970-01-01 to 2100-01-01 (UTC), got 0001-01-01"),
+        ({"to": "9999-12-31T23:59:59"}, "to must be a time from 1970-01-01 to 2100-01-01 (UTC), got 9999-12-31"),
+        ({"from": "1e300"}, "from must be an ISO 8601 time"),
     ],
 )
 def test_bad_parameters_are_a_400_naming_the_parameter_and_what_is_accepted(client, viewer, series, params, message):
@@ -68,6 +72,13 @@ def test_bad_parameters_are_a_400_naming_the_parameter_and_what_is_accepted(clie
 
     assert response.status_code == 400
     assert message in response.json()["error"]
+
+def test_a_nul_in_the_uuid_is_a_400_naming_it(client, viewer, db):
+    client.force_login(viewer)
+    resp = client.get("/api/devices/%00/samples")
+    assert resp.status_code == 400
+    assert resp.json()["field"] == "uuid" and "uuid contains a NUL (U+0000) character" in resp.json()["error"]
+
 
 def test_an_unknown_device_is_a_404(client, viewer, db):
     client.force_login(viewer)

@@ -37,6 +37,11 @@ def test_a_viewer_token_reads_costs(client, viewer, api_token):
     ({"to": "2025-02-30"}, "to", "got '2025-02-30'"),
     ({"format": "xlsx"}, "format", "format must be one of json, csv, got 'xlsx'"),
     ({"from": "2020-01-01", "to": "2025-01-01"}, "to", "the period may span at most 366 days"),
+    # Dates at the calendar's edges overflowed (500) stepping past them.
+    ({"to": "9999-12-31"}, "to", "to must be a time from 1970-01-01 to 2100-01-01 (UTC), got 9999-12-31"),
+    ({"from": "9999-12-30", "to": "9999-12-31"}, "to", "to must be a time from 1970-01-01 to 2100-01-01"),
+    ({"to": "0001-01-01"}, "to", "to must be a time from 1970-01-01 to 2100-01-01 (UTC), got 0001-01-01"),
+    ({"from": "0001-01-01T00:00+05:00"}, "from", "from must be a time from 1970-01-01 to 2100-01-01"),
 ])
 def test_bad_parameters_get_400_naming_the_parameter(client, viewer, params, param, message):
     client.force_login(viewer)

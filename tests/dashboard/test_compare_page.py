@@ -57,3 +57,11 @@ def test_bad_ids_are_named(viewer_client):
     errors = resp.context["errors"]
     assert "x must be one of step, time, usd, got 'km'" in errors
     assert any("'abc'" in e for e in errors) and "no job 999999" in errors
+
+
+def test_digits_that_are_not_ascii_are_named_not_a_500(viewer_client):
+    # "²".isdigit() is True and int("²") raises: this was a ValueError (500).
+    resp = viewer_client.get("/compare?jobs=%C2%B2,99999999999999999999999")
+    assert resp.status_code == 400
+    assert resp.context["errors"] == ["jobs must be job ids separated by commas, like 1,2,3; got '²'",
+                                      "jobs must be job ids separated by commas, like 1,2,3; got '99999999999999999999999'"]

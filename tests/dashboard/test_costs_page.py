@@ -54,6 +54,8 @@ def test_group_by_job_links_each_job(viewer_client):
 def test_bad_parameters_are_named(viewer_client):
     resp = viewer_client.get("/costs/?group=planet")
     assert resp.status_code == 400 and "group must be one of team, job, node, day" in resp.content.decode()
+    edge = viewer_client.get("/costs/?to=9999-12-31")  # overflowed (500) stepping past the day
+    assert edge.status_code == 400 and "to must be a time from 1970-01-01 to 2100-01-01" in edge.content.decode()
 
 
 def cheap_fleet():

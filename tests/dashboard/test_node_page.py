@@ -39,6 +39,15 @@ def test_a_custom_range_is_fixed_and_not_live(viewer_client):
     assert resp.context["tr"].key == "custom" and resp.context["topics"] == ""
     bad = viewer_client.get("/nodes/gpu-a?from=2025-01-02T00:00&to=2025-01-01T00:00")
     assert bad.status_code == 400 and "from must be before to" in bad.content.decode()
+    edge = viewer_client.get("/nodes/gpu-a?from=9999-12-30T00:00&to=9999-12-31T00:00")
+    assert edge.status_code == 400 and "from must be a time from 1970-01-01 to 2100-01-01" in edge.content.decode()
+
+
+def test_a_nul_in_the_node_name_is_a_400_naming_it(viewer_client):
+    # PostgreSQL cannot store or compare NUL in text: /nodes/%00 was a DataError (500).
+    resp = viewer_client.get("/nodes/%00")
+    assert resp.status_code == 400
+    assert resp.content.decode().startswith("name contains a NUL (U+0000) character; it must be text without")
 
 
 def test_an_unknown_node_is_404(viewer_client):

@@ -30,8 +30,8 @@ def test_it_names_each_bad_field_and_creates_nothing(operator_client):
     assert resp.status_code == 400
     errors = resp.context["form_errors"]
     assert set(errors) == {"name", "steps", "prompts_per_step", "lr", "budget_usd", "device"}
-    assert errors["steps"] == "steps must be an integer >= 1, got 0"
-    assert errors["prompts_per_step"] == "prompts_per_step must be an integer >= 1, got 'four'"
+    assert errors["steps"] == "steps must be an integer from 1 to 100000, got 0"
+    assert errors["prompts_per_step"] == "prompts_per_step must be an integer from 1 to 4096, got 'four'"
     assert errors["device"] == "device must be auto, cpu, cuda or cuda:N, got 'tpu'"
     assert "budget_usd must be a number of dollars >= 0" in errors["budget_usd"]
     html = resp.content.decode()
@@ -100,3 +100,12 @@ def test_required_fields_are_marked_and_hyperparameters_have_human_labels(operat
     assert page.labels["steps"] == "Training steps (GRPO updates)" and page.labels["kl_coef"] == "KL penalty coefficient"
     assert page.labels["prompts_per_step"] == "Prompts per step" and page.inputs["prompts_per_step"]["title"] == "prompts_per_step"
     assert not any("_" in page.labels[n] for n in ("prompts_per_step", "group_size", "kl_coef", "eval_every"))
+
+
+def test_a_nul_in_a_field_is_a_400_naming_the_field_and_creates_nothing(operator_client):
+    # PostgreSQL cannot store NUL in text: this was a DataError (500).
+    resp = operator_client.post("/jobs/start", {"preset": "smoke", "name": "a\x00b", "team": "research",
+                                                "env": "arithmetic", "device": "cpu"})
+    assert resp.status_code == 400
+    assert resp.content.decode().startswith("name contains a NUL (U+0000) character; it must be text without")
+    assert not Job.objects.exists()

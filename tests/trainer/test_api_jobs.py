@@ -95,8 +95,8 @@ def test_a_status_filter_that_is_not_a_status_is_a_400_not_an_empty_list(viewer,
 
 @pytest.mark.parametrize("change, field, says", [
     ({"env": "chess"}, "env", "env must be one of arithmetic, toolcalc, got 'chess'"),
-    ({"config": {"steps": 0}}, "config.steps", "steps must be an integer >= 1, got 0"),
-    ({"config": {"group_size": 1}}, "config.group_size", "group_size must be an integer >= 2, got 1"),
+    ({"config": {"steps": 0}}, "config.steps", "steps must be an integer from 1 to 100000, got 0"),
+    ({"config": {"group_size": 1}}, "config.group_size", "group_size must be an integer from 2 to 256, got 1"),
     ({"config": {"stepz": 3}}, "config.stepz", "unknown field 'stepz'; accepted fields are env, steps"),
     ({"config": {"lr": "fast"}}, "config.lr", "lr must be a number > 0 and <= 1, got 'fast'"),
     ({"config": [1, 2]}, "config", "config must be an object"),
@@ -108,6 +108,18 @@ def test_a_status_filter_that_is_not_a_status_is_a_400_not_an_empty_list(viewer,
     ({"env": None}, "env", "env is required: one of arithmetic, toolcalc"),
     ({"device": "tpu"}, "device", "device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
     ({"priority": 1}, "priority", "unknown field 'priority'; accepted fields are name, team, env"),
+    # Only an exact accepted value: "$" in the old pattern let a trailing newline through.
+    ({"device": "cuda:1\n"}, "device", "device must be auto, cpu, cuda or cuda:N, got 'cuda:1\\n'"),
+    # Text PostgreSQL cannot store (NUL) or UTF-8 cannot encode (a lone surrogate) was a 500.
+    ({"name": "a\u0000b"}, "name", "name contains a NUL (U+0000) character; it must be text without NUL"),
+    ({"team": "a\u0000b"}, "team", "team contains a NUL (U+0000) character"),
+    ({"name": "a\ud800b"}, "name", "name contains a lone surrogate (U+D800-U+DFFF) character"),
+    ({"config": {"seed": 1, "lr_schedule": "a\u0000"}}, "config.lr_schedule", "contains a NUL"),
+    # Bounds a real job could use and no more: these were accepted (steps >= 2^64 broke live updates).
+    ({"config": {"steps": 99999999999}}, "config.steps", "steps must be an integer from 1 to 100000"),
+    ({"config": {"top_k": 10**20}}, "config.top_k", "top_k must be an integer from 0 to 1024"),
+    ({"config": {"eval_every": 10**12}}, "config.eval_every", "eval_every must be an integer from 1 to 100000"),
+    ({"config": {"torch_threads": 1000000}}, "config.torch_threads", "torch_threads must be an integer from 0 to"),
 ])
 def test_it_rejects_bad_input_naming_the_field(operator, client, data_dir, change, field, says):
     body = {**GOOD, **change}
@@ -147,3 +159,21 @@ def test_other_methods_are_refused(operator, client):
     resp = client.delete("/api/jobs")
     assert resp.status_code == 405
     assert resp["Allow"] == "GET, POST"
+
+
+@pytest.mark.parametrize("raw", ["[" * 100_000 + "]" * 100_000, '{"a":' * 50_000])
+def test_it_refuses_json_nested_too_deep_as_a_400_not_a_recursion_error(operator, client, raw):
+    client.force_login(operator)
+    resp = post(client, raw)
+    assert resp.status_code == 400
+    assert resp.json() == {"field": "body", "error": "the body must be a JSON object nested at most 32 levels deep"}
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("query, field", [("status=%00", "status"), ("team=%00", "team"), ("team=a%00b", "team")])
+def test_a_nul_in_a_query_parameter_is_a_400_naming_it(viewer, client, query, field):
+    client.force_login(viewer)
+    resp = client.get(f"/api/jobs?{query}")
+    assert resp.status_code == 400
+    assert resp.json()["field"] == field
+    assert resp.json()["error"].startswith(f"{field} contains a NUL (U+0000) character; it must be text without")

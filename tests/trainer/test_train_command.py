@@ -37,9 +37,9 @@ def test_key_value_overrides_reach_the_config(db, data_dir, capsys):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--steps", "0"], "--steps: steps must be an integer >= 1, got 0"),
+    (["--steps", "0"], "--steps: steps must be an integer from 1 to 100000, got 0"),
     (["--env", "chess"], "--env: env must be one of arithmetic, toolcalc, got 'chess'"),
-    (["--config", "group_size=1"], "--config group_size: group_size must be an integer >= 2, got 1"),
+    (["--config", "group_size=1"], "--config group_size: group_size must be an integer from 2 to 256, got 1"),
     (["--config", "stepz=3"], "--config stepz: unknown field 'stepz'; accepted fields are env, steps"),
     (["--config", "nonsense"], "--config: 'nonsense' must be key=value (e.g. lr=1e-3) or a JSON object"),
     (["--config", "{bad"], "--config: '{bad' is not valid JSON"),

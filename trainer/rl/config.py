@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -109,20 +110,30 @@ class TrainConfig:
 # --- validation rules: one per field -------------------------------------------
 
 
-def _integer(minimum: int, maximum: int | None = None) -> Callable[[str, Any], int]:
-    if maximum is None:
-        accepted = f"an integer >= {minimum}"
-    else:
-        accepted = f"an integer from {minimum} to {maximum}"
+def _shown(value: Any) -> str:
+    """repr(value), except for an integer too long to read (or for Python to print: 10^4300 raises)."""
+    if isinstance(value, int) and value.bit_length() > 100:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    return repr(value)
+
+
+def _integer(minimum: int, maximum: int | Callable[[], int]) -> Callable[[str, Any], int]:
+    """An integer from minimum to maximum; a callable maximum is asked at each check (the cores of this machine)."""
 
     def check(name: str, value: Any) -> int:
+        high = maximum() if callable(maximum) else maximum
         # bool is an int subclass; True for a step count is a typo, not a number.
         ok = isinstance(value, int) and not isinstance(value, bool)
-        if not ok or value < minimum or (maximum is not None and value > maximum):
-            raise ConfigError(name, f"{name} must be {accepted}, got {value!r}")
+        if not ok or not minimum <= value <= high:
+            raise ConfigError(name, f"{name} must be an integer from {minimum} to {high}, got {_shown(value)}")
         return value
 
     return check
+
+
+def _cores() -> int:
+    """torch_threads' upper bound: more threads than cores only slows a run, and 10^6 crashed the worker."""
+    return os.cpu_count() or 1
 
 
 def _number(low: float, high: float | None = None, *, low_open: bool, high_open: bool = True) -> Callable[[str, Any], float]:
@@ -132,13 +143,14 @@ def _number(low: float, high: float | None = None, *, low_open: bool, high_open:
     accepted = "a number " + " and ".join(parts)
 
     def check(name: str, value: Any) -> float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        # An int is compared as it is: float(10**400) would overflow.
+        ok = (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and math.isfinite(value))
         if ok:
             ok = value > low if low_open else value >= low
         if ok and high is not None:
             ok = value < high if high_open else value <= high
         if not ok:
-            raise ConfigError(name, f"{name} must be {accepted}, got {value!r}")
+            raise ConfigError(name, f"{name} must be {accepted}, got {_shown(value)}")
         return float(value)
 
     return check
@@ -153,30 +165,33 @@ def _choice(options: tuple[str, ...]) -> Callable[[str, Any], str]:
     return check
 
 
+# Upper bounds: what a real run of this trainer could use, and no more (an unbounded steps once filled the
+# one-slot jobs queue for good; steps >= 2^31 does not fit the step columns).
+MAX_STEPS = 100_000
 _RULES: dict[str, Callable[[str, Any], Any]] = {
     "env": _choice(ENV_NAMES),
-    "steps": _integer(1),
+    "steps": _integer(1, MAX_STEPS),
     "seed": _integer(0, 2**63 - 1),
-    "prompts_per_step": _integer(1),
-    "group_size": _integer(2),
+    "prompts_per_step": _integer(1, 4096),
+    "group_size": _integer(2, 256),
     "temperature": _number(0, 10, low_open=True, high_open=False),
-    "top_k": _integer(0),
+    "top_k": _integer(0, 1024),
     "max_new_tokens": _integer(1, 512),
     "lr": _number(0, 1, low_open=True, high_open=False),
-    "weight_decay": _number(0, low_open=False),
-    "kl_coef": _number(0, low_open=False),
+    "weight_decay": _number(0, 1, low_open=False, high_open=False),
+    "kl_coef": _number(0, 10, low_open=False, high_open=False),
     "clip_eps": _number(0, 1, low_open=True),
-    "inner_epochs": _integer(1),
-    "minibatch_size": _integer(1),
-    "max_grad_norm": _number(0, low_open=True),
-    "warmup_steps": _integer(0),
+    "inner_epochs": _integer(1, 16),
+    "minibatch_size": _integer(1, 65_536),
+    "max_grad_norm": _number(0, 1000, low_open=True, high_open=False),
+    "warmup_steps": _integer(0, MAX_STEPS),
     "lr_schedule": _choice(("constant", "cosine")),
-    "eval_every": _integer(1),
-    "eval_size": _integer(1),
-    "checkpoint_every": _integer(1),
-    "keep_checkpoints": _integer(1),
-    "samples_per_step": _integer(0),
-    "torch_threads": _integer(0),
+    "eval_every": _integer(1, MAX_STEPS),
+    "eval_size": _integer(1, 10_000),
+    "checkpoint_every": _integer(1, MAX_STEPS),
+    "keep_checkpoints": _integer(1, 100),
+    "samples_per_step": _integer(0, 256),
+    "torch_threads": _integer(0, _cores),
 }
 
 assert set(_RULES) == {f.name for f in dataclasses.fields(TrainConfig)}, "every field needs a rule"
