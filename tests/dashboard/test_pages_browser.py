@@ -301,3 +301,57 @@ def test_an_admin_sets_a_nodes_owner_and_an_operator_sees_no_form(live_server, p
     node.refresh_from_db()
     assert node.owner == "infra"
     shot(page, output_dir, request, "owner")
+
+
+MARKUP_NAMES = ("<!--<script>", "</script><b>x")
+NODE_NAMES = ("<!--<script>", "<b>x")  # a node's name is a URL segment: no "/"
+
+
+def test_it_draws_every_chart_and_shows_names_that_look_like_markup_literally(
+        live_server, page, transactional_db, django_user_model, output_dir, request):  # noqa: F811
+    from trainer.models import Job
+
+    cheap, dear = two_charged_jobs()
+    for job, name in zip((cheap, dear), MARKUP_NAMES):
+        Job.objects.filter(pk=job.pk).update(name=name)
+    for name in NODE_NAMES:  # a collector names its node after its host, unchecked
+        b.latest(b.device(b.node(name, interval_s=60), 0), util_pct=60, power_w=400)
+    labels = [f"#{cheap.pk} {MARKUP_NAMES[0]}", f"#{dear.pk} {MARKUP_NAMES[1]}"]
+    user_in_role(django_user_model, "mara", "viewer")
+    log_in(page, live_server.url, "mara", "/jobs/")
+
+    # Jobs: the names as typed, no element made of them, and its script runs (ticking both and comparing).
+    table = page.inner_text("#jobs-table")
+    assert all(label in table for label in labels) and page.locator("#jobs-table b").count() == 0
+    page.check(f'input[name="pick"][value="{cheap.pk}"]')
+    page.check(f'input[name="pick"][value="{dear.pk}"]')
+    page.click("#compare-submit")
+
+    # Compare: its one chart draws, a trace per job under its name.
+    page.wait_for_selector('.chart[data-fig="compare"][data-drawn="true"]')
+    assert page.locator(".js-plotly-plot").count() == 1
+    legend = page.evaluate("[...document.querySelectorAll('[data-fig=compare] .legendtext')].map(t => t.textContent)")
+    assert sorted(legend) == sorted(labels)
+    assert all(label in page.inner_text("#compare-table") for label in labels)
+    assert page.locator("main b").count() == 0
+    shot(page, output_dir, request, "compare")
+
+    # The job page: every chart with data draws, and the title is the name.
+    for job, label in zip((cheap, dear), labels):
+        page.goto(f"{live_server.url}/jobs/{job.pk}")
+        page.wait_for_selector('.chart[data-fig="reward"][data-drawn="true"]')
+        with_data = page.evaluate("Object.values(JSON.parse(document.getElementById('figures').textContent))"
+                                  ".filter(f => !f.empty).length")
+        assert with_data >= 4 and page.locator(".js-plotly-plot").count() == with_data
+        assert page.inner_text("h1") == f"Job {label}"
+    shot(page, output_dir, request, "job")
+
+    # Fleet: the heatmap (a row per node, under its name) and the power chart draw.
+    page.goto(f"{live_server.url}/?live=0")
+    page.wait_for_selector('.chart[data-fig="heatmap"][data-drawn="true"]')
+    page.wait_for_selector('.chart[data-fig="power"][data-drawn="true"]')
+    assert page.locator(".js-plotly-plot").count() == 2
+    rows = page.evaluate("document.querySelector('[data-fig=heatmap]').data[0].y")
+    assert set(NODE_NAMES) <= set(rows) and page.locator("main b").count() == 0
+    assert all(name in page.inner_text("main") for name in NODE_NAMES)
+    shot(page, output_dir, request, "fleet")
