@@ -20,6 +20,9 @@ TOPICS = [
 # Fed by the telemetry broadcaster in this process rather than by publishers.
 TELEMETRY = re.compile(r"^(fleet|node\.\d+)$")
 MAX_TOPICS = 20
+# A frame the socket does not take. RFC 6455's 1003 says it, but Daphne (autobahn) closes only with 1000 or
+# 3000-4999, so an application code beside 4401 and 4403; Daphne drops the reason, which other servers send.
+BAD_FRAME = 4400
 
 
 def required_role(topic):
@@ -70,9 +73,34 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             broadcaster.subscribe(self, telemetry)
         await self.send_json({"topic": "", "kind": "subscribed", "data": {"topics": topics, "refused": refused}})
 
+    async def __call__(self, scope, receive, send):
+        # Every way out, a crash included, leaves its groups and the broadcaster: a consumer that died
+        # still subscribed kept the telemetry poller reading for no one and its group filling up.
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._leave()
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        """The socket only pushes; a page sends nothing. A frame no page sends gets a close that says why
+        (4400) instead of an exception, a 1011 close and a server traceback."""
+        if bytes_data is not None:
+            await self.close(code=BAD_FRAME, reason="binary frames are not accepted")
+            return
+        try:
+            content = await self.decode_json(text_data or "")
+        except (ValueError, RecursionError):  # json.JSONDecodeError is a ValueError; [[[[... nested past the limit
+            await self.close(code=BAD_FRAME, reason="text frames must be JSON")
+            return
+        await self.receive_json(content, **kwargs)
+
     async def disconnect(self, code):
+        await self._leave()
+
+    async def _leave(self):
         broadcaster.unsubscribe(self)
-        for group in getattr(self, "groups_joined", []):
+        groups, self.groups_joined = getattr(self, "groups_joined", []), []
+        for group in groups:
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def live_event(self, event):

@@ -1,13 +1,19 @@
 """The live socket: only logged-in viewers, only topics they may follow; events reach it; telemetry is broadcast."""
 
 import asyncio
+import random
+import time
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from channels.testing import WebsocketCommunicator
 
 from dashboard import broadcast
 from dashboard.consumers import LiveConsumer, allowed_topics, required_role
+from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard import builders as b
+from tests.dashboard.browser_helpers import log_in, user_in_role
+from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
 
 UTC = timezone.utc
 
@@ -120,3 +126,62 @@ def test_a_node_subscriber_receives_new_samples_within_a_second(transactional_db
 
     asyncio.run(scenario())
     assert not broadcast.broadcaster.subscribers
+
+
+
+# A real client (Chromium's WebSocket) against Daphne: subscribe, note the group's size in Redis, send `frame`.
+SEND_BAD_FRAME = """async ([topic, frame]) => {
+    const ws = new WebSocket(location.origin.replace("http", "ws") + "/ws/live?topics=" + topic);
+    await new Promise((ok) => { ws.onmessage = (m) => { if (JSON.parse(m.data).kind === "subscribed") ok(); }; });
+    const joined = await window.groupSize();
+    const closed = new Promise((ok) => { ws.onclose = (e) => ok({code: e.code, reason: e.reason}); });
+    ws.send(frame === "binary" ? new Uint8Array([0, 159, 146, 150]) : frame);
+    return {joined: joined, ...(await closed)};  // Daphne sends no reason
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("frame", ["binary", "not json {", "[" * 100_000])
+def test_it_closes_politely_on_a_frame_no_page_sends_and_leaves_its_groups(  # noqa: F811
+        live_web, page, django_user_model, frame):
+    import redis
+    from django.conf import settings
+
+    topic = f"job.{random.randrange(10**9, 10**10)}"  # a group of its own in the suite's shared Redis
+    key, members = f"asgi:group:live.{topic}", redis.Redis.from_url(settings.REDIS_URL)
+    user_in_role(django_user_model, "wes", "viewer", subprocess=True)
+    log_in(page, live_web.url, "wes", "/jobs/?live=0")
+    page.expose_function("groupSize", lambda: members.zcard(key))
+
+    closed = page.evaluate(SEND_BAD_FRAME, [topic, frame])
+
+    assert closed["joined"] == 1 and closed["code"] == 4400, closed
+    deadline = time.monotonic() + 5
+    while members.zcard(key) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert members.zcard(key) == 0, "the closed socket left its group"
+    assert "Traceback" not in live_web.log("daphne").read_text()
+
+
+def test_a_consumer_that_crashes_leaves_its_groups_and_the_broadcaster(transactional_db, viewer):
+    import redis
+    from django.conf import settings
+
+    from yardstick.live import send_now
+
+    topic = f"job.{random.randrange(10**9, 10**10)}"
+    key, members = f"asgi:group:live.{topic}", redis.Redis.from_url(settings.REDIS_URL)
+
+    async def scenario():
+        comm = communicator(viewer, f"fleet,{topic}")
+        assert (await comm.connect())[0]
+        assert (await comm.receive_json_from(timeout=5))["kind"] == "subscribed"
+        assert members.zcard(key) == 1 and broadcast.broadcaster.subscribers
+        # An event it cannot write as JSON (bytes travel through the channel layer): the consumer raises.
+        await asyncio.get_running_loop().run_in_executor(None, send_now, topic, "step", {"blob": b"\x00"})
+        with pytest.raises(TypeError):
+            await comm.receive_output(timeout=5)
+
+    asyncio.run(scenario())
+    assert members.zcard(key) == 0, "its group no longer holds it"
+    assert not broadcast.broadcaster.subscribers, "the telemetry poller reads for no one"
