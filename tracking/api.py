@@ -69,17 +69,30 @@ def _check_role(request, write):
         raise TrackingError("PERMISSION_DENIED", f"{request.user.username} holds no role")
 
 
+# Fields MLflow's protos declare as one string or number: a list or object there reached code that hashes
+# or compares it (a 500). Repeated fields (experiment_ids, order_by, tags, metrics, ...) are not here.
+SINGLE_VALUED = ("run_id", "run_uuid", "experiment_id", "experiment_name", "name", "new_name", "key", "value",
+                 "view_type", "run_view_type", "filter", "status", "run_name", "user_id", "start_time", "end_time",
+                 "timestamp", "step", "metric_key", "max_results", "page_token", "artifact_location")
+
+
 def _body(request):
     if request.method == "GET":
-        return {k: (v if len(v) > 1 else v[0]) for k, v in request.GET.lists()}
-    if not request.body:
+        body = {k: (v if len(v) > 1 else v[0]) for k, v in request.GET.lists()}
+    elif not request.body:
         return {}
-    try:
-        return json_object(request.body)
-    except NotJson as err:
-        raise TrackingError("MALFORMED_REQUEST", f"the request body is not JSON: {err.message}") from None
-    except InputError as err:  # JSON that is refused: not an object, too deep, text that cannot be stored
-        raise invalid(err.message) from None
+    else:
+        try:
+            body = json_object(request.body)
+        except NotJson as err:
+            raise TrackingError("MALFORMED_REQUEST", f"the request body is not JSON: {err.message}") from None
+        except InputError as err:  # JSON that is refused: not an object, too deep, text that cannot be stored
+            raise invalid(err.message) from None
+    for name in SINGLE_VALUED:
+        if isinstance(body.get(name), (list, dict)):
+            raise invalid(f"Invalid value (a {type(body[name]).__name__}) for parameter '{name}' supplied. It must "
+                          f"be a single string or number, given once.")
+    return body
 
 
 def _run_id(body):

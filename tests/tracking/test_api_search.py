@@ -99,3 +99,20 @@ def test_experiments_are_created_got_renamed_deleted_and_restored(mlflow_client)
     with pytest.raises(MlflowException) as err:
         mlflow_client.get_experiment("999999")
     assert err.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+
+
+@pytest.mark.parametrize("path, body, name", [
+    ("experiments/search", {"view_type": ["ACTIVE_ONLY"]}, "view_type"),
+    ("runs/search", {"experiment_ids": ["0"], "run_view_type": {"a": 1}}, "run_view_type"),
+    ("runs/get", None, "run_id"),
+])
+def test_a_list_where_mlflow_takes_one_value_is_invalid_parameter_value(client, reporter, path, body, name):
+    # The fuzz test found these: a list reached code that hashes the value (TypeError, 500).
+    client.force_login(reporter)
+    url = f"/api/2.0/mlflow/{path}"
+    resp = (client.post(url, body, content_type="application/json") if body is not None
+            else client.get(f"{url}?run_id=a&run_id=b"))
+    assert resp.status_code == 400
+    assert resp.json() == {"error_code": "INVALID_PARAMETER_VALUE",
+                           "message": f"Invalid value (a {'dict' if name == 'run_view_type' else 'list'}) for parameter "
+                                      f"'{name}' supplied. It must be a single string or number, given once."}
