@@ -109,3 +109,13 @@ def test_a_nul_in_a_field_is_a_400_naming_the_field_and_creates_nothing(operator
     assert resp.status_code == 400
     assert resp.content.decode().startswith("name contains a NUL (U+0000) character; it must be text without")
     assert not Job.objects.exists()
+
+
+def test_a_step_count_past_any_real_run_is_named_not_accepted(operator_client):
+    # 10^4300 steps was accepted by the form (and 99,999,999,999 ran, blocking the one-slot jobs queue).
+    for steps in ("1" + "0" * 4300, "99999999999", "100001"):
+        resp = operator_client.post("/jobs/start", {"preset": "smoke", "name": "big", "team": "research",
+                                                    "env": "arithmetic", "device": "cpu", "steps": steps})
+        assert resp.status_code == 400
+        assert resp.context["form_errors"]["steps"].startswith("steps must be an integer from 1 to 100000, got ")
+    assert not Job.objects.exists()
