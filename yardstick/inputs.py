@@ -12,7 +12,8 @@ keeps times inside a calendar that `± a year` cannot overflow.
 import json
 from datetime import datetime, timezone
 
-from django.http import HttpResponse, JsonResponse
+from django.http import JsonResponse
+from django.shortcuts import render
 
 # Deeper than any body the APIs take (a job's config is 2 levels, MLflow's are 3) by a wide margin.
 MAX_JSON_DEPTH = 32
@@ -133,7 +134,7 @@ class RefuseUnstorableText:
 
     After authentication and CSRF (process_view), so every other rule answers first; the
     400 speaks each area's error shape: MLflow's on the tracking API, {"error", "field"}
-    on /api/, a plain sentence on pages.
+    on /api/, the site's 400 page elsewhere.
     """
 
     def __init__(self, get_response):
@@ -167,4 +168,4 @@ def refusal(request, err):
         return JsonResponse({"error_code": "INVALID_PARAMETER_VALUE", "message": err.message}, status=400)
     if is_api(request):
         return JsonResponse({"error": err.message, "field": err.field}, status=400)
-    return HttpResponse(err.message, status=400, content_type="text/plain; charset=utf-8")
+    return render(request, "400.html", {"message": err.message}, status=400)

@@ -47,7 +47,8 @@ def test_a_nul_in_the_node_name_is_a_400_naming_it(viewer_client):
     # PostgreSQL cannot store or compare NUL in text: /nodes/%00 was a DataError (500).
     resp = viewer_client.get("/nodes/%00")
     assert resp.status_code == 400
-    assert resp.content.decode().startswith("name contains a NUL (U+0000) character; it must be text without")
+    assert "name contains a NUL (U+0000) character; it must be text without" in resp.content.decode()
+    assert "<title>Bad request" in resp.content.decode(), "the site's page, with its way back"
 
 
 def test_an_unknown_node_is_404(viewer_client):
