@@ -71,40 +71,22 @@ def check_moment(field, moment):
     return moment
 
 
-def _nesting_depth(text, limit):
-    """The deepest [ / { nesting of JSON `text` outside strings, counting no further than limit + 1."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > limit:
-                break
-        elif char in "]}":
-            depth -= 1
-    return deepest
+def _too_deep(max_depth):
+    return InputError("body", f"the body must be a JSON object nested at most {max_depth} levels deep")
 
 
-def _check_strings(value, path):
+def _check_value(value, path, depth, max_depth):
+    if depth > max_depth:
+        raise _too_deep(max_depth)
     if isinstance(value, str):
         check_text(path, value)
     elif isinstance(value, dict):
         for key, item in value.items():
             check_text(f"{path}.{key}" if path != "body" else "field name", key)
-            _check_strings(item, key if path == "body" else f"{path}.{key}")
+            _check_value(item, key if path == "body" else f"{path}.{key}", depth + 1, max_depth)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            _check_strings(item, f"{path}[{index}]")
+            _check_value(item, f"{path}[{index}]", depth + 1, max_depth)
 
 
 def json_object(raw, max_depth=MAX_JSON_DEPTH):
@@ -117,15 +99,15 @@ def json_object(raw, max_depth=MAX_JSON_DEPTH):
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise NotJson(f"the body must be a JSON object in UTF-8 ({err})") from None
-    if _nesting_depth(text, max_depth) > max_depth:
-        raise InputError("body", f"the body must be a JSON object nested at most {max_depth} levels deep")
     try:
         body = json.loads(text)
     except ValueError as err:
         raise NotJson(f"the body must be a JSON object ({err})") from None
+    except RecursionError:  # the C parser stops cleanly at Python's recursion limit (about 1,000 levels)
+        raise _too_deep(max_depth) from None
     if not isinstance(body, dict):
         raise InputError("body", f"the body must be a JSON object, got {type(body).__name__}")
-    _check_strings(body, "body")
+    _check_value(body, "body", 1, max_depth)
     return body
 
 

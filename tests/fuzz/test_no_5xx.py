@@ -12,6 +12,7 @@ exception that caused it.
 
 import json
 import os
+import re
 from datetime import date, datetime
 
 import pytest
@@ -83,14 +84,16 @@ def _cases():
 
 
 def path_kwargs(name, job_ids):
-    converters = {n: type(c).__name__ for p in _named_patterns() if p.name == name
-                  for n, c in p.pattern.converters.items()}
+    """Path parts for URL `name`: generated values that its converters' patterns match (else it would not route)."""
+    converters = {n: c for p in _named_patterns() if p.name == name for n, c in p.pattern.converters.items()}
     parts = {
         "IntConverter": st.one_of(st.sampled_from(job_ids), st.integers(min_value=0), st.just(2**63)),
-        "StringConverter": st.one_of(st.just("gpu-a"), url_text.filter(lambda t: t and "/" not in t)),
-        "PathConverter": st.one_of(st.just("1/x"), url_text.filter(lambda t: t and not t.startswith("/"))),
+        "StringConverter": st.one_of(st.just("gpu-a"), url_text),
+        "PathConverter": st.one_of(st.just("1/x"), url_text),
     }
-    return st.fixed_dictionaries({n: parts[c] for n, c in converters.items()})
+    return st.fixed_dictionaries({
+        n: parts[type(c).__name__].map(str).filter(lambda t, c=c: re.fullmatch(c.regex, t) and not t.startswith("/"))
+        for n, c in converters.items()})
 
 
 def _fingerprint():
