@@ -1,7 +1,6 @@
 """A clone of the repository is all a person has: nothing may point outside it."""
 
 import subprocess
-from pathlib import Path
 
 from tests.conftest import ROOT, TELEMETRY_DATA
 
@@ -29,14 +28,18 @@ def test_every_data_file_has_its_source_noted():
             assert f"`{path.name}`" in sources, f"{path.name} has no source in SOURCES.md"
 
 
+# Spelled in pieces so that this file does not name what it looks for.
+BESIDE = ".." + "/shared"
+BESIDE_PATH = '"shared" / ' + '"data"'
+
+
 def test_no_file_points_at_a_folder_beside_the_clone():
-    here = Path(__file__).resolve()
     offenders = []
     for path in tracked_files():
-        if path.resolve() == here or path.suffix not in TEXT_SUFFIXES or not path.is_file():
+        if path.suffix not in TEXT_SUFFIXES or not path.is_file():
             continue
         text = path.read_text(errors="replace")
-        if "../shared" in text or '"shared" / "data"' in text:
+        if BESIDE in text or BESIDE_PATH in text:
             offenders.append(path.relative_to(ROOT).as_posix())
     assert offenders == []
 
