@@ -4,8 +4,10 @@ Start the embedded servers (when the settings use them), migrate, create the
 admin user on first run, then start and supervise the children: the web server,
 two Celery workers (upkeep and training queues), beat, and this machine's
 collector. Each child's output is prefixed with its name; a child that dies is
-reported and restarted with back-off; Ctrl-C or SIGTERM stops them all and the
-embedded servers, leaving no process behind. A lock on the data dir turns a
+reported and restarted with back-off, and so is an embedded server this runner
+started (on the same data; the children reconnect to it by themselves, so they
+keep running); Ctrl-C or SIGTERM stops them all and the embedded servers,
+leaving no process behind. A lock on the data dir turns a
 second `up` away instead of letting two fight over one PostgreSQL.
 """
 
@@ -78,6 +80,10 @@ class Child:
     restart_at: float = None
     reader: threading.Thread = None
     env: dict = field(default_factory=dict)
+    # An embedded server (EmbeddedPostgres or EmbeddedRedis) that this entry watches
+    # instead of a process of its own: PostgreSQL daemonizes, so its liveness is
+    # its postmaster, not a Popen.
+    server: object = None
 
 
 class Runner:
@@ -93,6 +99,7 @@ class Runner:
         self.print_lock = threading.Lock()
         self.pg = embedded.EmbeddedPostgres(settings.DATA_DIR) if settings.EMBEDDED_DB else None
         self.redis = embedded.EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
+        self.servers = []  # the embedded servers this runner started, supervised like the children
         py = sys.executable
         manage = str(settings.BASE_DIR / "manage.py")
         self.children = [
@@ -152,15 +159,37 @@ class Runner:
             self.say("postgres", f"starting embedded PostgreSQL in {self.pg.pgdata}")
             self.pg.start()
             self.pg.ensure_database()
+            self.servers.append(Child("postgres", [], started_at=time.monotonic(), server=self.pg))
         if self.redis is not None:
             self.say("redis", f"starting embedded Redis on {self.redis.socket_path}")
             # A server left by an `up` that was killed: this runner holds the lock, so it is ours.
             if self.redis.is_running():
                 self.redis.stop()
+            server = Child("redis", self.redis.command(), server=self.redis)
+            self._start_server(server)
+            self.servers.append(server)
+
+    def _start_server(self, child):
+        """(Re)start an embedded server on its data dir; raise ServiceError when it does not come up."""
+        if child.server is self.redis:
             self.redis.start(daemonize=False)
-            child = Child("redis", self.redis.command(), process=self.redis.process, started_at=time.monotonic())
+            child.process = self.redis.process
             child.reader = threading.Thread(target=self._pump, args=(child,), daemon=True)
             child.reader.start()
+            pid = child.process.pid
+        else:
+            self.pg.start()
+            pid = self.pg.pid()
+        child.started_at = time.monotonic()
+        child.restart_at = None
+        return pid
+
+    def _exit_reason(self, child):
+        """Why a supervised entry is down, or None while it runs."""
+        if child.server is not None and child.server is self.pg:
+            return None if self.pg.is_running() else "stopped (no postmaster on its data dir)"
+        code = child.process.poll()
+        return None if code is None else f"exited with code {code}"
 
     def prepare_database(self):
         """Migrate and create the admin user on first run; return its password when it was just made."""
@@ -239,21 +268,33 @@ class Runner:
 
     def check_children(self):
         now = time.monotonic()
-        for child in self.children:
-            if child.process is None:
+        for child in self.servers + self.children:
+            if child.process is None and child.server is None:
                 continue
-            code = child.process.poll()
-            if code is None:
+            reason = self._exit_reason(child)
+            if reason is None:
                 if now - child.started_at > STABLE_AFTER_S:
                     child.backoff_s = BACKOFF_MIN_S
                 continue
             if child.restart_at is None:
                 child.restart_at = now + child.backoff_s
-                self.say("up", f"{child.name} exited with code {code}; restarting in {child.backoff_s:.0f} s")
+                self.say("up", f"{child.name} {reason}; restarting in {child.backoff_s:.0f} s")
                 child.backoff_s = min(child.backoff_s * 2, BACKOFF_MAX_S)
             elif now >= child.restart_at and not self.stopping.is_set():
                 child.restarts += 1
-                self.start_child(child)
+                if child.server is None:
+                    self.start_child(child)
+                    continue
+                try:
+                    pid = self._start_server(child)
+                except embedded.ServiceError as err:
+                    # Still down: the next check schedules the next try, with a longer wait.
+                    child.restart_at = None
+                    if child.server is self.redis:
+                        self.redis.stop()  # one that started but never answered must not linger
+                    self.say("up", f"{child.name} did not start again: {err}")
+                    continue
+                self.say("up", f"started {child.name} again on its data (pid {pid})")
 
     def stop_all(self):
         self.stopping.set()
