@@ -22,6 +22,7 @@ keeps a few rollouts per step so a person can read what the model wrote.
 """
 
 import re
+import socket
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 
@@ -366,24 +367,46 @@ class Job(models.Model):
         failed = []
         # External jobs have no worker to beat: silence marks them stale instead (fail_stale_runs).
         for job in cls.objects.filter(stale, status__in=ACTIVE, source=Source.EMBEDDED):
-            stint = job.stints.filter(ended_at__isnull=True).order_by("-started_at").first()
-            where = f" on {stint.node} (pid {stint.pid})" if stint else ""
             last = job.heartbeat_at.strftime("%Y-%m-%d %H:%M:%S UTC") if job.heartbeat_at else "never"
-            resume_from = (f"the checkpoint at step {job.checkpoint_step}" if job.checkpoint_step
-                           else "the start (no checkpoint yet)")
-            error = (f"the worker{where} stopped answering: last heartbeat {last}, more than {limit_s:g} s ago; "
-                     f"resume to continue from {resume_from}")
-            with transaction.atomic():
-                if job._transition(ACTIVE, Status.FAILED, error, where=stale, error=error, phase="",
-                                   finished_at=now, stop_requested=False, budget_stop_requested=False):
-                    # The worker was last known alive at its heartbeat: charge device time up to then.
-                    job.stints.filter(ended_at__isnull=True).update(
-                        ended_at=Greatest(F("started_at"), Value(job.heartbeat_at or now, output_field=DateTimeField())),
-                        end_reason="crashed",
-                    )
-                    job.announce_stints()  # the status event went out with the stint still open
-                    failed.append(job)
+            cause = f"stopped answering: last heartbeat {last}, more than {limit_s:g} s ago"
+            # The worker was last known alive at its heartbeat: charge device time up to then.
+            if job._fail_crashed(cause, alive_until=job.heartbeat_at or now, now=now, where=stale):
+                failed.append(job)
         return failed
+
+    def fail_worker_lost(self, pid, cause, now=None):
+        """Fail this job now: the process `pid` that ran it is known dead (its Celery pool process exited).
+
+        Waiting for the heartbeat check would leave it `running`, and unresumable, for minutes.
+        Only a job whose open stint is that process is failed, so a late report cannot end a
+        run that lives elsewhere. Return True when this call failed it.
+        """
+        now = now or timezone.now()
+        mine = Q(stints__ended_at__isnull=True, stints__pid=pid, stints__node=socket.gethostname())
+        if not Job.objects.filter(mine, pk=self.pk).exists():
+            return False
+        # It was alive until its process was reaped, a moment ago: charge device time up to now.
+        return self._fail_crashed(f"was lost: {cause}", alive_until=now, now=now, where=mine)
+
+    def _fail_crashed(self, cause, alive_until, now, where):
+        """The one rule for a job whose worker died: failed (resumable), its open stints ended
+        `crashed` at `alive_until`, the error saying where it ran, why, and where a resume starts."""
+        stint = self.stints.filter(ended_at__isnull=True).order_by("-started_at").first()
+        ran_on = f" on {stint.node} (pid {stint.pid})" if stint else ""
+        resume_from = (f"the checkpoint at step {self.checkpoint_step}" if self.checkpoint_step
+                       else "the start (no checkpoint yet)")
+        error = f"the worker{ran_on} {cause}; resume to continue from {resume_from}"
+        with transaction.atomic():
+            if not self._transition(ACTIVE, Status.FAILED, error, where=where, error=error, phase="",
+                                    finished_at=now, stop_requested=False, budget_stop_requested=False):
+                return False
+            self.stints.filter(ended_at__isnull=True).update(
+                ended_at=Greatest(F("started_at"), Value(alive_until, output_field=DateTimeField())),
+                end_reason="crashed",
+            )
+            self.announce_stints()  # the status event went out with the stint still open
+        self.refresh_from_db()
+        return True
 
     # -- reading ------------------------------------------------------------
 

@@ -3,7 +3,9 @@
 import logging
 
 from celery import shared_task
-from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
+import psutil
+from billiard.exceptions import WorkerLostError
+from celery.signals import task_failure, worker_ready, worker_shutdown, worker_shutting_down
 
 from trainer import runner, workers
 from trainer.models import Job
@@ -31,6 +33,31 @@ def detect_crashed_jobs():
     for job in failed:
         log.warning("job %s failed: %s", job.pk, job.error)
     return len(failed)
+
+
+@task_failure.connect(sender=run_job)
+def fail_job_of_lost_worker(sender=None, task_id=None, exception=None, args=None, kwargs=None, **extra):
+    """A pool process that died mid-job (SIGKILL, SIGSEGV, out of memory) fails its job at once.
+
+    The worker's main process reaps the dead pool process and fails the task with
+    WorkerLostError here (run_job acks late without reject_on_worker_lost, so the
+    message is acknowledged, not delivered again). Without this the job would stay
+    `running`, unresumable, until the heartbeat check. A failure raised inside the
+    task has already been recorded by the runner; this only handles the lost process.
+    """
+    if not isinstance(exception, WorkerLostError):
+        return
+    job_id = args[0] if args else (kwargs or {}).get("job_id")
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return
+    # The open stint names the pool process that ran it; WorkerLostError says how it ended. A pid
+    # still alive is not the process that died (the job runs elsewhere after a redelivery).
+    stint = job.stints.filter(ended_at__isnull=True).order_by("-started_at").first()
+    # billiard's text ends with its pool-internal " Job: <index>.", which means nothing to people.
+    cause = str(exception).partition(" Job:")[0].rstrip(". ")
+    if stint is not None and not psutil.pid_exists(stint.pid) and job.fail_worker_lost(stint.pid, f"Celery: {cause}"):
+        log.warning("job %s failed: %s", job.pk, job.error)
 
 
 @worker_shutting_down.connect
