@@ -3,7 +3,8 @@
 
 With no DATABASE_URL (or REDIS_URL), a command such as `migrate` or
 `create_token` starts the embedded server it needs when it is not running, and
-stops it again afterwards; `up` manages the servers itself.
+stops it again afterwards; `up` manages the servers itself, and while it runs a
+command only waits for them.
 """
 import os
 import sys
@@ -26,10 +27,14 @@ def main():
     if command in SELF_MANAGED:
         execute_from_command_line(sys.argv)
         return
+    from yardstick.embedded import ServiceError
     from yardstick.services import embedded_services_for_command
 
-    with embedded_services_for_command():
-        execute_from_command_line(sys.argv)
+    try:
+        with embedded_services_for_command():
+            execute_from_command_line(sys.argv)
+    except ServiceError as err:  # a server down or not starting: say why, not a traceback
+        sys.exit(f"Error: {err}")
 
 
 if __name__ == "__main__":

@@ -94,6 +94,16 @@ class EmbeddedPostgres:
     def is_running(self):
         return self.pid() is not None and (self.socket_dir / f".s.PGSQL.{PG_PORT}").exists()
 
+    def accepts_connections(self):
+        """True when the server answers a login: not only running, also past crash recovery."""
+        import psycopg
+
+        try:
+            with psycopg.connect(self.dsn("postgres"), connect_timeout=2):
+                return True
+        except psycopg.Error:
+            return False
+
     # -- lifecycle ---------------------------------------------------------
 
     def start(self, timeout=60):

@@ -48,13 +48,8 @@ class DataDirLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 4096).decode(errors="replace").strip()
+            where = self._describe(fd)
             os.close(fd)
-            try:
-                info = json.loads(holder)
-                where = f" (pid {info['pid']}, {info['url']})"
-            except (ValueError, KeyError):
-                where = ""
             raise AlreadyRunning(
                 f"Yardstick is already running on this data dir{where}; "
                 "stop it (Ctrl-C in its terminal) or set YARDSTICK_DATA_DIR to another folder"
@@ -62,6 +57,29 @@ class DataDirLock:
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps({"pid": os.getpid(), "url": url}).encode())
         self.fd = fd
+
+    def held_by(self):
+        """When a running `up` holds the lock (and so owns the embedded servers), describe it; else None."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return f"`manage.py up`{self._describe(fd)}"
+        finally:
+            os.close(fd)  # drops the shared lock too when it was taken
+        return None
+
+    @staticmethod
+    def _describe(fd):
+        """' (pid N, URL)' from what the holder wrote into the lock file, or ''."""
+        try:
+            info = json.loads(os.pread(fd, 4096, 0).decode(errors="replace"))
+            return f" (pid {info['pid']}, {info['url']})"
+        except (ValueError, KeyError, TypeError):
+            return ""
 
     def release(self):
         if self.fd is not None:

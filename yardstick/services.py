@@ -1,19 +1,35 @@
-"""Start the embedded servers a process needs, and stop only those it started."""
+"""Start the embedded servers a process needs, and stop only those it started; never those of a running `up`."""
 
 import contextlib
+import time
 
 from yardstick import embedded
+from yardstick.runner import DataDirLock
+
+
+# How long a command waits for servers that a running `up` owns: its supervisor
+# restarts a dead one within seconds, a slow PostgreSQL start takes up to a minute.
+UP_SERVERS_WAIT_S = 90.0
 
 
 @contextlib.contextmanager
 def embedded_services_for_command(redis=True):
     """Run the body with the embedded PostgreSQL (and Redis) up, when the settings use them.
 
-    A server that already runs (an `up` on the same data dir) is used and left
-    running; one this call started is stopped on the way out.
+    A server that already runs is used and left running; one this call started
+    is stopped on the way out. While an `up` holds the data dir, the servers are
+    its own: the command waits for them and never starts or stops one, since a
+    second postmaster on the same data, stopped by the command, would pull the
+    database from under `up`'s children.
     """
     from django.conf import settings
 
+    owner = DataDirLock(settings.DATA_DIR).held_by()
+    if owner is not None:
+        wait_for_servers_of_up(settings.DATA_DIR, owner, postgres=settings.EMBEDDED_DB,
+                               redis=redis and settings.EMBEDDED_REDIS)
+        yield
+        return
     started = []
     try:
         if settings.EMBEDDED_DB:
@@ -29,3 +45,29 @@ def embedded_services_for_command(redis=True):
     finally:
         for server in reversed(started):
             server.stop()
+
+
+def wait_for_servers_of_up(data_dir, owner, postgres=True, redis=True, wait_s=UP_SERVERS_WAIT_S):
+    """Wait until the embedded servers that `owner` (a running `up`) keeps are answering.
+
+    Raise ServiceError naming the servers still down, the owner and where to look
+    when they are not up within `wait_s`.
+    """
+    pg = embedded.EmbeddedPostgres(data_dir) if postgres else None
+    rd = embedded.EmbeddedRedis(data_dir) if redis else None
+    deadline = time.monotonic() + wait_s
+    while True:
+        down = []
+        if pg is not None and not pg.accepts_connections():
+            down.append(f"PostgreSQL (socket in {pg.socket_dir})")
+        if rd is not None and not rd.ping():
+            down.append(f"Redis ({rd.socket_path})")
+        if not down or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    if down:
+        raise embedded.ServiceError(
+            f"{' and '.join(down)} not answering after {wait_s:.0f} s; {owner} owns the servers of "
+            f"this data dir ({data_dir}), so this command neither starts nor stops them: "
+            "see that `up`'s output for why they are down"
+        )
