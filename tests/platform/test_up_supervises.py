@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT, free_port
-from tests.platform.test_up import Up
+from tests.platform.test_up import Up, processes_using
 from yardstick.embedded import EmbeddedPostgres, EmbeddedRedis, ServiceError
 from yardstick.runner import DataDirLock
 from yardstick.services import wait_for_servers_of_up
@@ -74,6 +74,8 @@ def test_up_restarts_a_killed_embedded_redis_and_postgres_and_healthz_recovers(s
         code = up.stop()
     assert code == 0
     assert "stopped" in up.lines[-1]
+    time.sleep(0.5)
+    assert processes_using(data_dir) == [], "a restarted server outlived its up"
 
 
 def test_a_command_run_while_up_holds_the_data_dir_waits_for_its_servers_and_leaves_them_running(service_dir):
