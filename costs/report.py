@@ -41,6 +41,7 @@ from costs.intelligence import Scores, ipd
 from costs.ledger import energy_from_label, usage
 from costs.money import displays, exact_usd
 from costs.prices import PriceBook
+from trainer.models import Job
 from yardstick.inputs import InputError, check_moment
 
 GROUPS = ("team", "job", "node", "day")
@@ -146,6 +147,11 @@ def round_column(values, quantum=CENT):
 # -- the report -------------------------------------------------------------------
 
 
+# A row's four money cells, unrounded in `Row.exact` and rounded to the cent in `Row.cells`: what its jobs
+# were charged for device time and for energy, and what its idle devices cost the same two ways.
+MONEY_CELLS = ("job_device_usd", "job_energy_usd", "idle_device_usd", "idle_energy_usd")
+
+
 @dataclass
 class Row:
     group: str
@@ -155,21 +161,46 @@ class Row:
     status: str = ""
     job_id: int | None = None
     is_idle: bool = False
-    exact: dict = field(default_factory=lambda: {"jd": Decimal(0), "je": Decimal(0), "id": Decimal(0),
-                                                 "ie": Decimal(0), "s": Decimal(0), "j": Decimal(0)})
+    # Unrounded sums: the MONEY_CELLS, device time in seconds and energy in joules.
+    exact: dict = field(default_factory=lambda: dict.fromkeys(MONEY_CELLS + ("device_s", "energy_j"), Decimal(0)))
     gain_points: float | None = None
     energy_from: set = field(default_factory=set)
     simulated: bool = False
     power_estimated: bool = False
     example_prices: bool = False
     unpriced: bool = False
-    cells: dict = field(default_factory=dict)  # rounded: jd, je, id, ie (cents), hours, kwh
+    cells: dict = field(default_factory=dict)  # rounded: the MONEY_CELLS to the cent, device_hours, energy_kwh
+
+    def add(self, u):
+        """Add the Usage `u` (a job's when it has one, else idle) to the unrounded sums and the flags."""
+        ex, kind = self.exact, "idle" if u.job_id is None else "job"
+        ex[f"{kind}_device_usd"] += u.device_usd
+        ex[f"{kind}_energy_usd"] += u.energy_usd
+        ex["device_s"] += u.device_s
+        ex["energy_j"] += u.energy_j
+        self.energy_from |= set(u.energy_from)
+        self.simulated |= u.simulated
+        self.power_estimated |= u.power_estimated
+        self.example_prices |= u.example_price
+        self.unpriced |= u.price_pattern is None
+
+    def add_gain(self, gain):
+        if gain is not None:
+            self.gain_points = (self.gain_points or 0.0) + gain
+
+    @property
+    def jobs_exact_usd(self):
+        return self.exact["job_device_usd"] + self.exact["job_energy_usd"]
+
+    @property
+    def idle_exact_usd(self):
+        return self.exact["idle_device_usd"] + self.exact["idle_energy_usd"]
 
     def values(self):
         c = self.cells
-        attributed, idle = c["jd"] + c["je"], c["id"] + c["ie"]
-        total = attributed + idle
-        exact_jobs = self.exact["jd"] + self.exact["je"]
+        attributed = c["job_device_usd"] + c["job_energy_usd"]
+        idle = c["idle_device_usd"] + c["idle_energy_usd"]
+        exact_jobs = self.jobs_exact_usd
         if self.group in ("team", "day"):
             points_per_usd, usd_per_point, state = None, None, BY_ENV
         elif self.gain_na:
@@ -178,9 +209,10 @@ class Row:
             points_per_usd, usd_per_point, state = ipd(self.gain_points, exact_jobs)
         return {
             "group": self.group, "key": self.key, "label": self.label, "team": self.team, "status": self.status,
-            "device_hours": c["hours"], "energy_kwh": c["kwh"],
-            "device_cost_usd": c["jd"] + c["id"], "energy_cost_usd": c["je"] + c["ie"],
-            "attributed_usd": attributed, "idle_usd": idle, "total_usd": total,
+            "device_hours": c["device_hours"], "energy_kwh": c["energy_kwh"],
+            "device_cost_usd": c["job_device_usd"] + c["idle_device_usd"],
+            "energy_cost_usd": c["job_energy_usd"] + c["idle_energy_usd"],
+            "attributed_usd": attributed, "idle_usd": idle, "total_usd": attributed + idle,
             "attributed_exact_usd": exact_usd(exact_jobs),
             "gain_points": None if self.gain_points is None else round(self.gain_points, 4),
             "ipd_points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
@@ -228,80 +260,81 @@ def group_key(u, group, jobs):
 
 def build(period, group, book=None):
     """The cost table of `period` grouped by `group` (see the module docstring for the rounding)."""
-    from trainer.models import Job
-
-    book = book or PriceBook()
-    used = usage(period.start, period.end, book=book)
+    used = usage(period.start, period.end, book=book or PriceBook())
     job_ids = {u.job_id for u in used if u.job_id is not None}
     jobs = {j.pk: j for j in Job.objects.filter(pk__in=job_ids)}
+    rows = keyed_rows(used, group, jobs)
     scores = Scores(job_ids)
+    gains = {job_id: scores.gain(job_id, period.start, period.end) for job_id in sorted(job_ids)}
+    if group == "job":  # gains of different environments add up to nothing: only a job's own row has one
+        for job_id, gain in gains.items():
+            rows[str(job_id)].add_gain(gain)
+    ordered = sorted(rows.values(), key=_sort_key)
+    round_cells(ordered)
+    values = [r.values() for r in ordered]
+    return Report(period=period, group=group, rows=values, totals=totals(ordered, values),
+                  generated_at=timezone.now(), ipd_groups=ipd_groups(used, jobs, gains))
+
+
+def keyed_rows(used, group, jobs):
+    """{key: Row}: each Usage in `used` added to the row of its `group_key`."""
     rows = {}
     for u in used:
-        idle = u.job_id is None
         key, label = group_key(u, group, jobs)
         row = rows.get(key)
         if row is None:
-            row = rows[key] = Row(group=group, key=key, label=label)
-            if group == "job":
-                row.is_idle = idle
-                row.team = u.team
-                row.job_id = u.job_id
-                row.status = jobs[u.job_id].status if not idle and u.job_id in jobs else ("idle" if idle else "")
-            elif group == "team":
-                row.team = u.team
-            elif group == "node":
-                row.team = u.node_owner or ""
-        ex = row.exact
-        ex["id" if idle else "jd"] += u.device_usd
-        ex["ie" if idle else "je"] += u.energy_usd
-        ex["s"] += u.device_s
-        ex["j"] += u.energy_j
-        row.energy_from |= set(u.energy_from)
-        row.simulated |= u.simulated
-        row.power_estimated |= u.power_estimated
-        row.example_prices |= u.example_price
-        row.unpriced |= u.price_pattern is None
+            row = rows[key] = _new_row(u, group, key, label, jobs)
+        row.add(u)
+    return rows
 
-    # Gains: of each job over the period (job), summed per team, or per day.
-    def add_gain(row, gain):
-        if gain is not None:
-            row.gain_points = (row.gain_points or 0.0) + gain
 
-    gains = {job_id: scores.gain(job_id, period.start, period.end) for job_id in sorted(job_ids)}
+def _new_row(u, group, key, label, jobs):
+    """The row `u` opens: a job's carries its id, team and status; a team's its team; a node's its owner."""
+    row = Row(group=group, key=key, label=label)
     if group == "job":
-        for job_id, gain in gains.items():
-            add_gain(rows[str(job_id)], gain)
+        row.is_idle = u.job_id is None
+        row.team = u.team
+        row.job_id = u.job_id
+        row.status = "idle" if row.is_idle else (jobs[u.job_id].status if u.job_id in jobs else "")
+    elif group == "team":
+        row.team = u.team
+    elif group == "node":
+        row.team = u.node_owner or ""
+    return row
 
-    ordered = sorted(rows.values(), key=_sort_key)
-    cols = ("jd", "je", "id", "ie")
-    cents = iter(round_column([r.exact[c] for r in ordered for c in cols]))
-    for row in ordered:
-        for col in cols:
+
+def round_cells(rows):
+    """Fill each row's `cells`: all money cells of the table rounded together to the cent, hours and kWh
+    each as a column (largest remainder: the rounded cells add up to the rounded exact totals)."""
+    cents = iter(round_column([r.exact[c] for r in rows for c in MONEY_CELLS]))
+    for row in rows:
+        for col in MONEY_CELLS:
             row.cells[col] = next(cents)
-    for row, hours in zip(ordered, round_column([r.exact["s"] / 3600 for r in ordered], HOURS_Q)):
-        row.cells["hours"] = hours
-    for row, kwh in zip(ordered, round_column([r.exact["j"] / 3_600_000 for r in ordered], KWH_Q)):
-        row.cells["kwh"] = kwh
-    values = [r.values() for r in ordered]
+    for row, hours in zip(rows, round_column([r.exact["device_s"] / 3600 for r in rows], HOURS_Q)):
+        row.cells["device_hours"] = hours
+    for row, kwh in zip(rows, round_column([r.exact["energy_j"] / 3_600_000 for r in rows], KWH_Q)):
+        row.cells["energy_kwh"] = kwh
 
+
+def totals(rows, values):
+    """The totals row: sums of the rounded cells (so attributed + idle = fleet to the cent), the exact
+    sums to the micro-dollar, and a flag where any row has it."""
     quanta = {"device_hours": HOURS_Q, "energy_kwh": KWH_Q}
-    totals = {k: sum((v[k] for v in values), Decimal(0)).quantize(quanta.get(k, CENT)) for k in (
+    out = {k: sum((v[k] for v in values), Decimal(0)).quantize(quanta.get(k, CENT)) for k in (
         "device_hours", "energy_kwh", "device_cost_usd", "energy_cost_usd", "attributed_usd", "idle_usd")}
-    totals["fleet_usd"] = totals["attributed_usd"] + totals["idle_usd"]
-    totals.update({
-        "attributed_exact_usd": exact_usd(attributed_exact := sum((r.exact["jd"] + r.exact["je"] for r in ordered),
-                                                                  Decimal(0))),
-        "idle_exact_usd": exact_usd(idle_exact := sum((r.exact["id"] + r.exact["ie"] for r in ordered), Decimal(0))),
+    out["fleet_usd"] = out["attributed_usd"] + out["idle_usd"]
+    attributed_exact = sum((r.jobs_exact_usd for r in rows), Decimal(0))
+    idle_exact = sum((r.idle_exact_usd for r in rows), Decimal(0))
+    out.update({
+        "attributed_exact_usd": exact_usd(attributed_exact),
+        "idle_exact_usd": exact_usd(idle_exact),
         "fleet_exact_usd": exact_usd(attributed_exact + idle_exact),
         "gain_points": None, "ipd_points_per_usd": None, "usd_per_point": None, "ipd_state": BY_ENV,
-        "energy_from": energy_from_label(set().union(*(r.energy_from for r in ordered)) if ordered else set()),
-        "simulated": any(v["simulated"] for v in values),
-        "power_estimated": any(v["power_estimated"] for v in values),
-        "example_prices": any(v["example_prices"] for v in values),
-        "unpriced": any(v["unpriced"] for v in values),
+        "energy_from": energy_from_label(set().union(*(r.energy_from for r in rows)) if rows else set()),
+        **{flag: any(v[flag] for v in values) for flag in ("simulated", "power_estimated", "example_prices",
+                                                           "unpriced")},
     })
-    return Report(period=period, group=group, rows=values, totals=totals, generated_at=timezone.now(),
-                  ipd_groups=ipd_groups(used, jobs, gains))
+    return out
 
 
 def ipd_groups(used, jobs, gains):
