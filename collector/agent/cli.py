@@ -6,7 +6,7 @@ import signal
 import sys
 import threading
 
-from .runner import Agent
+from .runner import DB_TIMEOUT_S, Agent
 from .sources import SOURCES, SourceError, make_source
 from .spool import Spool
 
@@ -24,6 +24,10 @@ def add_arguments(parser, dsn_required=True):
     )
     parser.add_argument("--spool-dir", default="var/collector-spool", help="where batches wait while the database is away")
     parser.add_argument("--spool-max-mb", type=_positive_float, default=512.0, help="spool size cap in MiB (default 512)")
+    parser.add_argument(
+        "--db-timeout", type=_positive_float, default=DB_TIMEOUT_S,
+        help=f"seconds one write may take before it is abandoned and spooled (default {DB_TIMEOUT_S:g})",
+    )
     parser.add_argument("--ticks", type=_positive_int, default=None, help="stop after this many ticks (default: run until signalled)")
     host = parser.add_argument_group("host source")
     host.add_argument("--cpu-tdp-w", type=_positive_float, default=None, help="CPU TDP for the power estimate (default 10 W per CPU)")
@@ -71,7 +75,8 @@ def run(options, dsn, out=None):
         log.error("%s", exc)
         return 2
     spool = Spool(opts["spool_dir"], max_bytes=int(opts["spool_max_mb"] * 2**20))
-    agent = Agent(source, dsn, spool, interval_s=opts["interval"], labels=dict(opts.get("label") or []))
+    agent = Agent(source, dsn, spool, interval_s=opts["interval"], labels=dict(opts.get("label") or []),
+                  db_timeout_s=opts.get("db_timeout", DB_TIMEOUT_S))
     stop = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():

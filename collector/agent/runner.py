@@ -1,12 +1,24 @@
 """The agent loop: read the source every tick, write the batch, spool when the database is away.
 
-Each tick's batch is written at once (one transaction) or appended to the
-spool, so a SIGKILL loses at most the tick being read. While the spool holds
-anything, new batches go behind it and the spool is replayed, oldest first,
-for up to one interval per tick, so sampling never stops for a long replay.
+Two threads. The sampling thread reads the source every interval and never
+waits on the database: it hands each batch to the delivery thread, or, when
+that thread is still busy (a slow or hung database) or the spool already
+holds batches, appends it to the spool on disk. The delivery thread writes
+batches (one transaction each) and replays the spool, oldest first, for up
+to one interval at a time. A SIGKILL loses at most the tick being read and
+the one batch being written.
+
+Every database call is bounded: connecting by `connect_timeout_s`; a write
+by `db_timeout_s`, enforced on the server (statement_timeout) and, for a
+server that answers nothing at all (stopped, partitioned away), by a
+watchdog that shuts the connection's socket down, which ends the blocked
+call with an error; the batch goes to the spool and the agent reconnects.
+TCP keepalives notice a peer that went away while the connection was idle.
 """
 
 import logging
+import os
+import socket
 import threading
 import time
 from datetime import datetime, timezone
@@ -21,27 +33,48 @@ log = logging.getLogger("collector.agent")
 # Seconds between reconnect attempts while the database is unreachable (doubling up to the max).
 RECONNECT_MIN_S = 1.0
 RECONNECT_MAX_S = 30.0
+# The longest one write (or one replayed batch) may take before it is abandoned and spooled.
+DB_TIMEOUT_S = 15.0
+# How often the watchdog looks at the write in progress.
+WATCH_EVERY_S = 0.2
+# TCP keepalive: probe an idle connection after 10 s, every 5 s, give up after 3 misses.
+KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 
 
 class Agent:
-    def __init__(self, source, dsn, spool, interval_s=1.0, labels=None, connect_timeout_s=3):
+    def __init__(self, source, dsn, spool, interval_s=1.0, labels=None, connect_timeout_s=3, db_timeout_s=DB_TIMEOUT_S):
         self.source = source
         self.dsn = dsn
         self.spool = spool
         self.interval_s = interval_s
         self.labels = dict(labels or {})
         self.connect_timeout_s = connect_timeout_s
+        self.db_timeout_s = db_timeout_s
         self.conn = None
         self.writer = None
         self.ticks = 0
         self.samples_written = 0
+        self.writes_abandoned = 0  # writes the watchdog cut off after db_timeout_s
         self._retry_at = 0.0
         self._retry_s = RECONNECT_MIN_S
         self._down = False
+        self._handoff = threading.Condition()  # guards _pending and _busy
+        self._pending = None  # the batch handed to the delivery thread
+        self._busy = False  # the delivery thread is working on a batch or the spool
+        self._deadline = None  # monotonic time the database call in progress must end by
+        self._conn_lock = threading.Lock()  # the watchdog never touches a connection being replaced
+        self._threaded = False
 
     def run(self, stop=None, ticks=None):
         """Tick every interval until `stop` (a threading.Event) is set or `ticks` ticks ran."""
         stop = stop or threading.Event()
+        done = threading.Event()  # sampling has ended
+        delivered = threading.Event()  # and the delivery thread has written what it could
+        delivery = threading.Thread(target=self._deliver_loop, args=(done,), name="agent-delivery", daemon=True)
+        watchdog = threading.Thread(target=self._watch, args=(delivered,), name="agent-watchdog", daemon=True)
+        self._threaded = True
+        delivery.start()
+        watchdog.start()
         next_at = time.monotonic()
         try:
             while not stop.is_set():
@@ -50,12 +83,21 @@ class Agent:
                     break
                 next_at += self.interval_s
                 delay = next_at - time.monotonic()
-                if delay < 0:  # fell behind (slow database): skip the missed ticks, do not burst
+                if delay < 0:  # fell behind (a slow source): skip the missed ticks, do not burst
                     next_at = time.monotonic()
                     delay = 0
                 stop.wait(delay)
         finally:
-            self.close()
+            with self._handoff:
+                done.set()
+                self._handoff.notify()
+            # The delivery thread writes what it holds and replays the spool
+            # (at most a few seconds, each call bounded) before it ends.
+            delivery.join()
+            delivered.set()
+            watchdog.join()
+            self._threaded = False
+            self._release()
 
     def tick(self, ts=None):
         ts = ts or datetime.now(timezone.utc)
@@ -68,7 +110,54 @@ class Agent:
             labels=self.labels,
             interval_s=self.interval_s,
         )
-        self.deliver(batch)
+        if not self._threaded:  # called on its own (a benchmark, one tick): deliver here
+            self.deliver(batch)
+            return
+        with self._handoff:
+            if self._busy or self._pending is not None or not self.spool.is_empty():
+                self.spool.append(batch)  # on disk at once; the delivery thread replays it
+            else:
+                self._pending = batch
+            self._handoff.notify()
+
+    def _deliver_loop(self, done):
+        while True:
+            with self._handoff:
+                if self._pending is None and not done.is_set():
+                    self._handoff.wait(self.interval_s)
+                batch, self._pending = self._pending, None
+                self._busy = True
+            try:
+                if batch is not None:
+                    self.deliver(batch)
+                elif not done.is_set():
+                    self.drain(budget_s=self.interval_s)
+                if done.is_set() and self._pending is None:
+                    self.drain(budget_s=5.0)
+                    return
+            finally:
+                with self._handoff:
+                    self._busy = False
+
+    def _watch(self, delivered):
+        """Cut off a database call that has run past its deadline (a server that answers nothing)."""
+        while not delivered.wait(WATCH_EVERY_S):
+            deadline = self._deadline
+            if deadline is None or time.monotonic() < deadline:
+                continue
+            with self._conn_lock:
+                if self._deadline is not deadline or self.conn is None:
+                    continue  # that call ended meanwhile
+                self._deadline = None
+                log.warning("a write got no answer from the database in %gs; abandoning it", self.db_timeout_s)
+                self.writes_abandoned += 1
+                try:
+                    # shutdown() on a duplicate acts on the shared socket: the
+                    # blocked call sees the connection end and raises.
+                    with socket.socket(fileno=os.dup(self.conn.fileno())) as sock:
+                        sock.shutdown(socket.SHUT_RDWR)
+                except (OSError, psycopg.Error):
+                    pass
 
     def deliver(self, batch):
         if not self.spool.is_empty():
@@ -79,7 +168,7 @@ class Agent:
             self.spool.append(batch)
             return
         try:
-            self.samples_written += self.writer.write(batch).inserted
+            self.samples_written += self._write(batch).inserted
         except psycopg.OperationalError as exc:
             self._lost(exc)
             self.spool.append(batch)
@@ -100,9 +189,16 @@ class Agent:
             log.info("spool replayed: the database has everything again")
         return replayed
 
+    def _write(self, batch):
+        self._deadline = time.monotonic() + self.db_timeout_s
+        try:
+            return self.writer.write(batch)
+        finally:
+            self._deadline = None
+
     def _write_replayed(self, batch):
         try:
-            self.samples_written += self.writer.write(batch).inserted
+            self.samples_written += self._write(batch).inserted
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
@@ -115,10 +211,14 @@ class Agent:
         if now < self._retry_at:
             return None
         try:
-            self.conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=self.connect_timeout_s)
+            conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=self.connect_timeout_s, **KEEPALIVE)
+            # The server ends a statement that runs too long (a lock wait, a
+            # stuck COPY) by itself; the watchdog covers a server that cannot.
+            conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{int(self.db_timeout_s * 1000)}ms",))
         except psycopg.OperationalError as exc:
             self._lost(exc)
             return None
+        self.conn = conn
         self.writer = Writer(self.conn)
         self._retry_s = RECONNECT_MIN_S
         if self._down:
@@ -134,23 +234,27 @@ class Agent:
                 self.spool.dir,
             )
         self._down = True
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            except psycopg.Error:
-                pass
-        self.conn = None
-        self.writer = None
+        self._drop_connection()
         self._retry_at = time.monotonic() + self._retry_s
         self._retry_s = min(RECONNECT_MAX_S, self._retry_s * 2)
+
+    def _drop_connection(self):
+        with self._conn_lock:
+            conn, self.conn, self.writer = self.conn, None, None
+            if conn is not None:
+                try:
+                    conn.close()
+                except psycopg.Error:
+                    pass
 
     def close(self):
         """Write what is spooled if the database answers, then release everything."""
         try:
             self.drain(budget_s=5.0)
         finally:
-            self.source.close()
-            self.spool.close()
-            if self.conn is not None:
-                self.conn.close()
-                self.conn = None
+            self._release()
+
+    def _release(self):
+        self.source.close()
+        self.spool.close()
+        self._drop_connection()

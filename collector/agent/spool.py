@@ -5,6 +5,9 @@ files `NNNNNNNNNNNN.spool` in the spool directory, and replayed oldest first.
 Each run of the agent starts a new segment, so a line torn by SIGKILL stays at
 the end of an old segment, where replay detects and skips it.
 
+The agent's sampling thread appends while its delivery thread replays: every
+method holds the spool's lock, except while `replay` waits on the database.
+
 The spool has a size cap: when the segments on disk exceed it, the oldest
 segment is deleted with a warning that says how many samples from which
 time span were dropped.
@@ -13,6 +16,7 @@ time span were dropped.
 import json
 import logging
 import os
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -34,6 +38,7 @@ class Spool:
         self._current = None  # (path, file) of the segment being appended to
         self._read_path = None  # segment being replayed
         self._read_offset = 0
+        self._lock = threading.RLock()
 
     # -- writing -------------------------------------------------------------
 
@@ -41,11 +46,12 @@ class Spool:
         """Append `batch`; drop the oldest segments if the spool is over its cap."""
         data = json.dumps(batch.to_json(), separators=(",", ":")).encode()
         line = b"%08x %s\n" % (zlib.crc32(data), data)
-        path, f = self._segment_for(len(line))
-        f.write(line)
-        # Flushed to the kernel at once: a SIGKILL then loses nothing written.
-        f.flush()
-        self._enforce_cap()
+        with self._lock:
+            path, f = self._segment_for(len(line))
+            f.write(line)
+            # Flushed to the kernel at once: a SIGKILL then loses nothing written.
+            f.flush()
+            self._enforce_cap()
 
     def _segment_for(self, size):
         if self._current is not None:
@@ -86,10 +92,11 @@ class Spool:
         return sorted(p for p in self.dir.glob("*.spool") if p.stem.isdigit())
 
     def is_empty(self):
-        for path in self.segments():
-            if path.stat().st_size > (self._read_offset if path == self._read_path else 0):
-                return False
-        return True
+        with self._lock:
+            for path in self.segments():
+                if path.stat().st_size > (self._read_offset if path == self._read_path else 0):
+                    return False
+            return True
 
     def replay(self, write, budget_s=None):
         """Pass spooled batches, oldest first, to `write(batch)`; return samples replayed.
@@ -101,23 +108,27 @@ class Spool:
         deadline = None if budget_s is None else time.monotonic() + budget_s
         replayed = 0
         while deadline is None or time.monotonic() < deadline:
-            segments = self.segments()
-            if not segments:
-                break
-            path = segments[0]
-            if path != self._read_path:
-                self._read_path, self._read_offset = path, 0
-            merged, end = self._read_some(path, self._read_offset)
+            with self._lock:
+                segments = self.segments()
+                if not segments:
+                    break
+                path = segments[0]
+                if path != self._read_path:
+                    self._read_path, self._read_offset = path, 0
+                merged, end = self._read_some(path, self._read_offset)
             if merged is not None:
-                write(merged)
+                write(merged)  # without the lock: appends go on while the database is slow
                 replayed += len(merged.rows)
-            self._read_offset = end
-            if end >= path.stat().st_size:
-                if self._current is not None and self._current[0] == path:
-                    self._current[1].close()
-                    self._current = None
-                path.unlink()
-                self._read_path, self._read_offset = None, 0
+            with self._lock:
+                if path != self._read_path:
+                    continue  # the size cap dropped this segment meanwhile
+                self._read_offset = end
+                if end >= path.stat().st_size:
+                    if self._current is not None and self._current[0] == path:
+                        self._current[1].close()
+                        self._current = None
+                    path.unlink()
+                    self._read_path, self._read_offset = None, 0
         return replayed
 
     def _read_some(self, path, offset):
@@ -151,9 +162,10 @@ class Spool:
                     merged.holders.extend(batch.holders)
 
     def close(self):
-        if self._current is not None:
-            self._current[1].close()
-            self._current = None
+        with self._lock:
+            if self._current is not None:
+                self._current[1].close()
+                self._current = None
 
 
 def _decode(line, path):

@@ -1,5 +1,6 @@
 """The agent: ticks, writes, spools while PostgreSQL is away, replays every sample exactly once."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 
@@ -100,6 +102,54 @@ def test_postgres_stopped_and_restarted_under_a_running_agent_loses_and_doubles_
     assert devices == 3
     assert distinct_ts == agent.ticks  # every tick stored
     assert total == 3 * agent.ticks  # and each sample once
+
+
+# The hang is 3 s here; YARDSTICK_HANG_S=60 reruns the probe that measured samples lost across a 60 s hang.
+HANG_S = float(os.environ.get("YARDSTICK_HANG_S", "3"))
+
+
+def test_a_hung_database_loses_no_sample(embedded_pg_factory, tmp_path, caplog):
+    """PostgreSQL stopped with SIGSTOP (it answers nothing): the agent keeps sampling, spools, loses nothing."""
+    server = embedded_pg_factory(tmp_path / "pg")
+    server.start()
+    with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+        conn.execute(schema.SCHEMA_SQL)
+    dsn = server.dsn("postgres")
+    interval = 0.1
+    agent = Agent(SimSource(gpus=4, seed=3), dsn, Spool(tmp_path / "spool"), interval_s=interval, db_timeout_s=1.0)
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    thread.start()
+    postmaster = psutil.Process(server.pid())
+    frozen = []
+    try:
+        assert wait_for(lambda: agent.samples_written >= 20)
+        frozen = [postmaster, *postmaster.children(recursive=True)]
+        for proc in frozen:
+            proc.suspend()  # SIGSTOP: sockets stay open, nothing answers
+        ticks_at_hang = agent.ticks
+        time.sleep(HANG_S)
+        ticks_in_hang = agent.ticks - ticks_at_hang
+        abandoned = agent.writes_abandoned
+    finally:
+        for proc in frozen:
+            proc.resume()
+    try:
+        assert wait_for(lambda: agent.spool.is_empty() and agent.conn is not None, timeout=60)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+    # Sampling never waited on the database: about one tick per interval throughout.
+    assert ticks_in_hang >= 0.8 * HANG_S / interval
+    # The write in flight was abandoned at its deadline, not left blocked.
+    assert abandoned >= 1
+    assert "got no answer from the database in 1s" in caplog.text
+    total, distinct_ts, devices = counts(dsn)
+    assert distinct_ts == agent.ticks  # every tick stored, the hung ones too
+    assert total == 4 * agent.ticks  # and each sample once
+    print(f"hang {HANG_S:g}s: {ticks_in_hang} ticks sampled during it, {agent.ticks} ticks, "
+          f"{4 * agent.ticks - total} samples lost, {abandoned} writes abandoned")
 
 
 def test_the_agent_command_exits_cleanly_on_sigterm(telemetry_dsn, tmp_path):
