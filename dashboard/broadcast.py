@@ -11,7 +11,9 @@ web processes never deliver the same sample twice.
 Events: topic "fleet", kind "samples": {"ts", "power_kw", "devices": [...], "cards": {"busy", "idle",
 "stale", "devices", "burn_usd_per_h"}, "stale": [[node, index], ...]}, sent when a sample is new or the cards changed (a device goes
 stale without any new row); topic "node.<id>", kind "samples": {"samples": [...]} (the node's devices
-only). The cards follow the fleet page's rules (dashboard.readings.device_state and
+only). While the database cannot be read, every subscriber gets kind "reading" {"ok": false}
+once (the reason goes to the log, not to browsers), and {"ok": true} when reads work again; the poller keeps trying, backing off to
+RETRY_MAX_S, for as long as anyone subscribes. The cards follow the fleet page's rules (dashboard.readings.device_state and
 device_burn_usd_per_h), with prices read at most once a minute.
 """
 
@@ -29,6 +31,8 @@ from dashboard.readings import CENT, device_burn_usd_per_h, device_state
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5
+RETRY_MAX_S = 5.0  # the longest wait between reads while the database is failing
+READ_TIMEOUT_S = 10.0  # a read with no answer by then counts as failed (a hung server)
 PRICES_EVERY_S = 60.0
 FIELDS = ("util_pct", "sm_active_pct", "power_w", "temp_c", "mem_used_mib")
 
@@ -109,28 +113,63 @@ class Broadcaster:
         self.book = None
         self.book_read_at = 0.0
         self.task = None
+        self.failing = None  # why the last read failed, while reads fail
+        self.reading = None  # the read in flight (one at a time, even when one hangs)
 
     def subscribe(self, consumer, topics):
         self.subscribers[consumer] = set(topics)
         if "fleet" in topics:
             self.shown = self.shown_stale = None  # they may have moved since its page was rendered: send again
+        loop = asyncio.get_running_loop()
+        if self.failing is not None:  # a page opened during an outage says so at once
+            loop.create_task(self._tell(consumer, {"ok": False}))
         if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._loop())
+            self.task = loop.create_task(self._loop())
 
     def unsubscribe(self, consumer):
         self.subscribers.pop(consumer, None)
 
     async def _loop(self):
         # Start from what is there now: the page was rendered with it.
+        send, delay = False, self.poll_s
         try:
-            await self._tick(send=False)
-            while self.subscribers:
-                await asyncio.sleep(self.poll_s)
-                await self._tick()
-        except Exception:  # noqa: BLE001 - a broken poller must not take the socket down
-            log.exception("telemetry broadcaster stopped")
+            while True:
+                try:
+                    await self._tick(send=send)
+                except Exception as err:  # noqa: BLE001 - the database away: say so, keep trying
+                    delay = min(RETRY_MAX_S, delay * 2)
+                    if self.failing is None:
+                        log.warning("live telemetry: cannot read the database (%s); retrying", _first_line(err))
+                        self.failing = _first_line(err)
+                        await self._tell_all({"ok": False})
+                else:
+                    delay = self.poll_s
+                    if self.failing is not None:
+                        log.info("live telemetry: reading the database again")
+                        self.failing = None
+                        await self._tell_all({"ok": True})
+                send = True
+                if not self.subscribers:
+                    return
+                await asyncio.sleep(delay)
+                if not self.subscribers:
+                    return
         finally:
             self.task = None
+
+    async def _tell_all(self, data):
+        for consumer in list(self.subscribers):
+            await self._tell(consumer, data)
+
+    async def _tell(self, consumer, data):
+        topics = sorted(self.subscribers.get(consumer, ()))
+        if not topics:
+            return
+        try:
+            await consumer.send_json({"topic": topics[0], "kind": "reading", "data": data})
+        except Exception as err:  # noqa: BLE001 - a closed socket: drop it
+            log.info("dropping a live subscriber: %s", err)
+            self.unsubscribe(consumer)
 
     def _read(self):
         """The rows, and the price book when it is older than PRICES_EVERY_S (sync: runs in a thread)."""
@@ -142,7 +181,16 @@ class Broadcaster:
 
     async def _tick(self, send=True):
         # database_sync_to_async closes the connection after the read (CONN_MAX_AGE = 0).
-        rows = await database_sync_to_async(self._read, thread_sensitive=False)()
+        if self.reading is None:
+            self.reading = asyncio.ensure_future(database_sync_to_async(self._read, thread_sensitive=False)())
+        try:
+            rows = await asyncio.wait_for(asyncio.shield(self.reading), READ_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no answer in {READ_TIMEOUT_S:g} s") from None
+        except Exception:
+            self.reading = None
+            raise
+        self.reading = None
         fleet, nodes = events(rows, self.seen, book=self.book, shown=self.shown, shown_stale=self.shown_stale or [])
         if not send or fleet is None:
             return
@@ -157,6 +205,11 @@ class Broadcaster:
             except Exception as err:  # noqa: BLE001 - a closed socket: drop it
                 log.info("dropping a live subscriber: %s", err)
                 self.unsubscribe(consumer)
+
+
+def _first_line(err):
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 broadcaster = Broadcaster()

@@ -313,6 +313,11 @@
       el.hidden = !d.phase;
       if (page === "job") Object.values(figs).forEach(function (f) { if (f.live && !f.drawn) sayEmpty(f); });
     },
+    reading: function (ev) {
+      // The server could not read the database (or can again): its socket is open, the data is not.
+      if (ev.data.ok) { setState("live"); catchUp(); }
+      else setState("reconnecting", "reconnecting: the database is not answering");
+    },
     samples: function (ev) {
       const d = ev.data;
       if (page === "fleet") fleetSamples(d);

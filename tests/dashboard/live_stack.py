@@ -59,7 +59,7 @@ def _http_ok(url):
 
 
 class LiveStack:
-    def __init__(self, tmp, worker=True):
+    def __init__(self, tmp, worker=True, database=None):
         from django.conf import settings
 
         from yardstick.embedded import EmbeddedRedis
@@ -76,7 +76,7 @@ class LiveStack:
         self.procs = []
         self.env = {
             **os.environ, "DJANGO_SETTINGS_MODULE": "yardstick.settings", "YARDSTICK_DATA_DIR": str(self.data_dir),
-            "DATABASE_URL": database_url(), "REDIS_URL": self.redis.url if worker else settings.REDIS_URL,
+            "DATABASE_URL": database or database_url(), "REDIS_URL": self.redis.url if worker else settings.REDIS_URL,
             "SECRET_KEY": settings.SECRET_KEY,
             "PYTHONUNBUFFERED": "1", "DJANGO_ALLOW_ASYNC_UNSAFE": "",
         }

@@ -14,7 +14,8 @@ from costs.money import ipd_text
 from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard import builders as b
 from tests.dashboard.browser_helpers import in_thread, log_in, record_events, shot, user_in_role, wait_subscribed
-from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
+from tests.dashboard.live_stack import LiveStack, live_web  # noqa: F401 - fixture
+from tests.faults import DatabaseRelay
 from yardstick.live import send_now
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -117,6 +118,47 @@ def test_the_fleet_cards_follow_devices_going_idle_and_stale(  # noqa: F811
     page.wait_for_function(f"{cards} === '0 1 1 $2.02'")  # 2.015 half up
     assert page.evaluate(LOADED_AT) == loaded
     shot(page, output_dir, request, "cards")
+
+
+@pytest.fixture
+def web_behind_relay(transactional_db, tmp_path):
+    """Daphne reaching the test database only through a relay the test can cut: (stack, relay)."""
+    from django.db import connection
+
+    relay = DatabaseRelay(connection.settings_dict).start()
+    stack = LiveStack(tmp_path, worker=False, database=relay.url())
+    try:
+        yield stack.start(), relay
+    finally:
+        stack.stop()
+        relay.stop()
+
+
+def test_the_fleet_page_says_reconnecting_while_the_database_is_away_and_goes_on_by_itself(
+        web_behind_relay, page, django_user_model, output_dir, request):  # noqa: F811
+    web, relay = web_behind_relay
+    b.prices(per_hour="2.00", per_kwh="0.10", pue="1.5")
+    gpu = b.device(b.node("gpu-a", interval_s=30), 0)
+    b.latest(gpu, util_pct=90, power_w=600)
+    user_in_role(django_user_model, "otto", "viewer", subprocess=True)
+    log_in(page, web.url, "otto", "/")
+    loaded = open_live(page, web.url, "/")
+    state = "document.getElementById('live-state')"
+    assert page.evaluate(f"{state}.dataset.state") == "live"
+
+    relay.cut()  # the web process can no longer reach PostgreSQL; its socket to the browser stays open
+    page.wait_for_function(f"{state}.dataset.state === 'reconnecting'", timeout=20_000)
+    assert page.evaluate(f"{state}.textContent") == "reconnecting: the database is not answering"
+    # Not shot(): it pauses and resumes live, a new subscription; the page must recover without one.
+    page.screenshot(path=str(output_dir / f"{request.node.name}-reconnecting.png"))
+    b.latest(gpu, util_pct=4, power_w=100)  # the device went idle during the outage
+
+    relay.restore()  # no reload, no new subscriber: the page picks up by itself
+    page.wait_for_function(f"{state}.dataset.state === 'live'", timeout=20_000)
+    text_is(page, "#card-idle", "1")
+    text_is(page, "#card-busy", "0")
+    assert page.evaluate(LOADED_AT) == loaded
+    shot(page, output_dir, request, "back")
 
 
 def progress(job, step, reward):
