@@ -160,11 +160,13 @@ def _nvml_uuid(props):
 
 
 def torch_threads(config):
-    """Threads for this job's process: the config's, the setting's, or the cores this process may use."""
-    if config.torch_threads:
-        return config.torch_threads
-    configured = int(getattr(settings, "YARDSTICK_JOB_TORCH_THREADS", 0) or 0)
-    return configured or len(os.sched_getaffinity(0))
+    """Threads for this job's process: the config's, the setting's, or the cores this process may use.
+
+    Never more than those cores: the start checked the config against the machine that took the request,
+    and a worker with fewer cores would only slow down (a huge count crashed the pool process)."""
+    cores = len(os.sched_getaffinity(0))
+    asked = config.torch_threads or int(getattr(settings, "YARDSTICK_JOB_TORCH_THREADS", 0) or 0)
+    return min(asked, cores) if asked else cores
 
 
 # -- the heartbeat ---------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -51,8 +52,8 @@ class Trainer:
         self._setup(config, device, base["model_config"], base["model"])
 
     def _setup(self, config: TrainConfig, device: str, model_config: dict, base_weights: dict) -> None:
-        if config.torch_threads > 0:
-            torch.set_num_threads(config.torch_threads)
+        if config.torch_threads > 0:  # at most the cores this process may use, on whatever machine runs it
+            torch.set_num_threads(min(config.torch_threads, len(os.sched_getaffinity(0))))
         random.seed(config.seed)
         torch.manual_seed(config.seed)  # also seeds every CUDA device
         self.config = config
