@@ -388,6 +388,17 @@ class Job(models.Model):
         # It was alive until its process was reaped, a moment ago: charge device time up to now.
         return self._fail_crashed(f"was lost: {cause}", alive_until=now, now=now, where=mine)
 
+    def fail_lost_before_start(self, cause, now=None):
+        """Fail this queued job: the pool process that took its message died before claiming it.
+
+        The message was acknowledged (run_job acks late, without reject_on_worker_lost), so nothing
+        would ever run it: it would stay `queued` for good. Failed, it can be resumed. Return True
+        when this call failed it (a job some worker claimed meanwhile is left alone)."""
+        now = now or timezone.now()
+        error = f"the worker was lost before it started the job: {cause}; resume to start it"
+        return self._transition((Status.QUEUED,), Status.FAILED, error, error=error, phase="", finished_at=now,
+                                stop_requested=False, budget_stop_requested=False) is not None
+
     def _fail_crashed(self, cause, alive_until, now, where):
         """The one rule for a job whose worker died: failed (resumable), its open stints ended
         `crashed` at `alive_until`, the error saying where it ran, why, and where a resume starts."""

@@ -58,6 +58,8 @@ def fail_job_of_lost_worker(sender=None, task_id=None, exception=None, args=None
     cause = str(exception).partition(" Job:")[0].rstrip(". ")
     if stint is not None and not psutil.pid_exists(stint.pid) and job.fail_worker_lost(stint.pid, f"Celery: {cause}"):
         log.warning("job %s failed: %s", job.pk, job.error)
+    elif stint is None and job.fail_lost_before_start(f"Celery: {cause}"):
+        log.warning("job %s failed: %s", job.pk, job.error)
 
 
 @worker_shutting_down.connect

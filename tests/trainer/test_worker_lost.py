@@ -54,3 +54,35 @@ def test_it_fails_the_job_of_a_killed_pool_process_within_seconds_and_it_can_be_
     stint.refresh_from_db()
     assert stint.end_reason == "crashed" and stint.ended_at is not None
     assert job.can_resume, job.resume_refusal()
+
+
+def test_a_job_whose_pool_process_died_before_claiming_it_fails_instead_of_staying_queued(transactional_db, make_job):
+    """The message is acknowledged when the pool process dies, so nothing would run the job again."""
+    from billiard.exceptions import WorkerLostError
+
+    from trainer.tasks import fail_job_of_lost_worker
+
+    job = make_job(steps=5)
+    assert job.status == "queued"
+    lost = WorkerLostError("Worker exited prematurely: signal 9 (SIGKILL) Job: 0.")
+    fail_job_of_lost_worker(args=[job.pk], exception=lost)  # what Celery's task_failure sends
+
+    job.refresh_from_db()
+    assert job.status == "failed"
+    assert job.error == ("the worker was lost before it started the job: Celery: Worker exited prematurely: "
+                         "signal 9 (SIGKILL); resume to start it")
+    assert job.can_resume, job.resume_refusal()
+    assert StatusChange.objects.filter(job=job, from_status="queued", to_status="failed").exists()
+
+
+def test_a_lost_report_for_a_job_already_claimed_elsewhere_leaves_it_running(transactional_db, make_job):
+    from billiard.exceptions import WorkerLostError
+
+    from trainer.tasks import fail_job_of_lost_worker
+
+    job = make_job(steps=5)
+    assert job.claim(), "a worker claimed it"
+    fail_job_of_lost_worker(args=[job.pk], exception=WorkerLostError("Worker exited prematurely: signal 9 (SIGKILL)"))
+
+    job.refresh_from_db()
+    assert job.status == "running"
