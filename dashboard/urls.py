@@ -7,8 +7,10 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("api/whoami", views.whoami, name="whoami"),
     path("assets/plotly-<str:version>.min.js", views.plotly_js, name="plotly-js"),
-    path("nodes/<str:name>", views.node_page, name="node"),
-    path("nodes/<str:name>/owner", views.set_node_owner, name="node-owner"),
+    # <path:…>: a node's name may hold "/" (an imported log's --node, a DCGM Hostname label), and a
+    # link to it must not fail the page that lists it. The owner route comes first to win its suffix.
+    path("nodes/<path:name>/owner", views.set_node_owner, name="node-owner"),
+    path("nodes/<path:name>", views.node_page, name="node"),
     path("jobs/", views.jobs_page, name="jobs"),
     path("jobs/start", views.start_job, name="job-start"),
     path("jobs/<int:job_id>", views.job_page, name="job"),

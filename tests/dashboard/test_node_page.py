@@ -150,3 +150,23 @@ def test_the_favicon_is_served(viewer_client, client):
     assert '<link rel="icon" href="/static/yardstick/favicon.svg"' in page
     resp = viewer_client.get("/favicon.ico")
     assert resp.status_code == 301 and resp["Location"] == "/static/yardstick/favicon.svg"
+
+
+def test_a_node_named_with_a_slash_is_listed_linked_and_owned_like_any_other(client, admin_user):
+    from collector.models import Node
+
+    n = b.node("rack-1/gpu-a", team="research")
+    b.latest(b.device(n, 0), util_pct=50, power_w=300)
+    client.force_login(admin_user)
+
+    fleet = client.get("/")
+    assert fleet.status_code == 200
+    assert 'href="/nodes/rack-1/gpu-a"' in fleet.content.decode()
+    page = client.get("/nodes/rack-1/gpu-a")
+    assert page.status_code == 200 and page.context["node"].name == "rack-1/gpu-a"
+    assert 'action="/nodes/rack-1/gpu-a/owner"' in page.content.decode()
+
+    resp = client.post("/nodes/rack-1/gpu-a/owner", {"team": "infra"}, follow=True)
+    assert resp.redirect_chain[-1][0] == "/nodes/rack-1/gpu-a"
+    n.refresh_from_db()
+    assert n.owner == "infra"
