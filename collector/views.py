@@ -15,10 +15,6 @@ from yardstick.inputs import InputError, check_moment
 DEFAULT_RANGE = {"raw": timedelta(hours=1), "1m": timedelta(days=1), "1h": timedelta(days=30)}
 
 
-class BadParameter(ValueError):
-    pass
-
-
 @require_GET
 @require_role("viewer")
 def fleet(request):
@@ -33,8 +29,8 @@ def device_samples(request, uuid):
         return JsonResponse({"error": f"no device with uuid {uuid!r}"}, status=404)
     try:
         resolution, start, end = _series_params(request.GET)
-    except BadParameter as exc:
-        return JsonResponse({"error": str(exc)}, status=400)
+    except InputError as err:
+        return JsonResponse({"error": err.message, "field": err.field}, status=400)
     return JsonResponse(
         {
             "device": {
@@ -58,15 +54,15 @@ def device_samples(request, uuid):
 def _series_params(params):
     resolution = params.get("resolution", "1m")
     if resolution not in store.RESOLUTIONS:
-        raise BadParameter(f"resolution must be one of {', '.join(store.RESOLUTIONS)}, got {resolution!r}")
+        raise InputError("resolution", f"resolution must be one of {', '.join(store.RESOLUTIONS)}, got {resolution!r}")
     end = _time(params, "to") or djtz.now()
     start = _time(params, "from") or end - DEFAULT_RANGE[resolution]
     if start >= end:
-        raise BadParameter(f"from must be before to, got from={start.isoformat()} to={end.isoformat()}")
+        raise InputError("from", f"from must be before to, got from={start.isoformat()} to={end.isoformat()}")
     if end - start > store.MAX_RANGE[resolution]:
         limit = store.MAX_RANGE[resolution]
-        raise BadParameter(
-            f"from..to may span at most {limit.days} day(s) at resolution {resolution}, "
+        raise InputError(
+            "from", f"from..to may span at most {limit.days} day(s) at resolution {resolution}, "
             f"got {(end - start).total_seconds() / 86400:.1f} days; use a coarser resolution"
         )
     return resolution, start, end
@@ -83,10 +79,8 @@ def _time(params, name):
         try:
             value = datetime.fromisoformat(raw.replace(" ", "+") if raw.count(" ") == 1 and "T" in raw else raw)
         except ValueError:
-            raise BadParameter(
-                f"{name} must be an ISO 8601 time like 2025-01-31T12:00:00Z or Unix seconds, got {raw!r}"
+            raise InputError(
+                name, f"{name} must be an ISO 8601 time like 2025-01-31T12:00:00Z or Unix seconds, got {raw!r}"
             ) from None
-    try:
-        return check_moment(name, value if value.tzinfo else value.replace(tzinfo=timezone.utc))
-    except InputError as err:  # 0001-01-01 less the default range overflowed (500)
-        raise BadParameter(err.message) from None
+    # 0001-01-01 less the default range overflowed (500)
+    return check_moment(name, value if value.tzinfo else value.replace(tzinfo=timezone.utc))

@@ -218,3 +218,15 @@ def score_cost_curve(job, book=None):
     spent = spent_by(job, [at for at, _, _ in scores], book)
     return [{"step": step, "at": at.isoformat(), "pass1": pass1, "cost_usd": float(usd.quantize(Decimal("0.000001")))}
             for (at, step, pass1), usd in zip(scores, spent)]
+
+
+def ipd_curve(curve, baseline_pass1):
+    """{step, usd, ipd}: a `score_cost_curve` as the job page's cost chart draws it (dashboard.figures.cost_ipd)
+    and the "costs" live event carries it: the dollars spent by each eval, and `ipd` of the gain over the
+    baseline for those dollars (None where `ipd` has no figure)."""
+    points_per_usd = []
+    for p in curve:
+        gain = None if baseline_pass1 is None or p["pass1"] is None else p["pass1"] - baseline_pass1
+        ratio, _, _ = ipd(gain, Decimal(repr(p["cost_usd"])))
+        points_per_usd.append(None if ratio is None else float(ratio))
+    return {"step": [p["step"] for p in curve], "usd": [p["cost_usd"] for p in curve], "ipd": points_per_usd}

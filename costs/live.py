@@ -116,12 +116,11 @@ def figures(now=None, job_ids=(), book=None):
 
 def _cost_curve(job_id, book):
     """The job page's cost/IPD chart points ({step, usd, ipd}, as dashboard.figures.cost_ipd draws them)."""
-    from costs.intelligence import score_cost_curve
-    from dashboard.figures import cost_ipd_points
+    from costs.intelligence import ipd_curve, score_cost_curve
     from trainer.models import Job
 
     job = Job.objects.only("pk", "baseline_pass1").get(pk=job_id)
-    return cost_ipd_points(score_cost_curve(job, book), job.baseline_pass1)
+    return ipd_curve(score_cost_curve(job, book), job.baseline_pass1)
 
 
 def _base_build_text(job_id):

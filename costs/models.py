@@ -59,11 +59,12 @@ class PriceEntry(models.Model):
     def clean(self):
         from django.core.exceptions import ValidationError
 
-        from costs.prices import PriceError, validate_entry
+        from costs.prices import validate_entry
+        from yardstick.inputs import InputError
 
         try:
             validate_entry(self)
-        except PriceError as err:
+        except InputError as err:
             raise ValidationError({err.field: err.message}) from None
 
 

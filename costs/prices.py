@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from costs.models import PriceEntry
+from yardstick.inputs import InputError
 
 HOST_KEY = "cpu"
 DEFAULT_PATTERN = "*"
@@ -40,36 +41,27 @@ EXAMPLE_PRICES = [
 EXAMPLE_FROM = date(2020, 1, 1)
 
 
-class PriceError(ValueError):
-    """A price entry that cannot be stored; `field` names it, the message says what is accepted."""
-
-    def __init__(self, field, message):
-        super().__init__(message)
-        self.field = field
-        self.message = message
-
-
 # -- validation -----------------------------------------------------------------
 
 
 def parse_money(field, value, minimum=Decimal(0), accepted=None):
-    """Return `value` as a finite Decimal >= minimum (6 decimal places at most), or raise PriceError."""
+    """Return `value` as a finite Decimal >= minimum (6 decimal places at most), or raise InputError."""
     accepted = accepted or f"a number >= {minimum}"
     try:
         amount = value if isinstance(value, Decimal) else Decimal(str(value).strip())
     except (InvalidOperation, ValueError):
-        raise PriceError(field, f"{field} must be {accepted}, got {value!r}") from None
+        raise InputError(field, f"{field} must be {accepted}, got {value!r}") from None
     if isinstance(value, bool) or not amount.is_finite() or amount < minimum:
-        raise PriceError(field, f"{field} must be {accepted}, got {value}")
+        raise InputError(field, f"{field} must be {accepted}, got {value}")
     if amount > Decimal("99999999"):
-        raise PriceError(field, f"{field} must be {accepted} and below 100000000, got {value}")
+        raise InputError(field, f"{field} must be {accepted} and below 100000000, got {value}")
     if amount != amount.quantize(Decimal("0.000001")):
-        raise PriceError(field, f"{field} must have at most 6 decimal places, got {value}")
+        raise InputError(field, f"{field} must have at most 6 decimal places, got {value}")
     return amount
 
 
 def parse_day(field, value):
-    """Return a date from a date or 'YYYY-MM-DD', or raise PriceError."""
+    """Return a date from a date or 'YYYY-MM-DD', or raise InputError."""
     if isinstance(value, datetime):
         return value.date()
     if isinstance(value, date):
@@ -77,21 +69,21 @@ def parse_day(field, value):
     try:
         return date.fromisoformat(str(value).strip())
     except ValueError:
-        raise PriceError(field, f"{field} must be a date YYYY-MM-DD, got {value!r}") from None
+        raise InputError(field, f"{field} must be a date YYYY-MM-DD, got {value!r}") from None
 
 
 def validate_entry(entry):
-    """Normalise and check `entry` (a PriceEntry, saved or not) in place; raise PriceError on the first bad field."""
+    """Normalise and check `entry` (a PriceEntry, saved or not) in place; raise InputError on the first bad field."""
     pattern = (entry.pattern or "").strip() if isinstance(entry.pattern, str) else entry.pattern
     if not isinstance(pattern, str) or not pattern or len(pattern) > 200:
-        raise PriceError("pattern", f"pattern must be a model-name pattern like *H100*, cpu or * "
+        raise InputError("pattern", f"pattern must be a model-name pattern like *H100*, cpu or * "
                                     f"(1 to 200 characters), got {entry.pattern!r}")
     entry.pattern = pattern
     entry.usd_per_hour = parse_money("usd_per_hour", entry.usd_per_hour, accepted="a number of dollars >= 0")
     entry.usd_per_kwh = parse_money("usd_per_kwh", entry.usd_per_kwh, accepted="a number of dollars >= 0")
     entry.pue = parse_money("pue", entry.pue, minimum=Decimal(1), accepted="a number >= 1 (1.0 = no overhead)")
     if entry.pue != entry.pue.quantize(Decimal("0.001")):
-        raise PriceError("pue", f"pue must have at most 3 decimal places, got {entry.pue}")
+        raise InputError("pue", f"pue must have at most 3 decimal places, got {entry.pue}")
     entry.effective_from = parse_day("effective_from", entry.effective_from)
 
     clash = PriceEntry.objects.filter(pattern=entry.pattern, effective_from=entry.effective_from)
@@ -99,7 +91,7 @@ def validate_entry(entry):
         clash = clash.exclude(pk=entry.pk)
     other = clash.first()
     if other is not None:
-        raise PriceError("effective_from", f"pattern {entry.pattern!r} already has an entry from "
+        raise InputError("effective_from", f"pattern {entry.pattern!r} already has an entry from "
                                            f"{entry.effective_from} (${other.usd_per_hour}/h); "
                                            "choose another date (entries of one pattern need distinct start dates)")
 
@@ -110,14 +102,14 @@ def validate_entry(entry):
             fixed = ("pattern", "usd_per_hour", "usd_per_kwh", "pue", "effective_from")
             changed = [f for f in fixed if getattr(stored, f) != getattr(entry, f)]
             if changed:
-                raise PriceError(changed[0], f"{changed[0]} of an entry in force since {stored.effective_from} "
+                raise InputError(changed[0], f"{changed[0]} of an entry in force since {stored.effective_from} "
                                              "cannot change (past costs would change with it); "
                                              f"add a new entry from {today} or later instead")
     return entry
 
 
 def add_price(pattern, usd_per_hour, usd_per_kwh, pue, effective_from, is_example=False, note=""):
-    """Validate and store a new price entry; return it. Raise PriceError (nothing stored) on bad input."""
+    """Validate and store a new price entry; return it. Raise InputError (nothing stored) on bad input."""
     entry = PriceEntry(pattern=pattern, usd_per_hour=usd_per_hour, usd_per_kwh=usd_per_kwh, pue=pue,
                        effective_from=effective_from, is_example=is_example, note=note)
     with transaction.atomic():

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 from costs import report
 from costs.intelligence import job_intelligence, score_cost_curve
 from yardstick.auth import require_role
+from yardstick.inputs import InputError
 
 
 @never_cache
@@ -20,8 +21,8 @@ from yardstick.auth import require_role
 def costs(request):
     try:
         period, group, fmt = report.parse_params(request.GET)
-    except report.ReportParamError as err:
-        return JsonResponse({"error": err.message, "param": err.param}, status=400)
+    except InputError as err:
+        return JsonResponse({"error": err.message, "param": err.field}, status=400)
     table = report.build(period, group)
     if fmt == "csv":
         resp = HttpResponse(report.to_csv(table), content_type="text/csv; charset=utf-8")

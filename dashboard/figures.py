@@ -17,6 +17,8 @@ with `Plotly.extendTraces` when a step event arrives.
 import html
 import math
 
+from costs.intelligence import ipd_curve
+
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 BLUE, ORANGE, GREEN, VERMILLION, SKY, PURPLE, YELLOW, BLACK = PALETTE
@@ -308,19 +310,10 @@ def job_figures(x, cols, cost_curve, baseline_pass1):
     return figs
 
 
-def cost_ipd_points(curve, baseline_pass1):
-    """{step, usd, ipd}: the cost chart's x and its two traces' y, from costs.intelligence.score_cost_curve
-    (the page draws them, and the "costs" live event carries them to redraw it)."""
-    ipd = []
-    for p in curve:
-        gain = None if baseline_pass1 is None or p["pass1"] is None else p["pass1"] - baseline_pass1
-        ipd.append(None if gain is None or not p["cost_usd"] else gain / p["cost_usd"])
-    return {"step": [p["step"] for p in curve], "usd": [_num(p["cost_usd"]) for p in curve], "ipd": ipd}
-
-
 def cost_ipd(curve, baseline_pass1):
-    """Cumulative dollars and intelligence per dollar at each eval, from costs.intelligence.score_cost_curve."""
-    pts = cost_ipd_points(curve, baseline_pass1)
+    """Cumulative dollars and intelligence per dollar at each eval, from costs.intelligence.score_cost_curve
+    (its points and IPD are costs.intelligence.ipd_curve's, as the "costs" live event sends them)."""
+    pts = ipd_curve(curve, baseline_pass1)
     fig = {
         "data": [
             line("cost so far (USD)", pts["step"], pts["usd"], 0, mode="lines+markers"),

@@ -10,6 +10,8 @@ rolled back, until the trainer accepts the rest (see `_all_errors`).
 
 from django.db import transaction
 
+from yardstick.inputs import InputError
+
 # Preset name → (label, env, config). The config fields shown on the form are FORM_CONFIG.
 PRESETS = {
     "arithmetic-standard": ("Arithmetic, standard (200 steps)", "arithmetic",
@@ -94,21 +96,21 @@ class StartForm:
 
     def save(self, user):
         """Start the job and return it, or return None with `errors` naming every bad field."""
-        from trainer.models import Job, JobInputError
+        from trainer.models import Job
 
         if self.errors:
             return None
         args = self.arguments()
         try:
             return Job.start(**args, created_by=user)
-        except JobInputError as first:
+        except InputError as first:
             self.errors = _all_errors(args, first)
             return None
 
 
 def _all_errors(args, first):
     """{field: message} for every bad field, starting from the trainer's first complaint."""
-    from trainer.models import Job, JobInputError
+    from trainer.models import Job
 
     errors = {first.field: first.message}
     probe = {**args, "config": dict(args["config"])}
@@ -126,7 +128,7 @@ def _all_errors(args, first):
                 Job.start(**probe, enqueue=False)
                 transaction.set_rollback(True)
             break
-        except JobInputError as err:
+        except InputError as err:
             if err.field in errors:
                 break
             errors[err.field] = err.message

@@ -25,10 +25,6 @@ DEFAULT_RANGE = "1h"
 MAX_CUSTOM = timedelta(days=366)
 
 
-class RangeError(InputError):
-    """A range parameter that cannot be used; `field` names it."""
-
-
 def resolution_for(span):
     """raw up to 1 h (≤ 3,600 points a device at 1 s), 1-minute rollups up to 7 days, else 1-hour."""
     if span <= timedelta(hours=1):
@@ -77,29 +73,27 @@ def parse_time(field, raw):
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise RangeError(field, f"{field} must be a time like 2025-01-31T12:00 (UTC), got {raw!r}") from None
-    try:  # 9999-12-31 overflowed where a page steps past it (500)
-        return check_moment(field, value if value.tzinfo else value.replace(tzinfo=timezone.utc))
-    except InputError as err:
-        raise RangeError(field, err.message) from None
+        raise InputError(field, f"{field} must be a time like 2025-01-31T12:00 (UTC), got {raw!r}") from None
+    # 9999-12-31 overflowed where a page steps past it (500)
+    return check_moment(field, value if value.tzinfo else value.replace(tzinfo=timezone.utc))
 
 
 def from_request(params, now=None, default=DEFAULT_RANGE):
-    """Return the TimeRange of a query dict; raise RangeError naming the bad parameter."""
+    """Return the TimeRange of a query dict; raise InputError naming the bad parameter."""
     now = now or djtz.now()
     live_raw = params.get("live", "1")
     if live_raw not in ("0", "1"):
-        raise RangeError("live", f"live must be 0 or 1, got {live_raw!r}")
+        raise InputError("live", f"live must be 0 or 1, got {live_raw!r}")
     live = live_raw == "1"
     if params.get("from") or params.get("to"):
         start = parse_time("from", params.get("from", ""))
         end = parse_time("to", params["to"]) if params.get("to") else now
         if start >= end:
-            raise RangeError("from", f"from must be before to, got from={start:%Y-%m-%dT%H:%M} to={end:%Y-%m-%dT%H:%M}")
+            raise InputError("from", f"from must be before to, got from={start:%Y-%m-%dT%H:%M} to={end:%Y-%m-%dT%H:%M}")
         if end - start > MAX_CUSTOM:
-            raise RangeError("to", f"a custom range may span at most {MAX_CUSTOM.days} days")
+            raise InputError("to", f"a custom range may span at most {MAX_CUSTOM.days} days")
         return TimeRange("custom", start, end, live=False)
     key = params.get("range") or default
     if key not in RANGES:
-        raise RangeError("range", f"range must be one of {', '.join(RANGES)} (or from/to), got {key!r}")
+        raise InputError("range", f"range must be one of {', '.join(RANGES)} (or from/to), got {key!r}")
     return TimeRange(key, now - RANGES[key], now, live)

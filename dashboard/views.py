@@ -21,8 +21,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import figures, health, readings
 from dashboard.forms import FORM_CONFIG, PRESETS, StartForm
-from dashboard.timerange import RANGES, RangeError, from_request
+from dashboard.timerange import RANGES, from_request
 from yardstick.auth import require_role, role_of
+from yardstick.inputs import InputError
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 COMPARE_MAX = 8
@@ -42,7 +43,7 @@ def _json(value):
 def _range_or_400(request, default="1h"):
     try:
         return from_request(request.GET, default=default), None
-    except RangeError as err:
+    except InputError as err:
         return None, render(request, "dashboard/bad_request.html", {"message": err.message, "field": err.field},
                             status=400)
 
@@ -166,11 +167,11 @@ def _jobs_context(request, form=None, status=None):
 @require_GET
 @require_role("viewer")
 def jobs_page(request):
-    from trainer.models import JobInputError, status_filter
+    from trainer.models import status_filter
 
     try:
         status = status_filter(request.GET.get("status"))
-    except JobInputError as err:
+    except InputError as err:
         return render(request, "dashboard/bad_request.html", {"message": err.message, "field": err.field}, status=400)
     return render(request, "dashboard/jobs.html", _jobs_context(request, status=status))
 
@@ -196,7 +197,7 @@ def stop_job(request, job_id):
     if job.request_stop(by=request.user.username):
         messages.success(request, f"Job {job.pk} is {job.status}.")
     else:
-        messages.error(request, f"Job {job.pk} is {job.status}; only a queued or running job can be stopped.")
+        messages.error(request, _sentence(job.stop_refusal()))
     return _back(request, job)
 
 
@@ -209,9 +210,13 @@ def resume_job(request, job_id):
     if job.resume(by=request.user.username):
         messages.success(request, f"Job {job.pk} resumed: queued.")
     else:
-        why = job.resume_refusal()
-        messages.error(request, f"{why[:1].upper()}{why[1:]}.")
+        messages.error(request, _sentence(job.resume_refusal()))
     return _back(request, job)
+
+
+def _sentence(refusal):
+    """A model's refusal ("job 3 is completed; ...") as a message on the page: capitalised, with a full stop."""
+    return f"{refusal[:1].upper()}{refusal[1:]}."
 
 
 def _back(request, job):
@@ -326,8 +331,8 @@ def costs_page(request):
 
     try:
         period, group, _ = report.parse_params(request.GET)
-    except report.ReportParamError as err:
-        return render(request, "dashboard/bad_request.html", {"message": err.message, "field": err.param},
+    except InputError as err:
+        return render(request, "dashboard/bad_request.html", {"message": err.message, "field": err.field},
                       status=400)
     table = report.build(period, group)
     stacks = readings.cost_stacks(period, group)

@@ -32,6 +32,7 @@ from django.db.models import DateTimeField, F, Q, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
+from yardstick.inputs import InputError
 from yardstick.live import publish
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d{1,2})$")
@@ -42,15 +43,6 @@ ENV_MAX = 50
 # Budgets are kept to the micro-dollar: a small CPU job's whole budget can be a fraction of a cent.
 BUDGET_PLACES = 6
 BUDGET_MAX_USD = Decimal("9999999999.999999")  # what DecimalField(16, 6) holds
-
-
-class JobInputError(ValueError):
-    """Input that cannot start a job; `field` names it, the message says what is accepted."""
-
-    def __init__(self, field, message):
-        super().__init__(message)
-        self.field = field
-        self.message = message
 
 
 class Status(models.TextChoices):
@@ -65,6 +57,8 @@ class Status(models.TextChoices):
 
 # A worker owns the job in these states; the heartbeat is meaningful only here.
 ACTIVE = (Status.RUNNING, Status.STOPPING)
+# States a Stop applies to (a stopping job is already on its way).
+STOPPABLE = (Status.QUEUED, Status.RUNNING)
 # States a job may be resumed from (completed is done: start a new job to train further).
 RESUMABLE = (Status.STOPPED, Status.FAILED, Status.BUDGET_EXHAUSTED)
 ENDED = (Status.STOPPED, Status.COMPLETED, Status.FAILED, Status.BUDGET_EXHAUSTED)
@@ -135,7 +129,7 @@ class Job(models.Model):
               runs_here=False):
         """Validate the input, create a queued job and (after commit) enqueue its task.
 
-        Raise JobInputError naming the first bad field; nothing is created then.
+        Raise InputError naming the first bad field; nothing is created then.
         With enqueue=False the caller runs it (`manage.py train` does, in the foreground);
         `runs_here` checks the device against what torch sees in this process instead of
         what the jobs workers report.
@@ -146,25 +140,25 @@ class Job(models.Model):
         name = _text("name", name, NAME_MAX)
         team = _text("team", team, TEAM_MAX)
         if not isinstance(env, str) or not env.strip():
-            raise JobInputError("env", f"env is required: one of {', '.join(_env_names())}")
+            raise InputError("env", f"env is required: one of {', '.join(_env_names())}")
         config = {} if config is None else config
         if not isinstance(config, dict):
-            raise JobInputError("config", f"config must be an object of TrainConfig fields, got {config!r}")
+            raise InputError("config", f"config must be an object of TrainConfig fields, got {config!r}")
         if "env" in config and config["env"] != env:
-            raise JobInputError("config.env", f"config.env ({config['env']!r}) differs from env ({env!r}); give it once")
+            raise InputError("config.env", f"config.env ({config['env']!r}) differs from env ({env!r}); give it once")
         try:
             cfg = TrainConfig.from_dict({**config, "env": env})
         except ConfigError as err:
             field = "env" if err.field == "env" else f"config.{err.field}"
-            raise JobInputError(field, err.message) from None
+            raise InputError(field, err.message) from None
         except TypeError as err:  # a dataclass refusing something from_dict let through
-            raise JobInputError("config", f"config is not usable: {err}") from None
+            raise InputError("config", f"config is not usable: {err}") from None
         budget = _budget(budget_usd)
         if not isinstance(device, str) or not DEVICE_RE.fullmatch(device):  # fullmatch: "$" lets "cuda:1\n" through
-            raise JobInputError("device", f"device must be {DEVICE_ACCEPTED}, got {device!r}")
+            raise InputError("device", f"device must be {DEVICE_ACCEPTED}, got {device!r}")
         refusal = device_refusal(device, runs_here=runs_here)
         if refusal:
-            raise JobInputError("device", refusal)
+            raise InputError("device", refusal)
 
         with transaction.atomic():
             job = cls.objects.create(
@@ -438,11 +432,17 @@ class Job(models.Model):
 
     @property
     def can_stop(self):
-        return self.status in (Status.QUEUED, Status.RUNNING)
+        return self.status in STOPPABLE
 
     @property
     def can_resume(self):
         return self.source == Source.EMBEDDED and self.status in RESUMABLE and not self.not_resumable_reason
+
+    def stop_refusal(self):
+        """Why a Stop did nothing to this job, for people; empty when it is stopping or can be stopped."""
+        if self.status in STOPPABLE or self.status == Status.STOPPING:
+            return ""
+        return f"job {self.pk} is {self.status}; only a {_either(STOPPABLE)} job can be stopped"
 
     def resume_refusal(self):
         """Why this job cannot be resumed, for people; empty when it can."""
@@ -450,7 +450,7 @@ class Job(models.Model):
             return (f"job {self.pk} is an external run: restart its training with MLFLOW_RUN_ID set to the run's "
                     "id to continue it")
         if self.status not in RESUMABLE:
-            return f"job {self.pk} is {self.status}; only a stopped, failed or budget_exhausted job can be resumed"
+            return f"job {self.pk} is {self.status}; only a {_either(RESUMABLE)} job can be resumed"
         if self.not_resumable_reason:
             return f"job {self.pk} cannot be resumed: {self.not_resumable_reason}"
         return ""
@@ -632,17 +632,23 @@ class Worker(models.Model):
 
 
 def status_filter(value):
-    """A ?status= filter: None (all jobs) when empty, else one of Status; JobInputError naming the accepted ones."""
+    """A ?status= filter: None (all jobs) when empty, else one of Status; InputError naming the accepted ones."""
     if not value:
         return None
     if value not in Status.values:
-        raise JobInputError("status", f"status must be one of {', '.join(Status.values)}, or empty for all jobs; "
+        raise InputError("status", f"status must be one of {', '.join(Status.values)}, or empty for all jobs; "
                                       f"got {value!r}")
     return value
 
 
 def _iso(dt):
     return dt.isoformat() if dt else None
+
+
+def _either(statuses):
+    """"a, b or c" of some statuses, for refusals that name the ones that would do."""
+    names = [Status(s).value for s in statuses]
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
 
 
 def _env_names():
@@ -653,28 +659,28 @@ def _env_names():
 
 def _text(field, value, max_len):
     if not isinstance(value, str) or not value.strip():
-        raise JobInputError(field, f"{field} is required: a non-empty string of at most {max_len} characters")
+        raise InputError(field, f"{field} is required: a non-empty string of at most {max_len} characters")
     value = value.strip()
     if len(value) > max_len:
-        raise JobInputError(field, f"{field} must be at most {max_len} characters, got {len(value)}")
+        raise InputError(field, f"{field} must be at most {max_len} characters, got {len(value)}")
     return value
 
 
 def _budget(value):
-    """Return the budget as a Decimal (cents), None when not given, or raise JobInputError."""
+    """Return the budget as a Decimal (cents), None when not given, or raise InputError."""
     if value is None or value == "":
         return None
     accepted = (f"budget_usd must be a number of dollars >= 0 with at most {BUDGET_PLACES} decimal places, "
                 "or null for no budget")
     if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
-        raise JobInputError("budget_usd", f"{accepted}, got {value!r}")
+        raise InputError("budget_usd", f"{accepted}, got {value!r}")
     try:
         amount = Decimal(str(value).strip())
     except InvalidOperation:
-        raise JobInputError("budget_usd", f"{accepted}, got {value!r}") from None
+        raise InputError("budget_usd", f"{accepted}, got {value!r}") from None
     if not amount.is_finite() or amount < 0 or amount > BUDGET_MAX_USD:
-        raise JobInputError("budget_usd", f"{accepted}, got {value!r}")
+        raise InputError("budget_usd", f"{accepted}, got {value!r}")
     if amount.as_tuple().exponent < -BUDGET_PLACES and amount != amount.quantize(Decimal(1).scaleb(-BUDGET_PLACES)):
         # Never round a budget silently: $0.0000004 is not a budget of $0.
-        raise JobInputError("budget_usd", f"{accepted}, got {value!r}")
+        raise InputError("budget_usd", f"{accepted}, got {value!r}")
     return amount

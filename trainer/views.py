@@ -8,7 +8,7 @@ job in the wrong state (409).
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 
-from trainer.models import Job, JobInputError, Sample, Step, status_filter
+from trainer.models import Job, Sample, Step, status_filter
 from yardstick.auth import require_role
 from yardstick.inputs import InputError, json_object
 
@@ -42,7 +42,7 @@ def _missing(job_id):
 
 
 def _int_param(request, name, default, minimum=None, maximum=None):
-    """Return the integer query parameter `name`, or raise JobInputError naming it."""
+    """Return the integer query parameter `name`, or raise InputError naming it."""
     raw = request.GET.get(name, "")
     if raw == "":
         return default
@@ -52,7 +52,7 @@ def _int_param(request, name, default, minimum=None, maximum=None):
         value = None
     if value is None or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         bounds = " and ".join(p for p in (minimum is not None and f">= {minimum}", maximum is not None and f"<= {maximum}") if p)
-        raise JobInputError(name, f"{name} must be an integer{' ' + bounds if bounds else ''}, got {raw!r}")
+        raise InputError(name, f"{name} must be an integer{' ' + bounds if bounds else ''}, got {raw!r}")
     return value
 
 
@@ -65,7 +65,7 @@ def list_jobs(request):
     try:
         limit = _int_param(request, "limit", LIST_LIMIT, 1, LIST_LIMIT_MAX)
         status = status_filter(request.GET.get("status"))
-    except JobInputError as err:
+    except InputError as err:
         return _bad(err.field, err.message)
     jobs = Job.objects.select_related("created_by")
     if status:
@@ -91,7 +91,7 @@ def create_job(request):
             name=body.get("name"), team=body.get("team"), env=body.get("env"), config=body.get("config"),
             budget_usd=body.get("budget_usd"), device=body.get("device", "auto"), created_by=request.user,
         )
-    except JobInputError as err:
+    except InputError as err:
         return _bad(err.field, err.message)
     return JsonResponse(job.to_dict(detail=True), status=201)
 
@@ -123,11 +123,7 @@ def _stop(request, job_id):
     if job is None:
         return _missing(job_id)
     if not job.request_stop(by=request.user.username):
-        return JsonResponse(
-            {"error": f"job {job_id} is {job.status}; only a queued or running job can be stopped",
-             "status": job.status},
-            status=409,
-        )
+        return JsonResponse({"error": job.stop_refusal(), "status": job.status}, status=409)
     return JsonResponse(job.to_dict())
 
 
@@ -150,17 +146,20 @@ resume_job = _methods(POST=_resume)
 @require_role("viewer")
 def _steps(request, job_id):
     """Step rows after ?after= (default: all, from the baseline at step 0), oldest first."""
-    job = Job.objects.filter(pk=job_id).only("id", "status", "phase", "steps_done").first()
+    job = Job.objects.filter(pk=job_id).only("id", "status", "phase", "steps_done", "source",
+                                             "not_resumable_reason").first()
     if job is None:
         return _missing(job_id)
     try:
         after = _int_param(request, "after", -1, minimum=-1)
         limit = _int_param(request, "limit", STEPS_LIMIT, 1, STEPS_LIMIT_MAX)
-    except JobInputError as err:
+    except InputError as err:
         return _bad(err.field, err.message)
     rows = list(Step.objects.filter(job_id=job_id, step__gt=after).order_by("step")[:limit])
     return JsonResponse({
         "job": job.pk, "status": job.status, "phase": job.phase, "steps_done": job.steps_done,
+        # The controls the job offers now (Job.can_stop / can_resume), for a page catching up.
+        "can_stop": job.can_stop, "can_resume": job.can_resume,
         "steps": [row.to_dict() for row in rows],
         "next_after": rows[-1].step if rows else after,
     })
@@ -176,7 +175,7 @@ def _samples(request, job_id):
         return _missing(job_id)
     try:
         step = _int_param(request, "step", None, minimum=0)
-    except JobInputError as err:
+    except InputError as err:
         return _bad(err.field, err.message)
     if step is None:
         step = Sample.objects.filter(job_id=job_id).order_by("-step").values_list("step", flat=True).first()

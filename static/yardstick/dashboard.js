@@ -185,7 +185,7 @@
             continue;
           }
           body.steps.forEach(function (s) { handlers.step({ topic: "job." + id, kind: "step", data: { step: s.step, metrics: s.metrics } }); });
-          handlers.status({ topic: "jobs", kind: "status", data: { id: Number(id), status: body.status, phase: body.phase, steps_done: body.steps_done } });
+          handlers.status({ topic: "jobs", kind: "status", data: { id: Number(id), status: body.status, phase: body.phase, steps_done: body.steps_done, can_stop: body.can_stop, can_resume: body.can_resume } });
           if (!body.steps.length || body.next_after === after) break;
           after = body.next_after;
         }
@@ -369,15 +369,14 @@
     span.append(icon, " " + status);
     return span.outerHTML;
   }
-  // Stop and Resume follow the status event's can_stop / can_resume (Job.can_stop / can_resume decide);
-  // an event without them (the catch-up's) falls back to the statuses each form names.
+  // Stop and Resume follow the can_stop / can_resume that every status event and catch-up carries
+  // (Job.can_stop / can_resume decide; the page never guesses from the status).
   function showControls(scope, d) {
     scope.querySelectorAll('[data-job-controls="' + d.id + '"]').forEach(function (box) {
       box.querySelectorAll("form").forEach(function (form) {
         const can = form.classList.contains("job-stop-form") ? d.can_stop
           : form.classList.contains("job-resume-form") ? d.can_resume : undefined;
         if (can !== undefined) form.hidden = !can;
-        else if (form.dataset.showWhen) form.hidden = form.dataset.showWhen.split(",").indexOf(d.status) < 0;
       });
     });
   }

@@ -7,7 +7,8 @@ import pytest
 from django.utils import timezone
 
 from costs.models import PriceEntry
-from costs.prices import PriceBook, PriceError, add_price, validate_entry
+from costs.prices import PriceBook, add_price, validate_entry
+from yardstick.inputs import InputError
 
 
 def book(*entries):
@@ -51,7 +52,7 @@ def test_it_refuses_bad_entries_naming_the_field_and_stores_nothing(db, field, k
     args = {"pattern": "*H100*", "usd_per_hour": "2", "usd_per_kwh": "0.1", "pue": "1.2",
             "effective_from": "2025-01-01", **kwargs}
 
-    with pytest.raises(PriceError) as err:
+    with pytest.raises(InputError) as err:
         add_price(**args)
 
     assert err.value.field == field and message in err.value.message
@@ -62,7 +63,7 @@ def test_it_refuses_a_second_entry_for_the_same_pattern_and_start_date(db):
     PriceEntry.objects.all().delete()
     add_price("*H100*", "2", "0.1", "1.2", "2025-01-01")
 
-    with pytest.raises(PriceError, match="already has an entry from 2025-01-01"):
+    with pytest.raises(InputError, match="already has an entry from 2025-01-01"):
         add_price("*H100*", "3", "0.1", "1.2", "2025-01-01")
     assert PriceEntry.objects.count() == 1
 
@@ -71,7 +72,7 @@ def test_an_entry_in_force_before_today_cannot_be_repriced(db):
     entry = add_price("*H100*", "2", "0.1", "1.2", timezone.now().date() - timedelta(days=30))
     entry.usd_per_hour = Decimal(5)
 
-    with pytest.raises(PriceError, match="add a new entry from"):
+    with pytest.raises(InputError, match="add a new entry from"):
         validate_entry(entry)
     assert PriceEntry.objects.get(pk=entry.pk).usd_per_hour == Decimal(2)
 

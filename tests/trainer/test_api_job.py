@@ -53,6 +53,17 @@ def test_steps_start_from_the_baseline(viewer, client, job_with_steps):
     assert body["next_after"] == 3
 
 
+def test_steps_carry_the_controls_the_job_offers_for_a_page_catching_up(viewer, client, job_with_steps):
+    client.force_login(viewer)
+    body = client.get(f"/api/jobs/{job_with_steps.pk}/steps").json()
+    assert (body["status"], body["can_stop"], body["can_resume"]) == ("queued", True, False)
+    Job.objects.filter(pk=job_with_steps.pk).update(status="failed", not_resumable_reason="cuda:9 is gone")
+    body = client.get(f"/api/jobs/{job_with_steps.pk}/steps").json()
+    assert (body["status"], body["can_stop"], body["can_resume"]) == ("failed", False, False)
+    Job.objects.filter(pk=job_with_steps.pk).update(not_resumable_reason="")
+    assert client.get(f"/api/jobs/{job_with_steps.pk}/steps").json()["can_resume"] is True
+
+
 def test_steps_after_a_step_return_only_newer_ones(viewer, client, job_with_steps):
     client.force_login(viewer)
     body = client.get(f"/api/jobs/{job_with_steps.pk}/steps?after=1").json()

@@ -5,7 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from trainer.models import Job, JobInputError, StatusChange, Stint
+from trainer.models import Job, StatusChange, Stint
+from yardstick.inputs import InputError
 
 
 def history(job):
@@ -118,7 +119,7 @@ def test_the_crash_detector_fails_only_jobs_with_a_stale_heartbeat(make_job):
 ])
 def test_start_rejects_bad_input_and_creates_nothing(db, data_dir, kwargs, field):
     args = {"name": "n", "team": "t", "env": "arithmetic", **kwargs}
-    with pytest.raises(JobInputError) as caught:
+    with pytest.raises(InputError) as caught:
         Job.start(**args, enqueue=False)
     assert caught.value.field == field
     assert Job.objects.count() == 0

@@ -5,6 +5,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from costs import report
+from yardstick.inputs import InputError
 
 
 class Command(BaseCommand):
@@ -20,8 +21,8 @@ class Command(BaseCommand):
         params = {k: opts[k] for k in ("from", "to", "group") if opts.get(k)}
         try:
             period, group, _ = report.parse_params(params)
-        except report.ReportParamError as err:
-            raise CommandError(f"--{err.param}: {err.message}")
+        except InputError as err:
+            raise CommandError(f"--{err.field}: {err.message}")
         table = report.build(period, group)
         if opts["format"] == "csv":
             self.stdout.write(report.to_csv(table), ending="")

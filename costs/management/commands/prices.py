@@ -3,7 +3,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from costs.models import PriceEntry
-from costs.prices import EXAMPLE_NOTE, PriceError, add_price
+from costs.prices import EXAMPLE_NOTE, add_price
+from yardstick.inputs import InputError
 
 
 class Command(BaseCommand):
@@ -25,7 +26,7 @@ class Command(BaseCommand):
             try:
                 entry = add_price(opts["pattern"], opts["usd_per_hour"], opts["usd_per_kwh"], opts["pue"],
                                   opts["effective_from"], note=opts["note"])
-            except PriceError as err:
+            except InputError as err:
                 flag = {"usd_per_hour": "--per-hour", "usd_per_kwh": "--per-kwh", "effective_from": "--from"}
                 raise CommandError(f"{flag.get(err.field, '--' + err.field)}: {err.message}; nothing stored")
             self.stdout.write(f"added {entry}")

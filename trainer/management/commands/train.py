@@ -15,7 +15,8 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from trainer import runner
-from trainer.models import Job, JobInputError, Status, Step
+from trainer.models import Job, Status, Step
+from yardstick.inputs import InputError
 
 # Fields of Job.start and the flags that set them, for error messages.
 FLAGS = {"env": "--env", "name": "--name", "team": "--team", "device": "--device", "budget_usd": "--budget-usd",
@@ -53,7 +54,7 @@ class Command(BaseCommand):
             job = Job.start(name=name, team=opts["team"], env=opts["env"], config=config,
                             budget_usd=opts["budget_usd"], device=opts["device"], enqueue=False,
                             runs_here=True)
-        except JobInputError as err:
+        except InputError as err:
             flag = FLAGS.get(err.field) or f"--config {err.field.removeprefix('config.')}"
             raise CommandError(f"{flag}: {err.message}") from None
 
