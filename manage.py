@@ -4,7 +4,8 @@
 With no DATABASE_URL (or REDIS_URL), a command such as `migrate` or
 `create_token` starts the embedded server it needs when it is not running, and
 stops it again afterwards; `up` manages the servers itself, and while it runs a
-command only waits for them.
+command only waits for them. A command that needs the schema first brings it up
+to date (or refuses, naming what to run): see services.ensure_schema.
 """
 import os
 import sys
@@ -28,10 +29,11 @@ def main():
         execute_from_command_line(sys.argv)
         return
     from yardstick.embedded import ServiceError
-    from yardstick.services import embedded_services_for_command
+    from yardstick.services import embedded_services_for_command, ensure_schema
 
     try:
         with embedded_services_for_command():
+            ensure_schema(command, say=lambda line: print(line, file=sys.stderr))
             execute_from_command_line(sys.argv)
     except ServiceError as err:  # a server down or not starting: say why, not a traceback
         sys.exit(f"Error: {err}")

@@ -71,3 +71,49 @@ def wait_for_servers_of_up(data_dir, owner, postgres=True, redis=True, wait_s=UP
             f"this data dir ({data_dir}), so this command neither starts nor stops them: "
             "see that `up`'s output for why they are down"
         )
+
+
+# Commands that run without Yardstick's tables, or that bring them up to date themselves.
+NO_SCHEMA_COMMANDS = {
+    "migrate", "makemigrations", "showmigrations", "sqlmigrate", "squashmigrations", "optimizemigration",
+    "dbshell", "inspectdb", "diffsettings", "collectstatic", "findstatic", "sqlflush", "sqlsequencereset",
+    "startapp", "startproject", "compilemessages", "makemessages", "test", "testserver", "check",
+    "sendtestemail", "createcachetable", "shell", "up", "help", "version",
+}
+
+
+class SchemaError(embedded.ServiceError):
+    """The database's schema is behind the code and this command will not change it; says what to run."""
+
+
+def ensure_schema(command, say=print):
+    """Before `command` touches the database, bring its schema up to date or refuse.
+
+    With the embedded PostgreSQL and no `up` running, this process owns the
+    database: pending migrations are applied (a fresh data dir gets its tables
+    on its first command, whichever it is). A server of DATABASE_URL, or one a
+    running `up` keeps, is not migrated behind its owner's back: raise
+    SchemaError with the one line to run.
+    """
+    import django
+    from django.conf import settings
+    from django.core.management import call_command, get_commands
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    django.setup()  # the command's own setup repeats this at no cost
+    if command in NO_SCHEMA_COMMANDS or command not in get_commands():
+        return  # an unknown command: Django says so
+
+    executor = MigrationExecutor(connection)
+    pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    if not pending:
+        return
+    if settings.EMBEDDED_DB and DataDirLock(settings.DATA_DIR).held_by() is None:
+        say(f"applying {len(pending)} migration(s) to the database in {settings.DATA_DIR} before {command}")
+        call_command("migrate", interactive=False, verbosity=0)
+        return
+    raise SchemaError(
+        f"the database schema is behind this code ({len(pending)} migration(s) not applied); "
+        "run: python manage.py migrate"
+    )
