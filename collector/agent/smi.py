@@ -1,18 +1,33 @@
-"""Read logs written by `nvidia-smi --query-gpu=... --format=csv [-l N | -lms N]`.
+"""Read logs written by `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits] [-l N | -lms N]`.
 
-The header decides the columns, in any subset and order. Units come from the
-header (`power.draw [W]`) or the values (`250.00 W`); `[N/A]` and
-`[Not Supported]` become empty. A header repeated mid-file is skipped. Rows
-split into devices by `uuid`, else `index`, else `pci.bus_id` (one device when
-none is present); `name` gives the model, else the `model` argument.
+Columns: the header decides them, in any subset and order; a log written with
+`noheader` needs them given (`columns`, the list the user gave --query-gpu). A
+header is read tolerantly: case, spacing, `_` for `.`, and the unit in
+brackets with or without a space (`memory.used [MiB]`, `memory.used[MiB]`,
+`gpu_utilization[%]`) all name the same column. Columns that name no stored
+figure are listed in `SmiLog.unused_columns`; a log with no metric column at
+all is refused.
 
-nvidia-smi prints local time without a zone: timestamps are read in `tz`
-(UTC unless told). Energy: nvidia-smi has no energy counter column, so the
-rows' `energy_j` (a counter as reported) stays empty and the rollups integrate
-`power.draw` over time (trapezoid), labelling that energy `power`, not `counter`.
+Values: units come from the header or the values (`250.00 W`, `754 MiB`);
+`[N/A]`, `[Not Supported]`, `[Unknown Error]` and `[GPU is Lost]` become
+empty. A header repeated mid-file is skipped; a last line without its line end
+(a log cut off while nvidia-smi was writing it) is skipped, since its last
+value may be cut short. A byte-order mark and CRLF line ends are accepted.
+
+Devices: rows split into devices by the first of `uuid`, `index`, `pci.bus_id`,
+`gpu` that can tell GPUs apart (a column with one value on every row
+cannot, when a timestamp has several rows); one device when none can. `name`
+gives the model, else the `model` argument, else an explicit unknown.
+
+Time: nvidia-smi prints local time without a zone, read in `tz` (UTC unless
+told); an ISO 8601 timestamp with an offset (`2025-09-08T17:26:50+08:00`)
+keeps its own offset. Energy: nvidia-smi has no energy counter column, so the
+rows' `energy_j` stays empty and the rollups integrate `power.draw` over time
+(trapezoid), labelling that energy `power`, not `counter`.
 """
 
 import csv
+import re
 import uuid as uuidlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,6 +35,8 @@ from datetime import datetime, timezone
 
 from . import schema
 from .batch import DeviceInfo
+
+UNKNOWN_MODEL = "unknown (nvidia-smi log)"
 
 # Query field -> sample field. The first power column present wins, in this order.
 FIELDS = {
@@ -34,11 +51,36 @@ FIELDS = {
     "clocks.current.sm": "sm_clock_mhz",
     "clocks.sm": "sm_clock_mhz",
 }
+# Names people write in hand-made headers for the query fields above.
+ALIASES = {
+    "gpu.utilization": "utilization.gpu",
+    "gpu.util": "utilization.gpu",
+    "util.gpu": "utilization.gpu",
+    "memory.utilization": "utilization.memory",
+    "mem.util": "utilization.memory",
+    "util.memory": "utilization.memory",
+    "mem.used": "memory.used",
+    "mem.total": "memory.total",
+    "temperature": "temperature.gpu",
+    "temp": "temperature.gpu",
+    "gpu.temp": "temperature.gpu",
+    "power": "power.draw",
+    "gpu.uuid": "uuid",
+    "gpu.name": "name",
+    "gpu.bus.id": "pci.bus_id",
+    "pci.bus.id": "pci.bus_id",
+}
+# Columns that identify a device, in the order they are tried.
+_KEYS = ("uuid", "index", "pci.bus_id", "gpu")
+_IDENTITY = {"timestamp", "name", *_KEYS}
 _POWER_ORDER = ("power.draw", "power.draw.average", "power.draw.instant")
 _INT_FIELDS = {"mem_used_mib", "mem_total_mib", "sm_clock_mhz"}
-_EMPTY = {"", "[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]", "[gpu is lost]"}
+# What nvidia-smi prints where it has no value (lower case).
+_EMPTY = {"", "[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]", "unknown error",
+          "[gpu is lost]", "[insufficient permissions]", "[gpu requires reset]"}
 _TS_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
-_MEM_SCALE = {"mib": 1.0, "gib": 1024.0, "kib": 1 / 1024.0, "b": 1 / 2**20}
+_MEM_SCALE = {"mib": 1.0, "gib": 1024.0, "kib": 1 / 1024.0, "b": 1 / 2**20, "mb": 1.0, "gb": 1024.0}
+_UNIT = re.compile(r"^(.*?)\s*[\[(]([^\])]*)[\])]\s*$")
 
 
 class SmiFormatError(ValueError):
@@ -51,40 +93,72 @@ class SmiLog:
     rows: list  # sample rows (uuid, ts, *values), per device in time order
     skipped: Counter = field(default_factory=Counter)  # reason -> rows
     empty_values: Counter = field(default_factory=Counter)  # column -> values left empty
+    unused_columns: list = field(default_factory=list)  # header cells that name no stored figure
+    device_key: str | None = None  # the column that split the rows into devices
 
 
-def read_smi_log(lines, node, model=None, tz=timezone.utc):
-    """Parse the lines of an nvidia-smi CSV log into devices and sample rows."""
-    reader = csv.reader(lines, skipinitialspace=True)
-    header_row = next(reader, None)
-    if not header_row:
-        raise SmiFormatError("the file is empty; expected an nvidia-smi --format=csv log with a header line")
-    header = [h.strip() for h in header_row]
-    names = [h.split(" [")[0].strip().lower() for h in header]
-    units = [h.split(" [", 1)[1].rstrip("]").strip().lower() if " [" in h else "" for h in header]
+def parse_columns(text):
+    """Split a --columns value ("timestamp,name,utilization.gpu [%]") into header cells."""
+    return [c.strip() for c in next(csv.reader([text]), []) if c.strip()]
+
+
+def read_smi_log(lines, node, model=None, tz=timezone.utc, columns=None):
+    """Parse the lines of an nvidia-smi CSV log into devices and sample rows.
+
+    `columns`: the header cells of a log written with `noheader` (its first
+    line is then data). Raise SmiFormatError saying what to do when the log
+    cannot be read: no header, no timestamp column, no metric column.
+    """
+    log = SmiLog(devices=[], rows=[])
+    reader = csv.reader(_complete_lines(lines, log), skipinitialspace=True)
+    first = next((r for r in reader if any(c.strip() for c in r)), None)
+    if first is None:
+        raise SmiFormatError("the file is empty; expected an nvidia-smi --format=csv log")
+    first = [c.strip() for c in first]
+    pending = []
+    if columns:
+        header = list(columns)
+        if _canonical(first) == _canonical(header):
+            pass  # the log has the same header: nothing to put back
+        elif _timestamp(first[0], tz) is None and _name(first[0]) == "timestamp":
+            raise SmiFormatError(
+                f"the file has its own header ({', '.join(first)}), which differs from --columns; "
+                "leave out --columns to use the file's header"
+            )
+        else:
+            pending.append(first)
+    else:
+        header = first
+        if _timestamp(first[0], tz) is not None:
+            raise SmiFormatError(
+                f"the first line is data, not a header (it starts with the time {first[0]!r}): "
+                "a log written with --format=csv,noheader; give its columns with "
+                '--columns "timestamp,name,..." (the list given to --query-gpu)'
+            )
+    names = [_name(h) for h in header]
+    units = [_unit(h) for h in header]
     if "timestamp" not in names:
         raise SmiFormatError(
-            "the header has no timestamp column; log with --query-gpu=timestamp,... so rows can be placed in time"
+            f"no timestamp column among {', '.join(header)}; log with --query-gpu=timestamp,... "
+            'so rows can be placed in time, or name the columns with --columns "timestamp,..."'
         )
     col = {n: i for i, n in reversed(list(enumerate(names)))}
-    t_col = col["timestamp"]
-    key_col = next((col[k] for k in ("uuid", "index", "pci.bus_id") if k in col), None)
-    name_col = col.get("name")
     power = next((p for p in _POWER_ORDER if p in col), None)
-    mapped = [
-        (col[q], f, units[col[q]])
-        for q, f in FIELDS.items()
-        if q in col and (f != "power_w" or q == power)
-    ]
-    out_index = {f: i for i, f in enumerate(schema.SAMPLE_FIELDS)}
-    log = SmiLog(devices=[], rows=[])
-    per_device = {}  # key -> (DeviceInfo, [rows])
-    seen = set()
-    for row in reader:
+    mapped = [(col[q], f, units[col[q]]) for q, f in FIELDS.items() if q in col and (f != "power_w" or q == power)]
+    if not mapped:
+        raise SmiFormatError(
+            f"none of the columns ({', '.join(header)}) is a figure Yardstick stores; it reads "
+            f"{', '.join(sorted(FIELDS))} (units in brackets optional), so nothing would be imported"
+        )
+    used = {i for i, _, _ in mapped}
+    t_col = col["timestamp"]
+
+    parsed = []  # (ts, cells)
+    for row in _with_pending(pending, reader):
         cells = [c.strip() for c in row]
         if not any(cells):
             continue
-        if [c.lower() for c in cells] == [h.lower() for h in header] or (cells and cells[0].lower() == "timestamp"):
+        if _canonical(cells) == _canonical(header) or _name(cells[0]) == "timestamp":
             log.skipped["repeated header"] += 1
             continue
         if len(cells) != len(header):
@@ -94,6 +168,17 @@ def read_smi_log(lines, node, model=None, tz=timezone.utc):
         if ts is None:
             log.skipped["unreadable timestamp"] += 1
             continue
+        parsed.append((ts, cells))
+
+    key_col = _device_key(parsed, col)
+    log.device_key = None if key_col is None else header[key_col]
+    identity = {col[n] for n in _IDENTITY if n in col and (n not in _KEYS or col[n] == key_col)}
+    log.unused_columns = [h for i, h in enumerate(header) if i not in used and i not in identity]
+
+    out_index = {f: i for i, f in enumerate(schema.SAMPLE_FIELDS)}
+    per_device = {}  # key -> (DeviceInfo, [rows])
+    seen = set()
+    for ts, cells in parsed:
         key = cells[key_col] if key_col is not None else "0"
         if (key, ts) in seen:
             log.skipped["repeats the timestamp of an earlier row of the same device"] += 1
@@ -107,7 +192,7 @@ def read_smi_log(lines, node, model=None, tz=timezone.utc):
                 continue
             values[out_index[f]] = value
         if key not in per_device:
-            per_device[key] = (_device(node, key, names, cells, col, name_col, model), [])
+            per_device[key] = (_device(node, key, len(per_device), cells, col, key_col, model), [])
         info = per_device[key][0]
         per_device[key][1].append([info.uuid, ts, *values])
     for info, rows in per_device.values():
@@ -117,27 +202,83 @@ def read_smi_log(lines, node, model=None, tz=timezone.utc):
     return log
 
 
-def _device(node, key, names, cells, col, name_col, model):
-    if "uuid" in col and cells[col["uuid"]]:
-        uuid = cells[col["uuid"]]
+def _complete_lines(lines, log):
+    """Yield the lines, without a byte-order mark, leaving out a last line that has no line end."""
+    previous = None
+    for line in lines:
+        if previous is None and line.startswith("\ufeff"):
+            line = line[1:]
+        if previous is not None:
+            yield previous
+        previous = line
+    if previous is not None:
+        if previous.endswith(("\n", "\r")) or not previous.strip():
+            yield previous
+        else:
+            log.skipped["last line cut off (no line end: the log was still being written)"] += 1
+
+
+def _with_pending(pending, reader):
+    yield from pending
+    yield from reader
+
+
+def _device_key(parsed, col):
+    """The column index that tells the GPUs apart, or None when no column can."""
+    several = len({ts for ts, _ in parsed}) < len(parsed)  # some timestamp has several rows
+    for name in _KEYS:
+        if name not in col:
+            continue
+        i = col[name]
+        if several and len({cells[i] for _, cells in parsed}) == 1:
+            continue  # one value on every row: not what tells these GPUs apart
+        return i
+    return None
+
+
+def _device(node, key, order, cells, col, key_col, model):
+    if key_col is not None and key_col == col.get("uuid") and cells[key_col]:
+        uuid = cells[key_col]
     else:
         uuid = "SMI-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"{node}/{key}"))
-    if "index" in col and cells[col["index"]].isdigit():
+    if key_col is not None and key_col in (col.get("index"), col.get("gpu")) and key.isdigit():
+        index = int(key)
+    elif key_col is not None and "index" in col and cells[col["index"]].isdigit():
         index = int(cells[col["index"]])
     else:
-        index = int(key) if key.isdigit() else 0
+        index = order  # in the order the log first names them
     total = None
     if "memory.total" in col:
         value = _number(cells[col["memory.total"]], "mib", "mem_total_mib")
         total = None if value is _BAD else value
+    name = cells[col["name"]] if "name" in col else ""
+    if name.lower() in _EMPTY:
+        name = ""
     return DeviceInfo(
         uuid=uuid,
         node=node,
         index=index,
-        model=(cells[name_col] if name_col is not None else "") or model or "unknown (nvidia-smi log)",
+        model=name or model or UNKNOWN_MODEL,
         source="smi",
         mem_total_mib=total,
     )
+
+
+def _name(cell):
+    """The query field a header cell names: 'Memory.Used[MiB]' -> 'memory.used', 'gpu_utilization' -> 'utilization.gpu'."""
+    m = _UNIT.match(cell.strip())
+    name = (m.group(1) if m else cell).strip().lower()
+    name = re.sub(r"[\s_\-]+", ".", name).strip(".")
+    return ALIASES.get(name, name)
+
+
+def _unit(cell):
+    m = _UNIT.match(cell.strip())
+    return m.group(2).strip().lower() if m else ""
+
+
+def _canonical(cells):
+    return [_name(c) for c in cells]
 
 
 _BAD = object()
@@ -163,9 +304,16 @@ def _number(text, unit, field_name):
 
 
 def _timestamp(text, tz):
+    """An aware UTC datetime for nvidia-smi's local time (read in `tz`) or an ISO 8601 time; None when unreadable."""
     for fmt in _TS_FORMATS:
         try:
             return datetime.strptime(text, fmt).replace(tzinfo=tz).astimezone(timezone.utc)
         except ValueError:
             continue
-    return None
+    try:
+        ts = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if ts.tzinfo is None:  # no offset in the data: local time, as nvidia-smi's own
+        ts = ts.replace(tzinfo=tz)
+    return ts.astimezone(timezone.utc)

@@ -2,6 +2,8 @@
 
 from datetime import datetime, timezone
 
+import pytest
+
 from collector.agent import schema
 from collector.agent.sources.dcgm import DcgmSource, parse_metrics, readings_from_metrics
 
@@ -96,3 +98,63 @@ def test_an_exporter_that_does_not_answer_yields_no_readings_and_one_message(cap
 
     assert source.read(TS) == [] and source.read(TS) == []
     assert caplog.text.count("does not answer") == 1
+
+
+# -- real scrapes of current exporters (FB_RESERVED), older ones (no modelName), MIG ------------
+
+
+def reading_of(path):
+    [reading] = readings_from_metrics(parse_metrics(path.read_text()), "fallback")
+    return reading
+
+
+def test_memory_total_includes_reserved_so_it_is_the_size_nvml_reports(telemetry_data):
+    # used + free + reserved: within 2 MiB of the memory.total nvidia-smi shows for these models (23034 MiB
+    # for an L4, 46068 for an L40S), where used + free alone falls 470 and 608 MiB short
+    for name, used, total in (("dcgm_t4_scrape.prom", 5120, 5120 + 9791 + 447),
+                              ("dcgm_l4_scrape.prom", 0, 22563 + 470),
+                              ("dcgm_l40s_scrape.prom", 0, 45459 + 608)):
+        reading = reading_of(telemetry_data / name)
+        v = values(reading)
+        assert (v["mem_used_mib"], v["mem_total_mib"], reading.device.mem_total_mib) == (used, total, total), name
+    assert [values(reading_of(telemetry_data / n))["mem_total_mib"] for n in
+            ("dcgm_t4_scrape.prom", "dcgm_l4_scrape.prom", "dcgm_l40s_scrape.prom")] == [15358, 23033, 46067]
+
+
+def test_an_exporter_without_model_name_stores_an_explicit_unknown_or_the_label_that_names_it(telemetry_data):
+    text = (telemetry_data / "dcgm_a100_mig_whole_and_instance.prom").read_text()  # exporter 2.x: no modelName
+    [reading] = readings_from_metrics(parse_metrics(text), "fallback")
+    assert reading.device.model == "unknown (dcgm-exporter)"
+
+    relabelled = text.replace('Hostname="ub20-a100-k8s"', 'Hostname="ub20-a100-k8s",label_nvidia_com_gpu_product="A100-SXM4-40GB"')
+    [reading] = readings_from_metrics(parse_metrics(relabelled), "fallback")
+    assert reading.device.model == "A100-SXM4-40GB"
+
+
+def test_mig_figures_come_from_the_whole_gpu_row_where_there_is_one(telemetry_data):
+    reading = reading_of(telemetry_data / "dcgm_a100_mig_whole_and_instance.prom")
+    v = values(reading)
+
+    assert reading.device.uuid == "GPU-34319582-d595-d1c7-d1d2-179bcfa61660" and reading.device.index == 0
+    # the whole GPU's 0.995630, not its mean with instance 13's 0.995687
+    assert v["sm_active_pct"] == pytest.approx(99.5630, abs=1e-9)
+    assert v["power_w"] == 409.692 and v["energy_j"] == pytest.approx(319159.391)
+    assert (v["mem_used_mib"], v["mem_total_mib"], v["temp_c"], v["sm_clock_mhz"]) == (4845, 4845 + 35690, 61.0, 1215)
+
+
+def test_mig_instances_alone_combine_power_once_and_activity_by_size():
+    # dcgm-exporter 3.x+ on a MIG GPU: instance rows only, each repeating the GPU's power as read at its moment
+    text = (
+        'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-m",GPU_I_PROFILE="3g.40gb",GPU_I_ID="1"} 250.0\n'
+        'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-m",GPU_I_PROFILE="1g.10gb",GPU_I_ID="9"} 254.0\n'
+        'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-m",GPU_I_PROFILE="3g.40gb",GPU_I_ID="1"} 0.8\n'
+        'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-m",GPU_I_PROFILE="1g.10gb",GPU_I_ID="9"} 0.4\n'
+        'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-m",GPU_I_PROFILE="3g.40gb",GPU_I_ID="1"} 1000000\n'
+        'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-m",GPU_I_PROFILE="1g.10gb",GPU_I_ID="9"} 1000250\n'
+    )
+    [reading] = readings_from_metrics(parse_metrics(text), "n")
+    v = values(reading)
+
+    assert v["power_w"] == 252.0  # one GPU's power, read twice: not 250 (first row), not 504 (a sum)
+    assert v["energy_j"] == 1000.25  # the counter's latest reading
+    assert v["sm_active_pct"] == pytest.approx(70.0)  # (0.8*3 + 0.4*1) / 4

@@ -1,15 +1,22 @@
-"""Scrape an existing dcgm-exporter endpoint (Prometheus text format).
+"""Scrape an existing dcgm-exporter endpoint (Prometheus text format), or read a saved scrape.
 
 Fields: DCGM_FI_DEV_GPU_UTIL (%), DCGM_FI_DEV_MEM_COPY_UTIL (%),
 DCGM_FI_DEV_POWER_USAGE (W), DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (mJ -> J),
-DCGM_FI_DEV_FB_USED / FB_FREE (MiB), DCGM_FI_DEV_GPU_TEMP (C),
-DCGM_FI_DEV_SM_CLOCK (MHz), DCGM_FI_PROF_SM_ACTIVE (ratio -> %), else
-DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio -> %). Labels give UUID, gpu (index),
-modelName, Hostname, and pod/namespace of the workload holding a GPU.
+DCGM_FI_DEV_FB_USED / FB_FREE / FB_RESERVED (MiB; the total is their sum, the
+size NVML reports), DCGM_FI_DEV_GPU_TEMP (C), DCGM_FI_DEV_SM_CLOCK (MHz),
+DCGM_FI_PROF_SM_ACTIVE (ratio -> %), else DCGM_FI_PROF_GR_ENGINE_ACTIVE
+(ratio -> %). Labels give UUID, gpu (index), the model (modelName; exporters
+1.x/2.x send none, then another label that names it, else an explicit
+unknown), Hostname, and pod/namespace of the workload holding a GPU.
 
-MIG instances of one GPU repeat the physical GPU's power and energy: each
-UUID is one device, its power and energy taken once; utilization is the
-mean over its instances weighted by their compute slices ("3g.40gb" -> 3).
+MIG: rows carrying GPU_I_ID belong to one GPU instance; a row without it is
+the whole GPU. Each UUID is one physical GPU, one device. A figure the
+whole-GPU row has is taken from it. Otherwise it is combined from the
+instance rows by what it means: power, temperature and clock are the GPU's own,
+repeated on every instance row (read at slightly different moments), so their
+mean, counted once; the energy counter the highest reading; memory the sum of
+the instances' memory; utilization and activity the mean over the instances
+weighted by their compute slices ("3g.40gb" -> 3).
 """
 
 import logging
@@ -24,13 +31,17 @@ _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 _SLICES = re.compile(r"^(\d+)g\.")
 
-# Fields shared by every MIG instance of a GPU: take them once.
-_PER_GPU = {
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_SM_CLOCK",
-}
+UNKNOWN_MODEL = "unknown (dcgm-exporter)"
+# Labels that name the model, in the order they are tried: exporters before 3.x
+# send no modelName; Kubernetes relabelling often carries the GPU product.
+MODEL_LABELS = ("modelName", "model_name", "gpu_model", "model", "product",
+                "label_nvidia_com_gpu_product", "nvidia_com_gpu_product")
+
+# Figures of the GPU itself, repeated on every MIG instance row: their mean, once.
+_PER_GPU_MEAN = ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK")
+# Memory: each instance has its own, so the GPU's is the sum.
+_PER_INSTANCE_SUM = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
+_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 
 
 def parse_metrics(text):
@@ -59,48 +70,54 @@ def _unescape(value):
 
 def readings_from_metrics(metrics, default_node):
     """Group parsed metrics by GPU UUID into Readings (one per physical GPU)."""
-    gpus = {}  # uuid -> {"labels":..., "fields": {name: value}, "parts": {instance: {name: value}}, "holders": set}
+    gpus = {}  # uuid -> {"labels", "whole": {name: value}, "instances": {id: {name: value}}, "holders"}
     for name, labels, value in metrics:
         uuid = labels.get("UUID")
         if not uuid or not name.startswith("DCGM_FI_"):
             continue
-        gpu = gpus.setdefault(uuid, {"labels": labels, "fields": {}, "parts": {}, "holders": {}})
-        instance = labels.get("GPU_I_ID", "")
-        if name in _PER_GPU:
-            gpu["fields"].setdefault(name, value)
+        gpu = gpus.setdefault(uuid, {"labels": dict(labels), "whole": {}, "instances": {}, "holders": {}})
+        for key in MODEL_LABELS:  # a later row may name the model the first did not
+            if labels.get(key) and not any(gpu["labels"].get(k) for k in MODEL_LABELS):
+                gpu["labels"][key] = labels[key]
+        instance = labels.get("GPU_I_ID")
+        if instance is None or instance == "":
+            gpu["whole"].setdefault(name, value)
         else:
-            gpu["parts"].setdefault(instance, {"profile": labels.get("GPU_I_PROFILE", "")})[name] = value
+            part = gpu["instances"].setdefault(instance, {"profile": labels.get("GPU_I_PROFILE", "")})
+            part.setdefault(name, value)
         if labels.get("pod"):
             key = f"pod:{labels.get('namespace', '')}/{labels['pod']}"
             gpu["holders"][key] = Holder(holder=key)
     readings = []
     for uuid, gpu in gpus.items():
-        labels, fields, parts = gpu["labels"], gpu["fields"], list(gpu["parts"].values())
-        util = _weighted(parts, "DCGM_FI_DEV_GPU_UTIL")
-        sm = _weighted(parts, "DCGM_FI_PROF_SM_ACTIVE")
+        labels = gpu["labels"]
+        figure = _Figures(gpu["whole"], list(gpu["instances"].values()))
+        sm = figure.activity("DCGM_FI_PROF_SM_ACTIVE")
         if sm is None:
-            sm = _weighted(parts, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
-        used = _sum(parts, "DCGM_FI_DEV_FB_USED")
-        free = _sum(parts, "DCGM_FI_DEV_FB_FREE")
-        total = None if used is None or free is None else int(used + free)
-        energy_mj = fields.get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+            sm = figure.activity("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+        used = figure.memory("DCGM_FI_DEV_FB_USED")
+        free = figure.memory("DCGM_FI_DEV_FB_FREE")
+        reserved = figure.memory("DCGM_FI_DEV_FB_RESERVED") or 0
+        total = None if used is None or free is None else int(used + free + reserved)
+        energy_mj = figure.energy_mj()
+        clock = figure.per_gpu("DCGM_FI_DEV_SM_CLOCK")
         info = DeviceInfo(
             uuid=uuid,
             node=labels.get("Hostname") or default_node,
-            index=int(labels.get("gpu", 0)),
-            model=labels.get("modelName", ""),
+            index=int(labels.get("gpu", 0) or 0),
+            model=next((labels[k] for k in MODEL_LABELS if labels.get(k)), UNKNOWN_MODEL),
             source="dcgm",
             mem_total_mib=total,
         )
         values = (
-            util,
-            _weighted(parts, "DCGM_FI_DEV_MEM_COPY_UTIL"),
-            fields.get("DCGM_FI_DEV_POWER_USAGE"),
+            figure.activity("DCGM_FI_DEV_GPU_UTIL"),
+            figure.activity("DCGM_FI_DEV_MEM_COPY_UTIL"),
+            figure.per_gpu("DCGM_FI_DEV_POWER_USAGE"),
             None if energy_mj is None else energy_mj / 1000.0,
             None if used is None else int(used),
             total,
-            fields.get("DCGM_FI_DEV_GPU_TEMP"),
-            None if "DCGM_FI_DEV_SM_CLOCK" not in fields else int(fields["DCGM_FI_DEV_SM_CLOCK"]),
+            figure.per_gpu("DCGM_FI_DEV_GPU_TEMP"),
+            None if clock is None else int(round(clock)),
             None if sm is None else sm * 100.0,
         )
         readings.append(Reading(info, values, tuple(gpu["holders"].values())))
@@ -108,20 +125,42 @@ def readings_from_metrics(metrics, default_node):
     return readings
 
 
-def _weighted(parts, name):
-    total, weight = 0.0, 0
-    for part in parts:
-        if name in part:
-            m = _SLICES.match(part["profile"])
-            w = int(m.group(1)) if m else 1
-            total += part[name] * w
-            weight += w
-    return total / weight if weight else None
+class _Figures:
+    """One physical GPU's figures: from its whole-GPU row where it has one, else combined from its MIG instances."""
 
+    def __init__(self, whole, instances):
+        self.whole = whole
+        self.instances = instances
 
-def _sum(parts, name):
-    values = [p[name] for p in parts if name in p]
-    return sum(values) if values else None
+    def per_gpu(self, name):
+        if name in self.whole:
+            return self.whole[name]
+        values = [p[name] for p in self.instances if name in p]
+        return sum(values) / len(values) if values else None
+
+    def energy_mj(self):
+        if _ENERGY in self.whole:
+            return self.whole[_ENERGY]
+        values = [p[_ENERGY] for p in self.instances if _ENERGY in p]
+        return max(values) if values else None  # a counter: the latest reading is the highest
+
+    def memory(self, name):
+        if name in self.whole:
+            return self.whole[name]
+        values = [p[name] for p in self.instances if name in p]
+        return sum(values) if values else None
+
+    def activity(self, name):
+        if name in self.whole:
+            return self.whole[name]
+        total, weight = 0.0, 0
+        for part in self.instances:
+            if name in part:
+                m = _SLICES.match(part["profile"])
+                w = int(m.group(1)) if m else 1
+                total += part[name] * w
+                weight += w
+        return total / weight if weight else None
 
 
 class DcgmSource:
