@@ -28,8 +28,9 @@ replacing their rows, over
 - single minutes up to LATE_WINDOW further back whose rollup changed since it
   was attributed (late or replayed samples): each row keeps a copy of the
   rollup's figures to compare.
-Older late data (an nvidia-smi import of last month) is attributed by
-`attribute(since=...)` (`manage.py attribute_costs --since DATE`). The first
+Older late data (an nvidia-smi import of last month) is attributed by the
+import itself (`attribute_window`), or by `attribute(since=...)`
+(`manage.py attribute_costs --since DATE`). The first
 run ever starts at the oldest rollup.
 """
 
@@ -245,6 +246,18 @@ def attribute_range(lo, hi, now=None, touched=None):
             written += _replace(_rollups(start, end), now, touched)
         start = end
     return written
+
+
+def attribute_window(lo, hi, now=None):
+    """Recompute the closed minutes in [lo, hi) now (telemetry just imported from further back than
+    the periodic run looks); serialised with `attribute` by the same row lock. Return a summary dict
+    {"from", "to", "rows"}."""
+    now = now or timezone.now()
+    lo, hi = floor_minute(lo), min(hi, floor_minute(now))
+    with transaction.atomic():
+        AttributionState.objects.select_for_update().get_or_create(id=1)
+        rows = attribute_range(lo, hi, now) if lo < hi else 0
+    return {"from": lo, "to": hi, "rows": rows}
 
 
 def attribute(now=None, since=None):
