@@ -4,12 +4,7 @@ from celery import shared_task
 
 from collector import store
 
-# Merged by the lead into settings.CELERY_BEAT_SCHEDULE.
-BEAT_SCHEDULE = {
-    "collector-roll-up": {"task": "collector.tasks.roll_up", "schedule": 60.0},
-    "collector-create-partitions": {"task": "collector.tasks.create_partitions", "schedule": 3600.0},
-    "collector-apply-retention": {"task": "collector.tasks.apply_retention", "schedule": 6 * 3600.0},
-}
+# Beat runs them on settings.CELERY_BEAT_SCHEDULE, the one schedule.
 
 
 @shared_task

@@ -23,7 +23,6 @@ from costs.models import PriceEntry
 from yardstick.inputs import InputError
 
 HOST_KEY = "cpu"
-DEFAULT_PATTERN = "*"
 _WILDCARDS = set("*?[]")
 
 # Shipped so a fresh install shows figures; every one is labelled an example everywhere it shows.

@@ -52,7 +52,8 @@ CENT = Decimal("0.01")
 HOURS_Q = Decimal("0.0001")
 KWH_Q = Decimal("0.000001")
 BY_ENV = "by environment"  # the IPD state of rows whose jobs' gains are not summed (see ipd_groups)
-EXAMPLE_NOTE = "some prices are examples shipped with Yardstick, not real prices (see manage.py prices list)"
+# What the report says when any row used a shipped example price (costs.prices.EXAMPLE_NOTE is the note on each entry).
+EXAMPLE_PRICES_NOTE = "some prices are examples shipped with Yardstick, not real prices (see manage.py prices list)"
 
 # Columns of the CSV and the text table, in order.
 COLUMNS = (
@@ -379,7 +380,7 @@ def to_json(report):
         "rows": [{k: _plain(v) for k, v in row.items()} for row in report.rows],
         "totals": {k: _plain(v) for k, v in report.totals.items()},
         "ipd_groups": report.ipd_groups,
-        "note": EXAMPLE_NOTE if report.example_prices else "",
+        "note": EXAMPLE_PRICES_NOTE if report.example_prices else "",
         "rounding": "each money cell is rounded to the cent so that attributed + idle = fleet exactly",
     }
 
@@ -455,7 +456,7 @@ def to_text(report):
     t = report.totals
     lines.append(f"attributed ${t['attributed_usd']} + idle ${t['idle_usd']} = fleet ${t['fleet_usd']}")
     if report.example_prices:
-        lines.append(f"NOTE: {EXAMPLE_NOTE}")
+        lines.append(f"NOTE: {EXAMPLE_PRICES_NOTE}")
     return "\n".join(lines) + "\n"
 
 

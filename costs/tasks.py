@@ -10,9 +10,6 @@ from costs.live import publish_figures
 
 log = logging.getLogger(__name__)
 
-# How often beat should run `attribute` (the lead wires it into CELERY_BEAT_SCHEDULE, default queue).
-ATTRIBUTE_EVERY_S = 60.0
-
 
 @shared_task(name="costs.tasks.attribute", ignore_result=True)
 def attribute():

@@ -340,7 +340,7 @@ def costs_page(request):
     params = {"from": period.start.date().isoformat(), "to": last_day.isoformat(), "group": group}
     return render(request, "dashboard/costs.html", {
         "report": table, "rows": table.rows, "totals": table.totals, "group": group, "groups": report.GROUPS,
-        "from_day": params["from"], "to_day": params["to"], "note": report.EXAMPLE_NOTE,
+        "from_day": params["from"], "to_day": params["to"], "note": report.EXAMPLE_PRICES_NOTE,
         # The exact period shown, so the download has the same figures as the page.
         "csv_href": "/api/costs?" + urlencode({"from": period.start.isoformat(), "to": period.end.isoformat(),
                                                "group": group, "format": "csv"}),

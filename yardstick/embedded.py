@@ -12,7 +12,6 @@ and the test suite all use it.
 
 import hashlib
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -299,8 +298,3 @@ class EmbeddedRedis:
         if self.process is not None:
             self.process.wait(timeout=5)
             self.process = None
-
-
-def remove_data(data_dir):
-    """Delete an embedded data dir (tests use throwaway ones)."""
-    shutil.rmtree(Path(data_dir), ignore_errors=True)

@@ -1,6 +1,8 @@
-"""The periodic tasks and the beat entries asked of the settings."""
+"""The periodic tasks, and their entries on the beat schedule that runs (settings.CELERY_BEAT_SCHEDULE)."""
 
 from datetime import datetime, timedelta, timezone
+
+from django.conf import settings
 
 from collector import tasks
 from collector.agent.batch import Batch, DeviceInfo
@@ -8,11 +10,13 @@ from collector.agent.writer import Writer
 from collector.models import Rollup1m
 
 
-def test_every_beat_entry_names_a_task_of_this_module():
-    for entry in tasks.BEAT_SCHEDULE.values():
-        module, _, name = entry["task"].rpartition(".")
-        assert module == "collector.tasks" and callable(getattr(tasks, name))
-        assert entry["schedule"] > 0
+def test_every_collector_task_is_on_the_beat_schedule_that_runs():
+    scheduled = {e["task"]: e["schedule"] for e in settings.CELERY_BEAT_SCHEDULE.values()}
+    mine = {task: every for task, every in scheduled.items() if task.startswith("collector.tasks.")}
+    assert sorted(mine) == ["collector.tasks.apply_retention", "collector.tasks.create_partitions",
+                            "collector.tasks.roll_up"]
+    for task, every in mine.items():
+        assert callable(getattr(tasks, task.rpartition(".")[2])) and every > 0
 
 
 def test_the_roll_up_task_rolls_up_what_was_written(pg_conn):

@@ -73,3 +73,14 @@ def test_a_generated_secret_key_is_kept_private_and_reused(service_dir):
     first_key, second_key = first.stdout.split()[-1], second.stdout.split()[-1]
     assert first_key == second_key == key_file.read_text().strip()
     assert len(first_key) >= 50
+
+
+def test_every_beat_entry_names_a_task_the_workers_know():
+    from django.conf import settings
+
+    from yardstick.celery import app
+
+    app.loader.import_default_modules()  # what a worker does at start: every app's tasks module
+    for key, entry in settings.CELERY_BEAT_SCHEDULE.items():
+        assert entry["task"] in app.tasks, f"{key}: no task {entry['task']!r}"
+        assert entry["schedule"] > 0, key

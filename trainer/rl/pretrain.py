@@ -128,14 +128,6 @@ def demonstration_batch(env, prompts: list[str], rng: random.Random, device):
     return tokens[:, :-1], tokens[:, 1:], mask[:, 1:].float()
 
 
-def load_base(path: Path, device: str = "cpu") -> GPT:
-    """Return the policy stored in a base checkpoint, on `device`."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    model = GPT(GPTConfig(**state["model_config"]))
-    model.load_state_dict(state["model"])
-    return model.to(device)
-
-
 def atomic_save(obj, path: Path) -> None:
     """torch.save to a temporary file beside `path`, then rename it over `path`."""
     path = Path(path)

@@ -26,12 +26,7 @@ _ID = {t: i for i, t in enumerate(TOKENS)}
 
 PAD_ID = _ID[PAD]
 EOS_ID = _ID[EOS]
-CALC_ID = _ID[CALC]
 CALC_END_ID = _ID[CALC_END]
-
-
-def token_id(token: str) -> int:
-    return _ID[token]
 
 
 def encode(text: str) -> list[int]:
