@@ -158,3 +158,14 @@ def test_mig_instances_alone_combine_power_once_and_activity_by_size():
     assert v["power_w"] == 252.0  # one GPU's power, read twice: not 250 (first row), not 504 (a sum)
     assert v["energy_j"] == 1000.25  # the counter's latest reading
     assert v["sm_active_pct"] == pytest.approx(70.0)  # (0.8*3 + 0.4*1) / 4
+
+
+def test_an_exporter_1x_scrape_with_lower_case_names_and_pod_labels_reads_the_same(telemetry_data):
+    one = reading_of(telemetry_data / "dcgm1x_1gpu_node_exporter.prom")
+    v = values(one)
+    assert one.device.uuid == "GPU-8f640a3c-7e9a-608d-02a3-f4372d72b323" and one.device.model == "unknown (dcgm-exporter)"
+    assert (v["power_w"], v["energy_j"], v["temp_c"], v["sm_clock_mhz"], v["util_pct"]) == (31.737, 7824.041, 34.0, 135, 0.0)
+
+    two = readings_from_metrics(parse_metrics((telemetry_data / "dcgm1x_2gpu_pod.prom").read_text()), "node-7")
+    assert [(r.device.index, r.device.node, values(r)["temp_c"]) for r in two] == [(0, "node-7", 33.0), (1, "node-7", 34.0)]
+    assert [[h.holder for h in r.holders] for r in two] == [["pod:default/pod1"], ["pod:default/pod1"]]

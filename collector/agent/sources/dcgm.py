@@ -5,7 +5,8 @@ DCGM_FI_DEV_POWER_USAGE (W), DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (mJ -> J),
 DCGM_FI_DEV_FB_USED / FB_FREE / FB_RESERVED (MiB; the total is their sum, the
 size NVML reports), DCGM_FI_DEV_GPU_TEMP (C), DCGM_FI_DEV_SM_CLOCK (MHz),
 DCGM_FI_PROF_SM_ACTIVE (ratio -> %), else DCGM_FI_PROF_GR_ENGINE_ACTIVE
-(ratio -> %). Labels give UUID, gpu (index), the model (modelName; exporters
+(ratio -> %); dcgm-exporter 1.x's lower-case names (dcgm_power_usage{uuid=...})
+mean the same. Labels give UUID, gpu (index), the model (modelName; exporters
 1.x/2.x send none, then another label that names it, else an explicit
 unknown), Hostname, and pod/namespace of the workload holding a GPU.
 
@@ -42,6 +43,18 @@ _PER_GPU_MEAN = ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV
 # Memory: each instance has its own, so the GPU's is the sum.
 _PER_INSTANCE_SUM = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
 _ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+# dcgm-exporter 1.x (gpu-monitoring-tools) named the same fields in lower case, its labels too.
+_LEGACY_NAMES = {
+    "dcgm_gpu_utilization": "DCGM_FI_DEV_GPU_UTIL",
+    "dcgm_mem_copy_utilization": "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "dcgm_power_usage": "DCGM_FI_DEV_POWER_USAGE",
+    "dcgm_total_energy_consumption": _ENERGY,
+    "dcgm_fb_used": "DCGM_FI_DEV_FB_USED",
+    "dcgm_fb_free": "DCGM_FI_DEV_FB_FREE",
+    "dcgm_gpu_temp": "DCGM_FI_DEV_GPU_TEMP",
+    "dcgm_sm_clock": "DCGM_FI_DEV_SM_CLOCK",
+}
+_LEGACY_LABELS = {"uuid": "UUID", "pod_name": "pod", "pod_namespace": "namespace"}
 
 
 def parse_metrics(text):
@@ -72,6 +85,9 @@ def readings_from_metrics(metrics, default_node):
     """Group parsed metrics by GPU UUID into Readings (one per physical GPU)."""
     gpus = {}  # uuid -> {"labels", "whole": {name: value}, "instances": {id: {name: value}}, "holders"}
     for name, labels, value in metrics:
+        if name in _LEGACY_NAMES:
+            name = _LEGACY_NAMES[name]
+            labels = {_LEGACY_LABELS.get(k, k): v for k, v in labels.items()}
         uuid = labels.get("UUID")
         if not uuid or not name.startswith("DCGM_FI_"):
             continue
