@@ -129,11 +129,11 @@ def read_smi_log(lines, node, model=None, tz=timezone.utc, columns=None):
             pending.append(first)
     else:
         header = first
-        if _timestamp(first[0], tz) is not None:
+        if _is_data(first, tz):
             raise SmiFormatError(
-                f"the first line is data, not a header (it starts with the time {first[0]!r}): "
-                "a log written with --format=csv,noheader; give its columns with "
-                '--columns "timestamp,name,..." (the list given to --query-gpu)'
+                f"the first line is data, not a header ({', '.join(first[:3])}, ...): a log written with "
+                '--format=csv,noheader; give its columns with --columns "timestamp,name,..." '
+                "(the list given to --query-gpu, which must include timestamp)"
             )
     names = [_name(h) for h in header]
     units = [_unit(h) for h in header]
@@ -200,6 +200,13 @@ def read_smi_log(lines, node, model=None, tz=timezone.utc, columns=None):
         log.devices.append(info)
         log.rows.extend(tuple(r) for r in rows)
     return log
+
+
+def _is_data(cells, tz):
+    """True when a first line is a row of values: a time in it, or values where names would be."""
+    if any(_timestamp(c, tz) is not None for c in cells):
+        return True
+    return all(c[:1].isdigit() or c[:1] in "[-" or c.lower() in _EMPTY for c in cells)
 
 
 def _complete_lines(lines, log):

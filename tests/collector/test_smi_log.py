@@ -102,3 +102,10 @@ def test_the_same_node_and_index_always_give_the_same_device_uuid():
 def test_a_log_without_timestamps_is_refused_with_the_reason():
     with pytest.raises(SmiFormatError, match="no timestamp column"):
         parse("index, power.draw [W]\n0, 1 W\n")
+
+
+def test_a_noheader_log_without_times_is_refused_as_data_not_read_as_a_strange_header():
+    # `--format=csv,noheader,nounits --query-gpu=index,utilization.gpu,...`: values where names would be
+    with pytest.raises(SmiFormatError, match=r"the first line is data, not a header \(0, 0, 0, \.\.\.\).*"
+                                             r"--columns .*which must include timestamp"):
+        parse("0, 0, 0, 4095, 10, 4085, 42, 33\n1, [Not Supported], [Not Supported], 1023, 722, 301, 30, 37\n")
