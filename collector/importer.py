@@ -143,8 +143,8 @@ def into_cost_review(report, now=None):
     # roll_up does a bounded amount per call; one that did all it may do leaves more behind
     while store.roll_up(limit=ROLL_UP_LIMIT, max_rounds=ROLL_UP_ROUNDS) >= ROLL_UP_LIMIT * ROLL_UP_ROUNDS:
         pass
-    lo = report.first_ts.replace(second=0, microsecond=0)
-    hi = report.last_ts.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    lo = report.first_ts.astimezone(timezone.utc).replace(second=0, microsecond=0)
+    hi = report.last_ts.astimezone(timezone.utc).replace(second=0, microsecond=0) + timedelta(minutes=1)
     return attribute_window(lo, hi, now=now)
 
 

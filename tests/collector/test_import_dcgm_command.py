@@ -23,6 +23,7 @@ def test_a_saved_t4_scrape_imports_as_one_sample_at_the_given_time(db, telemetry
 
     assert "imported 1 samples for 1 device(s) on node ericsson-t4" in out
     assert "stored as node ericsson-t4 (the scrape's Hostname label says cp-bm14r7)" in out
+    assert "rolled up and attributed 2026-03-01 10:00 to 2026-03-01 10:01 UTC" in out  # 11:00+01:00 is 10:00 UTC
     device = Device.objects.select_related("node").get()
     assert (device.uuid, device.model, device.source, device.node.owner) == (
         "GPU-6d5c0ac5-74d7-3130-46f1-e93ed57f469a", "Tesla T4", "dcgm", "inference")

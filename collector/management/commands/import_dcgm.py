@@ -15,7 +15,7 @@ def parse_at(text):
     except ValueError:
         raise ValueError(f"--at must be an ISO 8601 time like 2025-06-01T14:30:00Z or "
                          f"2025-06-01 16:30:00+02:00, got {text!r}") from None
-    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
 
 
 class Command(BaseCommand):
