@@ -117,11 +117,9 @@ def _store(devices, rows, holders, labels, report):
         with connection.cursor() as cur:
             cur.execute("SELECT 1")  # opens the transaction the writer's savepoints nest in
         writer = Writer(connection.connection)
-        for start in range(0, max(len(rows), 1), BATCH_ROWS):
+        for start in range(0, len(rows), BATCH_ROWS):
             batch = Batch(devices=devices, rows=rows[start:start + BATCH_ROWS],
                           holders=holders if start == 0 else [], labels=labels or {}, interval_s=None)
-            if not batch.rows:
-                break
             result = writer.write(batch)
             report.imported += result.inserted
             report.already_stored += result.duplicates
@@ -134,7 +132,8 @@ def into_cost_review(report, now=None):
     """Roll up and attribute the window `report` imported, so the cost review shows it now.
 
     The periodic tasks look back minutes, not to last year's log. Return
-    (from, to) of the attributed minutes, or None when nothing was imported.
+    attribute_window's summary ({"from", "to", "rows"}), or None when nothing
+    new was imported.
     """
     from costs.attribution import attribute_window
 
