@@ -3,8 +3,9 @@
 Columns: the header decides them, in any subset and order; a log written with
 `noheader` needs them given (`columns`, the list the user gave --query-gpu). A
 header is read tolerantly: case, spacing, `_` for `.`, and the unit in
-brackets with or without a space (`memory.used [MiB]`, `memory.used[MiB]`,
-`gpu_utilization[%]`) all name the same column. Columns that name no stored
+brackets with or without a space or as the last word (`memory.used [MiB]`,
+`memory.used[MiB]`, `memory_used_mib`, `gpu_utilization[%]`) all name the same
+column. Columns that name no stored
 figure are listed in `SmiLog.unused_columns`; a log with no metric column at
 all is refused.
 
@@ -59,6 +60,7 @@ ALIASES = {
     "memory.utilization": "utilization.memory",
     "mem.util": "utilization.memory",
     "util.memory": "utilization.memory",
+    "utilization.mem": "utilization.memory",
     "mem.used": "memory.used",
     "mem.total": "memory.total",
     "temperature": "temperature.gpu",
@@ -67,6 +69,8 @@ ALIASES = {
     "power": "power.draw",
     "gpu.uuid": "uuid",
     "gpu.name": "name",
+    "gpu.id": "gpu",
+    "gpu.index": "index",
     "gpu.bus.id": "pci.bus_id",
     "pci.bus.id": "pci.bus_id",
 }
@@ -81,6 +85,9 @@ _EMPTY = {"", "[n/a]", "n/a", "[not supported]", "not supported", "[unknown erro
 _TS_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
 _MEM_SCALE = {"mib": 1.0, "gib": 1024.0, "kib": 1 / 1024.0, "b": 1 / 2**20, "mb": 1.0, "gb": 1024.0}
 _UNIT = re.compile(r"^(.*?)\s*[\[(]([^\])]*)[\])]\s*$")
+# Units written as a header's last word (memory_used_mib, power_draw_w), and what they mean.
+_SUFFIX_UNITS = {"pct": "%", "percent": "%", "mib": "mib", "mb": "mib", "gib": "gib", "w": "w", "watts": "w",
+                 "c": "c", "celsius": "c", "mhz": "mhz"}
 
 
 class SmiFormatError(ValueError):
@@ -271,17 +278,25 @@ def _device(node, key, order, cells, col, key_col, model):
     )
 
 
-def _name(cell):
-    """The query field a header cell names: 'Memory.Used[MiB]' -> 'memory.used', 'gpu_utilization' -> 'utilization.gpu'."""
+def _column(cell):
+    """(query field, unit) a header cell names: 'Memory.Used[MiB]' -> ('memory.used', 'mib'),
+    'gpu_utilization' -> ('utilization.gpu', ''), 'power_draw_w' -> ('power.draw', 'w')."""
     m = _UNIT.match(cell.strip())
     name = (m.group(1) if m else cell).strip().lower()
+    unit = m.group(2).strip().lower() if m else ""
     name = re.sub(r"[\s_\-]+", ".", name).strip(".")
-    return ALIASES.get(name, name)
+    head, _, last = name.rpartition(".")
+    if head and last in _SUFFIX_UNITS and not unit:  # a unit written as the name's last word
+        name, unit = head, _SUFFIX_UNITS[last]
+    return ALIASES.get(name, name), unit
+
+
+def _name(cell):
+    return _column(cell)[0]
 
 
 def _unit(cell):
-    m = _UNIT.match(cell.strip())
-    return m.group(2).strip().lower() if m else ""
+    return _column(cell)[1]
 
 
 def _canonical(cells):

@@ -77,6 +77,19 @@ def test_a_hand_written_header_without_spaces_before_units_is_understood(telemet
     assert log.unused_columns == ["memory.free[MiB]"]
 
 
+def test_units_written_as_the_last_word_of_a_name_are_understood(db, telemetry_data):
+    out = run(telemetry_data / "smi_rtx4090_4080_suffix_units.csv", "--node", "baikal")
+
+    assert "imported 16 samples for 2 device(s) on node baikal" in out and "devices told apart by the gpu_id column" in out
+    assert "columns not imported" not in out
+    gpus = {d.index: d for d in Device.objects.all()}
+    assert (gpus[0].model, gpus[0].mem_total_mib, gpus[1].model, gpus[1].mem_total_mib) == (
+        "NVIDIA GeForce RTX 4090", 24564, "NVIDIA GeForce RTX 4080", 16376)
+    # 07:03:45.811, gpu 0: utilization 80 %, memory 65 %, 10602 MiB, 47 C, 190.54 W
+    s = Sample.objects.get(device=gpus[0], ts=datetime(2026, 3, 28, 7, 3, 45, 811000, tzinfo=timezone.utc))
+    assert (s.util_pct, s.mem_util_pct, s.mem_used_mib, s.temp_c, s.power_w) == (80.0, 65.0, 10602, 47.0, pytest.approx(190.54))
+
+
 def test_a_column_not_understood_is_named_and_a_log_with_no_metric_column_is_refused(telemetry_data):
     text = (telemetry_data / "smi_a5000_handwritten_header.csv").read_text(encoding="utf-8")
     # The same log had its author named the figures in words nvidia-smi does not know.
