@@ -5,9 +5,8 @@ Columns: the header decides them, in any subset and order; a log written with
 header is read tolerantly: case, spacing, `_` for `.`, and the unit in
 brackets with or without a space or as the last word (`memory.used [MiB]`,
 `memory.used[MiB]`, `memory_used_mib`, `gpu_utilization[%]`) all name the same
-column. Columns that name no stored
-figure are listed in `SmiLog.unused_columns`; a log with no metric column at
-all is refused.
+column. Columns that name no stored figure are listed in
+`SmiLog.unused_columns`; a log with no metric column at all is refused.
 
 Values: units come from the header or the values (`250.00 W`, `754 MiB`);
 `[N/A]`, `[Not Supported]`, `[Unknown Error]` and `[GPU is Lost]` become

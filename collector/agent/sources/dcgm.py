@@ -38,10 +38,6 @@ UNKNOWN_MODEL = "unknown (dcgm-exporter)"
 MODEL_LABELS = ("modelName", "model_name", "gpu_model", "model", "product",
                 "label_nvidia_com_gpu_product", "nvidia_com_gpu_product")
 
-# Figures of the GPU itself, repeated on every MIG instance row: their mean, once.
-_PER_GPU_MEAN = ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK")
-# Memory: each instance has its own, so the GPU's is the sum.
-_PER_INSTANCE_SUM = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
 _ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 # dcgm-exporter 1.x (gpu-monitoring-tools) named the same fields in lower case, its labels too.
 _LEGACY_NAMES = {
