@@ -169,3 +169,21 @@ def test_an_exporter_1x_scrape_with_lower_case_names_and_pod_labels_reads_the_sa
     two = readings_from_metrics(parse_metrics((telemetry_data / "dcgm1x_2gpu_pod.prom").read_text()), "node-7")
     assert [(r.device.index, r.device.node, values(r)["temp_c"]) for r in two] == [(0, "node-7", 33.0), (1, "node-7", 34.0)]
     assert [[h.holder for h in r.holders] for r in two] == [["pod:default/pod1"], ["pod:default/pod1"]]
+
+
+def test_dcgm_blank_markers_are_no_value_not_a_reading():
+    # DCGM prints its "not supported" markers as numbers (NVIDIA's dcgm-exporter page shows a
+    # DCGM_FI_DEV_MEMORY_TEMP of 9223372036854775794); a GPU that reports no temperature or power
+    # must not store one that large
+    text = (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-b"} 9223372036854775794\n'
+        'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-b"} 140737488355330\n'
+        'DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-b"} 2147483634\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-b"} 12\n'
+        'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-b"} 2147483640\n'  # a counter passing by
+    )
+    [reading] = readings_from_metrics(parse_metrics(text), "n")
+    v = values(reading)
+
+    assert (v["temp_c"], v["power_w"], v["sm_clock_mhz"]) == (None, None, None)
+    assert (v["util_pct"], v["energy_j"]) == (12.0, 2147483.64)

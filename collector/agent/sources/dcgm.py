@@ -6,7 +6,8 @@ DCGM_FI_DEV_FB_USED / FB_FREE / FB_RESERVED (MiB; the total is their sum, the
 size NVML reports), DCGM_FI_DEV_GPU_TEMP (C), DCGM_FI_DEV_SM_CLOCK (MHz),
 DCGM_FI_PROF_SM_ACTIVE (ratio -> %), else DCGM_FI_PROF_GR_ENGINE_ACTIVE
 (ratio -> %); dcgm-exporter 1.x's lower-case names (dcgm_power_usage{uuid=...})
-mean the same. Labels give UUID, gpu (index), the model (modelName; exporters
+mean the same; DCGM's blank markers (9223372036854775794 for a temperature
+the GPU does not report) are no value. Labels give UUID, gpu (index), the model (modelName; exporters
 1.x/2.x send none, then another label that names it, else an explicit
 unknown), Hostname, and pod/namespace of the workload holding a GPU.
 
@@ -51,6 +52,17 @@ _LEGACY_NAMES = {
     "dcgm_sm_clock": "DCGM_FI_DEV_SM_CLOCK",
 }
 _LEGACY_LABELS = {"uuid": "UUID", "pod_name": "pod", "pod_namespace": "namespace"}
+# DCGM's "no value" markers (DCGM_INT32_BLANK, DCGM_FP64_BLANK and the codes just above them:
+# not found, not supported, no permission), which an exporter may print as if they were readings.
+_BLANKS = ((0x7FFFFFF0, 0x80000000), (140737488355328.0, 140737488355344.0))
+_INT64_BLANK = 9.2e18  # DCGM_INT64_BLANK is 0x7ffffffffffffff0; as a float, beyond any reading
+
+
+def _blank(name, value):
+    if value >= _INT64_BLANK:
+        return True
+    # the energy counter is an int64 that passes through the int32 markers' range as it counts
+    return name != _ENERGY and any(lo <= value < hi for lo, hi in _BLANKS)
 
 
 def parse_metrics(text):
@@ -85,7 +97,7 @@ def readings_from_metrics(metrics, default_node):
             name = _LEGACY_NAMES[name]
             labels = {_LEGACY_LABELS.get(k, k): v for k, v in labels.items()}
         uuid = labels.get("UUID")
-        if not uuid or not name.startswith("DCGM_FI_"):
+        if not uuid or not name.startswith("DCGM_FI_") or _blank(name, value):
             continue
         gpu = gpus.setdefault(uuid, {"labels": dict(labels), "whole": {}, "instances": {}, "holders": {}})
         for key in MODEL_LABELS:  # a later row may name the model the first did not
