@@ -114,6 +114,9 @@ class Job(models.Model):
     source = models.CharField(max_length=20, choices=Source.choices, default=Source.EMBEDDED, db_index=True)
     framework = models.CharField(max_length=50, blank=True, default="",
                                  help_text='what trained it, from its tags or params: "trl", "verl", "nemo-rl", ...')
+    # "Continue": the policy starts from this job's checkpoint at init_step instead of the base policy.
+    init_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="continued_by")
+    init_step = models.IntegerField(null=True, blank=True, help_text="step of init_from's checkpoint it starts from")
 
     class Meta:
         ordering = ["-id"]
@@ -126,10 +129,12 @@ class Job(models.Model):
 
     @classmethod
     def start(cls, *, name, team, env, config=None, budget_usd=None, device="auto", created_by=None, enqueue=True,
-              runs_here=False):
+              runs_here=False, init_from=None, init_step=None):
         """Validate the input, create a queued job and (after commit) enqueue its task.
 
         Raise InputError naming the first bad field; nothing is created then.
+        `init_from` (a job id) continues that job's policy: the run starts from its checkpoint at
+        `init_step` (default: its final one) instead of the base policy, on any environment.
         With enqueue=False the caller runs it (`manage.py train` does, in the foreground);
         `runs_here` checks the device against what torch sees in this process instead of
         what the jobs workers report.
@@ -159,11 +164,12 @@ class Job(models.Model):
         refusal = device_refusal(device, runs_here=runs_here)
         if refusal:
             raise InputError("device", refusal)
+        source, init_step = _init_from(init_from, init_step)
 
         with transaction.atomic():
             job = cls.objects.create(
                 name=name, team=team, env=env, config=cfg.to_dict(), budget_usd=budget,
-                device=device, created_by=created_by,
+                device=device, created_by=created_by, init_from=source, init_step=init_step,
             )
             change = StatusChange.objects.create(job=job, from_status="", to_status=Status.QUEUED, at=job.created_at,
                                                  reason=f"created by {created_by}" if created_by else "created")
@@ -438,6 +444,24 @@ class Job(models.Model):
     def can_resume(self):
         return self.source == Source.EMBEDDED and self.status in RESUMABLE and not self.not_resumable_reason
 
+    def kept_checkpoint_steps(self):
+        """Steps of the checkpoints this job keeps on disk, oldest first (a Continue may start from any)."""
+        return sorted(int(p.stem.removeprefix("step-")) for p in self.checkpoint_dir.glob("step-*.pt"))
+
+    @property
+    def can_continue(self):
+        return not self.continue_refusal()
+
+    def continue_refusal(self):
+        """Why no new job can continue from this one's policy, for people; empty when one can."""
+        if self.source == Source.EXTERNAL:
+            return f"job {self.pk} is an external run: its checkpoints are not Yardstick's to load"
+        if self.status not in ENDED:
+            return f"job {self.pk} is {self.status}; only an ended job ({_either(ENDED)}) can be continued"
+        if self.checkpoint_step is None or not self.kept_checkpoint_steps():
+            return f"job {self.pk} has no checkpoint to continue from"
+        return ""
+
     def stop_refusal(self):
         """Why a Stop did nothing to this job, for people; empty when it is stopping or can be stopped."""
         if self.status in STOPPABLE or self.status == Status.STOPPING:
@@ -478,6 +502,9 @@ class Job(models.Model):
             "can_stop": self.can_stop,
             "can_resume": self.can_resume,
             "not_resumable_reason": self.not_resumable_reason,
+            "can_continue": self.can_continue,
+            "init_from": self.init_from_id,
+            "init_step": self.init_step,
             "created_by": self.created_by.username if self.created_by_id else None,
             "created_at": _iso(self.created_at),
             "started_at": _iso(self.started_at),
@@ -664,6 +691,39 @@ def _text(field, value, max_len):
     if len(value) > max_len:
         raise InputError(field, f"{field} must be at most {max_len} characters, got {len(value)}")
     return value
+
+
+def _init_from(init_from, init_step):
+    """Return (the job to continue, the checkpoint step) for Job.start, (None, None) when starting from the
+    base policy, or raise InputError naming init_from or init_step."""
+    if init_from is None or init_from == "":
+        if init_step not in (None, ""):
+            raise InputError("init_step", "init_step needs init_from: the id of the job whose checkpoint to start from")
+        return None, None
+    if isinstance(init_from, Job):
+        source = init_from
+    else:
+        if isinstance(init_from, bool) or not (isinstance(init_from, int) or (isinstance(init_from, str)
+                                                                               and init_from.strip().isdigit())):
+            raise InputError("init_from", f"init_from must be the id of an ended job with a checkpoint, got {init_from!r}")
+        source = Job.objects.filter(pk=int(init_from)).first() if int(init_from) < 2**31 else None
+        if source is None:
+            raise InputError("init_from", f"init_from must be the id of an ended job with a checkpoint; "
+                                          f"there is no job {init_from}")
+    refusal = source.continue_refusal()
+    if refusal:
+        raise InputError("init_from", f"init_from: {refusal}")
+    kept = source.kept_checkpoint_steps()
+    if init_step in (None, ""):
+        return source, kept[-1]
+    try:
+        step = int(init_step) if not isinstance(init_step, (bool, float)) else None
+    except (TypeError, ValueError):
+        step = None
+    if step not in kept:
+        raise InputError("init_step", f"init_step must be one of the checkpoint steps job {source.pk} keeps "
+                                      f"({', '.join(map(str, kept))}), or empty for its final one; got {init_step!r}")
+    return source, step
 
 
 def _budget(value):

@@ -1,7 +1,8 @@
 """Run one job: the domain function behind the Celery task and `manage.py train`.
 
 `run(job_id)` claims a queued job, opens a stint on this node's device, builds
-the trainer (fresh, or from the job's newest checkpoint; the first job on an
+the trainer (fresh, from the job's newest checkpoint, or, for a job that
+continues another (`init_from`), from that job's checkpoint; the first job on an
 environment with this data dir pretrains its base policy first, which takes a
 minute or more), and then loops in labelled phases until the configured steps
 are done or someone asks it to stop:
@@ -31,7 +32,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
-from trainer.models import ACTIVE, DEVICE_ACCEPTED, DEVICE_RE, Job, Sample, Status, Step, Stint
+from trainer.models import ACTIVE, DEVICE_ACCEPTED, DEVICE_RE, ENDED, Job, Sample, Status, Step, Stint
 from trainer.workers import DeviceUnavailable
 from yardstick.live import publish
 
@@ -266,7 +267,19 @@ def run(job_id, progress=None):
         if beat is not None:
             beat.stop()
     job.refresh_from_db()
+    if job.status in ENDED:
+        _tell_run_ended(job)
     return job
+
+
+def _tell_run_ended(job):
+    """Send trainer.signals.run_ended; a receiver's error is logged, the job's end stands."""
+    from trainer.signals import run_ended
+
+    for receiver, result in run_ended.send_robust(sender=Job, job=job):
+        if isinstance(result, Exception):
+            log.error("job %s: %s failed after the run ended: %r", job.pk, getattr(receiver, "__qualname__", receiver),
+                      result, exc_info=result)
 
 
 def _train(job, device, stint, progress):
@@ -285,6 +298,14 @@ def _train(job, device, stint, progress):
         _set_phase(job, f"loading the checkpoint {resume_from.name}")
         trainer = Trainer.from_checkpoint(resume_from, models_dir(), device)
         log.info("job %s resumes from %s (step %s)", job.pk, resume_from.name, trainer.step)
+    elif job.init_from_id is not None:
+        # Continue: another job's policy, at the checkpoint chosen when this job was started.
+        source = checkpoint_path(job.init_from, job.init_step)
+        if not source.exists():
+            raise FileNotFoundError(f"job {job.init_from_id} no longer keeps its checkpoint at step {job.init_step} "
+                                    f"({source.name}); start a new job from one it keeps")
+        _set_phase(job, f"loading job {job.init_from_id}'s policy (checkpoint at step {job.init_step})")
+        trainer = Trainer.from_policy(config, source, device)
     else:
         try:
             built = _build_base(job, config, device)

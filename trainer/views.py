@@ -77,12 +77,14 @@ def list_jobs(request):
 
 @require_role("operator")
 def create_job(request):
-    """Start a job from {name, team, env, config: {...}, budget_usd, device}; 201 with the job."""
+    """Start a job from {name, team, env, config: {...}, budget_usd, device, init_from, init_step}; 201 with
+    the job. init_from (a job id) continues that job's policy from its checkpoint at init_step (default: its
+    final one) instead of the base policy."""
     try:
         body = json_object(request.body)
     except InputError as err:
         return _bad(err.field, err.message)
-    accepted = ("name", "team", "env", "config", "budget_usd", "device")
+    accepted = ("name", "team", "env", "config", "budget_usd", "device", "init_from", "init_step")
     unknown = sorted(set(body) - set(accepted))
     if unknown:
         return _bad(unknown[0], f"unknown field {unknown[0]!r}; accepted fields are {', '.join(accepted)}")
@@ -90,6 +92,7 @@ def create_job(request):
         job = Job.start(
             name=body.get("name"), team=body.get("team"), env=body.get("env"), config=body.get("config"),
             budget_usd=body.get("budget_usd"), device=body.get("device", "auto"), created_by=request.user,
+            init_from=body.get("init_from"), init_step=body.get("init_step"),
         )
     except InputError as err:
         return _bad(err.field, err.message)

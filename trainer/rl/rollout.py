@@ -98,3 +98,19 @@ def pass_at_1(
         ro = rollout(model, env, chunk, max_new_tokens=max_new_tokens, temperature=0.0, device=device)
         solved += sum(r == 1.0 for r in rewards(env, ro))
     return 100.0 * solved / max(1, len(prompts))
+
+
+@torch.no_grad()
+def policy_pass_at_1(path, env: Environment, eval_size: int, *, max_new_tokens: int = 40, device="cpu") -> float:
+    """Greedy pass@1 (points 0..100) on the first `eval_size` held-out prompts of `env` of the policy saved
+    in `path`, a base checkpoint or a trainer checkpoint (both keep "model" and "model_config"); the same
+    prompts on every call. `max_new_tokens` is capped at what the policy's context leaves after a prompt."""
+    from trainer.rl.model import GPTConfig
+
+    sd = torch.load(path, map_location="cpu", weights_only=True)
+    config = GPTConfig(**sd["model_config"])
+    model = GPT(config).to(device)
+    model.load_state_dict(sd["model"])
+    model.eval()
+    room = config.block_size - env.prompt_width
+    return pass_at_1(model, env, env.eval_prompts(eval_size), max_new_tokens=min(max_new_tokens, room), device=device)

@@ -51,6 +51,19 @@ class Trainer:
         base = torch.load(path, map_location="cpu", weights_only=True)
         self._setup(config, device, base["model_config"], base["model"])
 
+    @classmethod
+    def from_policy(cls, config: TrainConfig, path: Path, device: str = "cpu") -> "Trainer":
+        """Start a new run (step 0, fresh optimizer and schedule) from the policy saved in `path`: a
+        trainer checkpoint of another run, on this environment or another (the vocabulary is shared).
+
+        That policy is also the run's KL reference: the run is pulled towards where it started, not
+        towards the base policy of its environment.
+        """
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+        trainer = cls.__new__(cls)
+        trainer._setup(config, device, sd["model_config"], sd["model"])
+        return trainer
+
     def _setup(self, config: TrainConfig, device: str, model_config: dict, base_weights: dict) -> None:
         if config.torch_threads > 0:  # at most the cores this process may use, on whatever machine runs it
             torch.set_num_threads(min(config.torch_threads, len(os.sched_getaffinity(0))))
