@@ -90,9 +90,9 @@ def test_units_written_as_the_last_word_of_a_name_are_understood(db, telemetry_d
     assert (s.util_pct, s.mem_util_pct, s.mem_used_mib, s.temp_c, s.power_w) == (80.0, 65.0, 10602, 47.0, pytest.approx(190.54))
 
 
-def test_a_column_not_understood_is_named_and_a_log_with_no_metric_column_is_refused(telemetry_data):
+def test_a_log_whose_columns_name_no_stored_figure_is_refused_naming_them(telemetry_data):
     text = (telemetry_data / "smi_a5000_handwritten_header.csv").read_text(encoding="utf-8")
-    # The same log had its author named the figures in words nvidia-smi does not know.
+    # The same log, had its author named the figures in words nvidia-smi does not know
     header, body = text.split("\n", 1)
     renamed = "timestamp,index,name,busy[%],vram total,vram in use,vram free,heat\n" + body
 
