@@ -5,11 +5,11 @@ shares), so every model here is unmanaged: Django reads and joins them, the
 agent writes them with COPY. Units are in the field names.
 """
 
-from datetime import timedelta
-
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.utils import timezone
+
+from collector.agent.schema import SAMPLE_FIELDS
 
 
 class Node(models.Model):
@@ -69,13 +69,22 @@ class Node(models.Model):
         self.save(update_fields=["labels"])
         return team
 
+    @classmethod
+    def is_stale(cls, newest_sample_at, interval_s, now):
+        """The one stale rule, for a node and for each of its devices: no sample at all, or the newest
+        older than STALE_INTERVALS of the node's interval."""
+        return newest_sample_at is None or (now - newest_sample_at).total_seconds() > cls.STALE_INTERVALS * interval_s
+
     def status(self, newest_sample_at, now=None):
         """Return "ok", or "stale" when the newest sample is older than 3 intervals (or missing)."""
-        now = now or timezone.now()
-        if newest_sample_at is None:
-            return "stale"
-        limit = timedelta(seconds=self.STALE_INTERVALS * self.interval_s)
-        return "ok" if now - newest_sample_at <= limit else "stale"
+        return "stale" if self.is_stale(newest_sample_at, self.interval_s, now or timezone.now()) else "ok"
+
+    def to_dict(self, devices, newest_sample_at, now=None):
+        """The node as the API and the pages give it, with `devices` (their dicts) and its status."""
+        return {
+            "name": self.name, "labels": self.labels, "owner": self.owner, "interval_s": self.interval_s,
+            "status": self.status(newest_sample_at, now), "newest_sample_at": newest_sample_at, "devices": devices,
+        }
 
 
 class Device(models.Model):
@@ -99,8 +108,35 @@ class Device(models.Model):
         db_table = "collector_device"
         ordering = ["node__name", "index"]
 
+    # A fresh device at or above this utilization is busy; below it (or without a reading), idle.
+    BUSY_UTIL_PCT = 10.0
+
     def __str__(self):
         return f"{self.node.name}/{self.index} {self.model}"
+
+    @classmethod
+    def state_of(cls, latest, interval_s, now):
+        """ "stale" when the device has no sample (`latest`, a LatestSample.to_dict, is None) or its newest
+        is stale by its node's interval (Node.is_stale), else "busy" at BUSY_UTIL_PCT or more, "idle"
+        below. The fleet page and the live broadcaster ask this."""
+        if latest is None or Node.is_stale(latest["ts"], interval_s, now):
+            return "stale"
+        util_pct = latest["util_pct"]
+        return "busy" if util_pct is not None and util_pct >= cls.BUSY_UTIL_PCT else "idle"
+
+    def to_dict(self):
+        """The device as the API and the pages give it (without its samples)."""
+        return self.dict_of(vars(self))
+
+    @classmethod
+    def dict_of(cls, fields):
+        """Device.to_dict from its fields in a mapping (a row of collector.store.latest_rows), for readers that
+        skip model instances: at 1,000 devices they cost the fleet page most of its time budget."""
+        return {
+            "uuid": fields["uuid"], "index": fields["index"], "label": cls.label_for(fields["source"], fields["index"]),
+            "model": fields["model"], "source": fields["source"], "simulated": fields["simulated"],
+            "power_estimated": fields["power_estimated"], "mem_total_mib": fields["mem_total_mib"],
+        }
 
     @property
     def label(self):
@@ -156,9 +192,14 @@ class LatestSample(_SampleFields):
     device = models.OneToOneField(Device, on_delete=models.CASCADE, primary_key=True, related_name="latest")
     ts = models.DateTimeField()
 
+    FIELDS = ("ts",) + SAMPLE_FIELDS
+
     class Meta:
         managed = False
         db_table = "telemetry_latest"
+
+    def to_dict(self):
+        return {f: getattr(self, f) for f in self.FIELDS}
 
 
 class _Rollup(models.Model):

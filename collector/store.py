@@ -11,6 +11,7 @@ power integrated over the interval (trapezoid). Intervals longer than
 `schema.MAX_GAP_S` are a gap: no energy and no device time.
 """
 
+import json
 import logging
 from datetime import timedelta
 
@@ -19,7 +20,7 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from collector.agent import schema
-from collector.models import Device, Node
+from collector.models import Device, LatestSample, Node
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,17 @@ def apply_retention(now=None):
 
 # -- reads ----------------------------------------------------------------------
 
-LATEST_FIELDS = ("ts",) + schema.SAMPLE_FIELDS
+LATEST_FIELDS = LatestSample.FIELDS
+_NODE_COLUMNS = ("node_id", "node", "labels", "interval_s")
+_DEVICE_COLUMNS = ("device_id", "uuid", "index", "model", "source", "simulated", "power_estimated", "mem_total_mib")
+_LATEST = f"""
+SELECT n.id, n.name, n.labels, n.interval_s, d.id, d.uuid, d.index, d.model, d.source, d.simulated,
+       d.power_estimated, d.mem_total_mib, {', '.join('l.' + f for f in LATEST_FIELDS)}
+FROM collector_node n
+LEFT JOIN collector_device d ON d.node_id = n.id
+LEFT JOIN telemetry_latest l ON l.device_id = d.id
+ORDER BY n.name, d.index
+"""
 
 
 def newest_sample_age_s(now=None):
@@ -254,47 +265,56 @@ def newest_sample_age_s(now=None):
     return ((now or timezone.now()) - newest).total_seconds()
 
 
-def fleet(now=None):
-    """Every node with its status and devices, each device with its latest sample (or None)."""
-    now = now or timezone.now()
-    nodes = {n.id: n for n in Node.objects.all()}
-    devices = Device.objects.select_related("latest").order_by("node_id", "index")
-    by_node = {node_id: [] for node_id in nodes}
-    for device in devices:
-        by_node.setdefault(device.node_id, []).append(device)
+def latest_rows():
+    """The one read of the fleet as it is now: every node, each device of it and that device's newest
+    sample, in one query (node name, device index order). A dict per device with node_id, node, labels,
+    interval_s, device_id, the Device.dict_of fields and "latest" (LatestSample.to_dict, None without a
+    sample); a node without devices is one row whose device_id is None. The fleet API and page (`fleet`)
+    and the live broadcaster (dashboard.broadcast) all read it."""
+    with connection.cursor() as cur:
+        cur.execute(_LATEST)
+        rows = cur.fetchall()
+    names = _NODE_COLUMNS + _DEVICE_COLUMNS
+    labels = {}  # jsonb comes back as text under Django (its JSONField decodes it): once per node
     out = []
-    for node in sorted(nodes.values(), key=lambda n: n.name):
-        entries = []
-        newest = None
-        for device in by_node.get(node.id, []):
-            latest = getattr(device, "latest", None)
-            if latest is not None and (newest is None or latest.ts > newest):
-                newest = latest.ts
-            entries.append(
-                {
-                    "uuid": device.uuid,
-                    "index": device.index,
-                    "label": device.label,
-                    "model": device.model,
-                    "source": device.source,
-                    "simulated": device.simulated,
-                    "power_estimated": device.power_estimated,
-                    "mem_total_mib": device.mem_total_mib,
-                    "latest": None if latest is None else {f: getattr(latest, f) for f in LATEST_FIELDS},
-                }
-            )
-        out.append(
-            {
-                "name": node.name,
-                "labels": node.labels,
-                "owner": node.owner,
-                "interval_s": node.interval_s,
-                "status": node.status(newest, now),
-                "newest_sample_at": newest,
-                "devices": entries,
-            }
-        )
+    for values in rows:
+        row = dict(zip(names, values))
+        ts = values[len(names)]
+        row["latest"] = None if ts is None else dict(zip(LATEST_FIELDS, values[len(names):]))
+        if row["node_id"] not in labels:
+            labels[row["node_id"]] = json.loads(row["labels"]) if isinstance(row["labels"], str) else row["labels"]
+        row["labels"] = labels[row["node_id"]]
+        out.append(row)
     return out
+
+
+def fleet(now=None, rows=None):
+    """Every node (Node.to_dict) with its status and devices (Device.to_dict), each device with its latest
+    sample (or None); from `rows` of latest_rows when given, else read now."""
+    now = now or timezone.now()
+    rows = latest_rows() if rows is None else rows
+    out = []
+    for row in rows:
+        if not out or out[-1][0].pk != row["node_id"]:
+            out.append((Node(id=row["node_id"], name=row["node"], labels=row["labels"], interval_s=row["interval_s"]),
+                        [], []))
+        if row["device_id"] is not None:
+            out[-1][1].append({**Device.dict_of(row), "latest": row["latest"]})
+            out[-1][2].append(row["latest"] and row["latest"]["ts"])
+    return [node.to_dict(devices, max(filter(None, stamps), default=None), now) for node, devices, stamps in out]
+
+
+def fleet_power_kw(start, end):
+    """[(bucket, kW)] of the whole fleet with start <= bucket < end: 1-minute rollups up to 6 hours,
+    1-hour rollups past that (the fleet page's power chart)."""
+    table = "telemetry_rollup_1m" if end - start <= timedelta(hours=6) else "telemetry_rollup_1h"
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT bucket, sum(power_mean_w) / 1000.0 FROM {table} "
+            "WHERE bucket >= %s AND bucket < %s GROUP BY bucket ORDER BY bucket",
+            [start, end],
+        )
+        return cur.fetchall()
 
 
 RESOLUTIONS = ("raw", "1m", "1h")

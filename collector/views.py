@@ -33,16 +33,7 @@ def device_samples(request, uuid):
         return JsonResponse({"error": err.message, "field": err.field}, status=400)
     return JsonResponse(
         {
-            "device": {
-                "uuid": device.uuid,
-                "node": device.node.name,
-                "index": device.index,
-                "label": device.label,
-                "model": device.model,
-                "source": device.source,
-                "simulated": device.simulated,
-                "power_estimated": device.power_estimated,
-            },
+            "device": {**device.to_dict(), "node": device.node.name},
             "resolution": resolution,
             "from": start,
             "to": end,

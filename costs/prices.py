@@ -177,6 +177,18 @@ def cost_usd(price, device_s, energy_j):
     return device, energy
 
 
+def burn_usd_per_h(price, power_w):
+    """What a device costs per hour while it draws `power_w` (unrounded Decimal dollars): the device-hour
+    price plus that power at the energy price x PUE; nothing when no price applies (`price` None). The
+    fleet page's burn rate, rendered and live, is the sum of its fresh devices'."""
+    if price is None:
+        return Decimal(0)
+    burn = price.usd_per_hour
+    if power_w is not None:
+        burn += Decimal(repr(power_w)) / 1000 * price.usd_per_kwh * price.pue
+    return burn
+
+
 def install_examples(entry_model=PriceEntry):
     """Create the example entries (labelled examples) where the book is empty; return how many."""
     if entry_model.objects.exists():

@@ -13,20 +13,22 @@ Events: topic "fleet", kind "samples": {"ts", "power_kw", "devices": [...], "car
 stale without any new row); topic "node.<id>", kind "samples": {"samples": [...]} (the node's devices
 only). While the database cannot be read, every subscriber gets kind "reading" {"ok": false}
 once (the reason goes to the log, not to browsers), and {"ok": true} when reads work again; the poller keeps trying, backing off to
-RETRY_MAX_S, for as long as anyone subscribes. The cards follow the fleet page's rules (dashboard.readings.device_state and
-device_burn_usd_per_h), with prices read at most once a minute.
+RETRY_MAX_S, for as long as anyone subscribes. The rows are the fleet page's (collector.store.latest_rows), each
+device's state is Device.state_of and the cards are the page's (dashboard.readings.fleet_cards), with prices read
+at most once a minute.
 """
 
 import asyncio
 import logging
 import time
-from decimal import ROUND_HALF_UP, Decimal
 
 from channels.db import database_sync_to_async
-from django.db import connection
 from django.utils import timezone
 
-from dashboard.readings import CENT, device_burn_usd_per_h, device_state
+from collector.models import Device
+from collector.store import latest_rows
+from costs.prices import PriceBook
+from dashboard.readings import fleet_cards
 
 log = logging.getLogger(__name__)
 
@@ -35,40 +37,12 @@ RETRY_MAX_S = 5.0  # the longest wait between reads while the database is failin
 READ_TIMEOUT_S = 10.0  # a read with no answer by then counts as failed (a hung server)
 PRICES_EVERY_S = 60.0
 FIELDS = ("util_pct", "sm_active_pct", "power_w", "temp_c", "mem_used_mib")
-
-# Every device, with its newest sample when it has one (a device that never reported is stale).
-_READ = f"""
-SELECT d.id, d.uuid, d.node_id, n.name, n.interval_s, d.index, d.model, d.source, l.ts,
-       {', '.join('l.' + f for f in FIELDS)}
-FROM collector_device d JOIN collector_node n ON n.id = d.node_id
-LEFT JOIN telemetry_latest l ON l.device_id = d.id
-"""
+CARDS = ("busy", "idle", "stale", "devices")  # of fleet_cards, beside the burn rate (the event's power_kw is apart)
 
 
 def read_latest():
-    """Every device and its newest sample: [dict], one per device (ts and the fields None without one)."""
-    with connection.cursor() as cur:
-        cur.execute(_READ)
-        rows = cur.fetchall()
-    names = ("device_id", "uuid", "node_id", "node", "interval_s", "index", "model", "source", "ts") + FIELDS
-    return [dict(zip(names, row)) for row in rows]
-
-
-def cards(rows, states, now, book=None):
-    """The fleet page's live cards from every device's row and its state (readings.device_state): busy,
-    idle and stale counts, devices, and with a price book (costs.prices.PriceBook) the burn rate in USD
-    per hour, a string to the cent."""
-    from costs.prices import model_key
-
-    out = {"busy": 0, "idle": 0, "stale": 0, "devices": len(rows)}
-    burn = Decimal(0)
-    for r, state in zip(rows, states):
-        out[state] += 1
-        if state != "stale" and book is not None:
-            burn += device_burn_usd_per_h(book.price(model_key(r["model"], r["source"]), now.date()), r["power_w"])
-    if book is not None:
-        out["burn_usd_per_h"] = str(burn.quantize(CENT, ROUND_HALF_UP))
-    return out
+    """Every device and its newest sample (collector.store.latest_rows, without the nodes that have none)."""
+    return [r for r in latest_rows() if r["device_id"] is not None]
 
 
 def events(rows, seen, now=None, book=None, shown=None, shown_stale=None):
@@ -81,19 +55,20 @@ def events(rows, seen, now=None, book=None, shown=None, shown_stale=None):
     now = now or timezone.now()
     changed = []
     for row in rows:
-        if row["ts"] is not None and seen.get(row["device_id"]) != row["ts"]:
-            seen[row["device_id"]] = row["ts"]
+        if row["latest"] is not None and seen.get(row["device_id"]) != row["latest"]["ts"]:
+            seen[row["device_id"]] = row["latest"]["ts"]
             changed.append(row)
-    states = [device_state(r["ts"], r["util_pct"], r["interval_s"], now) for r in rows]
-    now_cards = cards(rows, states, now, book)
+    states = [Device.state_of(r["latest"], r["interval_s"], now) for r in rows]
+    page_cards = fleet_cards(rows, states, now, book)
+    now_cards = {k: page_cards[k] for k in CARDS}
+    if book is not None:
+        now_cards["burn_usd_per_h"] = str(page_cards["burn_usd_per_h"])
     stale = sorted([r["node"], r["index"]] for r, state in zip(rows, states) if state == "stale")
     if not changed and now_cards == shown and (shown_stale is None or stale == shown_stale):
         return None, {}
-    fresh = [r for r, state in zip(rows, states) if state != "stale"]
-    fresh_w = sum(r["power_w"] or 0 for r in fresh)
-    sample = lambda r: {"uuid": r["uuid"], "node": r["node"], "index": r["index"], "ts": r["ts"].isoformat(),  # noqa: E731
-                        **{f: r[f] for f in FIELDS}}
-    fleet = {"ts": now.isoformat(), "power_kw": fresh_w / 1000, "devices": [sample(r) for r in changed],
+    sample = lambda r: {"uuid": r["uuid"], "node": r["node"], "index": r["index"],  # noqa: E731
+                        "ts": r["latest"]["ts"].isoformat(), **{f: r["latest"][f] for f in FIELDS}}
+    fleet = {"ts": now.isoformat(), "power_kw": page_cards["power_kw"], "devices": [sample(r) for r in changed],
              "cards": now_cards, "stale": stale}
     nodes = {}
     for r in changed:
@@ -173,8 +148,6 @@ class Broadcaster:
 
     def _read(self):
         """The rows, and the price book when it is older than PRICES_EVERY_S (sync: runs in a thread)."""
-        from costs.prices import PriceBook
-
         if self.book is None or time.monotonic() - self.book_read_at > PRICES_EVERY_S:
             self.book, self.book_read_at = PriceBook(), time.monotonic()
         return read_latest()

@@ -7,15 +7,17 @@ only parse parameters and render. Nothing here writes.
 import json
 import math
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.db import connection
 from django.utils import timezone as djtz
 
+from collector import store
+from collector.models import Device
+from costs.prices import PriceBook, burn_usd_per_h, model_key
+
 CENT = Decimal("0.01")
-# A fresh device at or above this utilization is busy; below it, idle.
-BUSY_UTIL_PCT = 10.0
 FLEET_IPD_CACHE_S = 60  # attribution runs every minute: a fresher figure would not be newer
 SPARK_POINTS = 40
 
@@ -23,144 +25,85 @@ SPARK_POINTS = 40
 # -- fleet -----------------------------------------------------------------------------
 
 
-_FLEET = """
-SELECT n.name, n.labels->>'team', n.interval_s, d.uuid, d.index, d.model, d.source, d.simulated, d.power_estimated,
-       l.ts, l.util_pct, l.power_w
-FROM collector_node n
-LEFT JOIN collector_device d ON d.node_id = n.id
-LEFT JOIN telemetry_latest l ON l.device_id = d.id
-ORDER BY n.name, d.index
-"""
-
-
-def fleet_nodes(now):
-    """Every node with its devices and their newest sample, as collector.store.fleet() returns them
-    (the fields this page needs), in one query: at 1,000 devices the ORM's model instances
-    cost most of the page's time budget."""
-    from collector.models import Device, Node
-
-    with connection.cursor() as cur:
-        cur.execute(_FLEET)
-        rows = cur.fetchall()
-    nodes = []
-    for name, owner, interval_s, uuid, index, model, source, simulated, estimated, ts, util, power in rows:
-        if not nodes or nodes[-1]["name"] != name:
-            nodes.append({"name": name, "owner": owner or None, "interval_s": interval_s, "devices": [],
-                          "newest_sample_at": None})
-        node = nodes[-1]
-        if uuid is None:
-            continue
-        if ts is not None and (node["newest_sample_at"] is None or ts > node["newest_sample_at"]):
-            node["newest_sample_at"] = ts
-        node["devices"].append({"uuid": uuid, "index": index, "label": Device.label_for(source, index),
-                                "model": model, "source": source,
-                                "simulated": simulated, "power_estimated": estimated,
-                                "latest": None if ts is None else {"ts": ts, "util_pct": util, "power_w": power}})
-    limit = Node.STALE_INTERVALS
-    for node in nodes:
-        newest = node["newest_sample_at"]
-        fresh = newest is not None and (now - newest).total_seconds() <= limit * node["interval_s"]
-        node["status"] = "ok" if fresh else "stale"
-    return nodes
-
-
 def fleet_overview(now=None):
-    """Cards, the heatmap's cells and the node table: {"cards", "nodes", "flags"}.
-
-    A device is stale when its node is (no sample for 3 of its intervals) or it
-    has no sample at all; else busy or idle by BUSY_UTIL_PCT. Burn rate is what
-    the fresh devices cost per hour now: the device-hour price plus their power
-    at the energy price x PUE, from the price book in force today.
-    """
-    from costs.prices import PriceBook, model_key
-
+    """Cards, the heatmap's cells and the node table: {"cards", "nodes", "flags"}, from the collector's one
+    read of the fleet (collector.store.latest_rows) and the cards' one rule (`fleet_cards`)."""
     now = now or djtz.now()
-    book = PriceBook()
-    today = now.date()
-    busy = idle = stale = simulated = estimated = 0
-    power_w = 0.0
-    burn = Decimal(0)
-    example_prices = unpriced = False
+    rows = store.latest_rows()
+    devices = [r for r in rows if r["device_id"] is not None]
+    states = {r["device_id"]: Device.state_of(r["latest"], r["interval_s"], now) for r in devices}
+    cards = fleet_cards(devices, list(states.values()), now, PriceBook())
     nodes = []
-    for node in fleet_nodes(now):
-        rows = []
-        utils, node_power = [], 0.0
-        for d in node["devices"]:
-            latest = d["latest"]
-            util = latest["util_pct"] if latest else None
-            watts = latest["power_w"] if latest else None
-            state = device_state(latest and latest["ts"], util, node["interval_s"], now)
-            is_stale = node["status"] == "stale" or state == "stale"
-            simulated += d["simulated"]
-            estimated += d["power_estimated"]
-            if is_stale:
-                stale += 1
-            else:
-                if state == "busy":
-                    busy += 1
-                else:
-                    idle += 1
-                if util is not None:
-                    utils.append(util)
-                price = book.price(model_key(d["model"], d["source"]), today)
-                if price is None:
-                    unpriced = True
-                else:
-                    example_prices |= price.is_example
-                burn += device_burn_usd_per_h(price, watts)
-                if watts is not None:
-                    power_w += watts
-                    node_power += watts
-            rows.append({**d, "stale": is_stale, "util_pct": util, "power_w": watts})
+    for node, node_rows in zip(store.fleet(now, rows), _by_node(rows)):
+        shown = [{**d, "stale": states[r["device_id"]] == "stale", "util_pct": _latest(d, "util_pct"),
+                  "power_w": _latest(d, "power_w")} for d, r in zip(node["devices"], node_rows)]
+        fresh = [d for d in shown if not d["stale"]]
+        utils = [d["util_pct"] for d in fresh if d["util_pct"] is not None]
         newest = node["newest_sample_at"]
         nodes.append({
-            "name": node["name"], "owner": node["owner"], "status": node["status"], "devices": rows,
-            "device_count": len(rows), "device_kinds": device_kinds(rows),
+            "name": node["name"], "owner": node["owner"], "status": node["status"], "devices": shown,
+            "device_count": len(shown), "device_kinds": device_kinds(shown),
             "util_mean_pct": sum(utils) / len(utils) if utils else None,
-            "power_w": node_power,
+            "power_w": sum((d["power_w"] for d in fresh if d["power_w"] is not None), 0.0),
             "newest_age_s": None if newest is None else (now - newest).total_seconds(),
-            "simulated": any(r["simulated"] for r in rows),
-            "power_estimated": any(r["power_estimated"] for r in rows),
+            "simulated": any(d["simulated"] for d in shown),
+            "power_estimated": any(d["power_estimated"] for d in shown),
         })
-    cards = {
-        "busy": busy, "idle": idle, "stale": stale, "devices": busy + idle + stale,
-        "power_kw": power_w / 1000, "burn_usd_per_h": burn.quantize(CENT, ROUND_HALF_UP),
-        "ipd_today": fleet_ipd_today(now),
-    }
-    flags = {"simulated": simulated, "power_estimated": estimated, "example_prices": example_prices,
-             "unpriced": unpriced}
-    return {"cards": cards, "nodes": nodes, "flags": flags}
+    flags = {"simulated": sum(d["simulated"] for d in devices),
+             "power_estimated": sum(d["power_estimated"] for d in devices),
+             "example_prices": cards.pop("example_prices"), "unpriced": cards.pop("unpriced")}
+    return {"cards": {**cards, "ipd_today": fleet_ipd_today(now)}, "nodes": nodes, "flags": flags}
+
+
+def _by_node(rows):
+    """The device rows of latest_rows, a list per node in the order of collector.store.fleet's nodes."""
+    out = []
+    for row in rows:
+        if not out or out[-1][0] != row["node_id"]:
+            out.append((row["node_id"], []))
+        if row["device_id"] is not None:
+            out[-1][1].append(row)
+    return [node_rows for _, node_rows in out]
+
+
+def _latest(device, field):
+    """A field of the device's newest sample (a row of collector.store.latest_rows, or its dict), or None."""
+    return device["latest"][field] if device["latest"] else None
+
+
+def fleet_cards(devices, states, now, book=None):
+    """The fleet page's cards, as it renders them and as the live broadcaster sends them: busy, idle and
+    stale devices by their state (Device.state_of, one per row of `devices`), all devices, and the power of
+    the fresh ones (power_kw). With a price book: the burn rate, the sum of the fresh devices'
+    costs.prices.burn_usd_per_h at today's prices (burn_usd_per_h, Decimal to the cent), and whether an
+    example price was used or a device had none (example_prices, unpriced)."""
+    out = {"busy": 0, "idle": 0, "stale": 0, "devices": len(devices)}
+    power_w, burn, example_prices, unpriced = 0.0, Decimal(0), False, False
+    for row, state in zip(devices, states):
+        out[state] += 1
+        if state == "stale":
+            continue
+        watts = _latest(row, "power_w")
+        if watts is not None:
+            power_w += watts
+        if book is not None:
+            price = book.price(model_key(row["model"], row["source"]), now.date())
+            unpriced |= price is None
+            example_prices |= price is not None and price.is_example
+            burn += burn_usd_per_h(price, watts)
+    out["power_kw"] = power_w / 1000
+    if book is not None:
+        out.update(burn_usd_per_h=burn.quantize(CENT, ROUND_HALF_UP), example_prices=example_prices,
+                   unpriced=unpriced)
+    return out
 
 
 def device_kinds(devices):
     """"8 GPUs", "1 CPU", "1 CPU, 2 GPUs": what a node's devices are, by Device.kind_for."""
-    from collector.models import Device
-
     counts = defaultdict(int)
     for d in devices:
         counts[Device.kind_for(d["source"])] += 1
     return ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in sorted(counts.items()))
-
-
-def device_state(ts, util_pct, interval_s, now):
-    """"stale" when the device has no sample (`ts` None) or its newest is older than its node's
-    Node.STALE_INTERVALS intervals; else "busy" at BUSY_UTIL_PCT or more, "idle" below."""
-    from collector.models import Node
-
-    if ts is None or (now - ts).total_seconds() > Node.STALE_INTERVALS * interval_s:
-        return "stale"
-    return "busy" if util_pct is not None and util_pct >= BUSY_UTIL_PCT else "idle"
-
-
-def device_burn_usd_per_h(price, power_w):
-    """What a fresh device costs per hour now (unrounded Decimal): the device-hour price plus its power
-    at the energy price x PUE; nothing when no price applies (`price` None)."""
-    if price is None:
-        return Decimal(0)
-    burn = price.usd_per_hour
-    if power_w is not None:
-        burn += Decimal(repr(power_w)) / 1000 * price.usd_per_kwh * price.pue
-    return burn
 
 
 def fleet_ipd_today(now=None):
@@ -177,34 +120,21 @@ def fleet_ipd_today(now=None):
 
 
 def fleet_power(tr):
-    """[(bucket, kW)] of the whole fleet over the range, from 1-minute rollups (1-hour past 6 hours)."""
-    table = "telemetry_rollup_1m" if tr.span <= timedelta(hours=6) else "telemetry_rollup_1h"
-    with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT bucket, sum(power_mean_w) / 1000.0 FROM {table} "
-            "WHERE bucket >= %s AND bucket < %s GROUP BY bucket ORDER BY bucket",
-            [tr.start, tr.end],
-        )
-        return cur.fetchall()
+    """[(bucket, kW)] of the whole fleet over the range (collector.store.fleet_power_kw)."""
+    return store.fleet_power_kw(tr.start, tr.end)
 
 
 # -- node -------------------------------------------------------------------------------------
 
 
 def node_view(node, tr):
-    """The node's devices and each one's series over the range at the range's resolution."""
-    from collector import store
-    from collector.models import Device
-
-    devices = list(Device.objects.filter(node=node).select_related("latest").order_by("index"))
+    """The node's devices (Device.to_dict, with "latest") and each one's series over the range at the
+    range's resolution."""
     series = []
-    for device in devices:
-        points = store.device_series(device, tr.start, tr.end, tr.resolution)
-        info = {"uuid": device.uuid, "index": device.index, "label": device.label, "model": device.model,
-                "source": device.source,
-                "simulated": device.simulated, "power_estimated": device.power_estimated,
-                "mem_total_mib": device.mem_total_mib, "latest": getattr(device, "latest", None)}
-        series.append((info, points))
+    for device in Device.objects.filter(node=node).select_related("latest").order_by("index"):
+        latest = getattr(device, "latest", None)
+        info = {**device.to_dict(), "latest": latest and latest.to_dict()}
+        series.append((info, store.device_series(device, tr.start, tr.end, tr.resolution)))
     return series
 
 
