@@ -163,6 +163,7 @@ INSTALLED_APPS = [
     "costs.apps.CostsConfig",
     "dashboard.apps.DashboardConfig",
     "tracking.apps.TrackingConfig",
+    "campaigns.apps.CampaignsConfig",
 ]
 
 MIDDLEWARE = [

@@ -22,4 +22,5 @@ urlpatterns = [
     path("", include("collector.urls")),
     path("", include("trainer.urls")),
     path("", include("costs.urls")),
+    path("", include("campaigns.urls")),
 ]

@@ -1,0 +1,156 @@
+"""What a campaign bought: the one place its figures are computed (the page, the API, the CSV ask here).
+
+Dollars come from costs.intelligence.jobs_money (each run's cost, unrounded to
+the micro-dollar); ratios from costs.intelligence.ipd; scores from the
+campaign's retention evals (campaigns.models.RetentionEval). For run i:
+
+    own gain   = retention on the run's env after it − the same before it (the
+                 previous evals: the last run's that has them, else the start)
+    net gain   = Σ over the campaign's envs of (after − before)
+    marginal IPD = own gain ÷ run dollars;  net IPD = net gain ÷ run dollars
+
+so the runs' net gains add up to the campaign's (latest − start, summed over
+envs), and the runs' dollars to the campaign's dollars. An external run has no
+retention evals (its policy is not Yardstick's to load): its own gain is its
+own score's gain, its net gain unknown.
+
+The projection of the dollars to the next N points on the current environment
+is a fit, labelled as one: gain = slope × dollars, least squares through the
+origin, over the eval points of the last PROJECTION_RUNS runs on that env
+(each run's own eval curve from costs.intelligence.score_cost_curve, gain over
+its baseline against dollars spent in the run). Dollars = N ÷ slope; the 95 %
+interval is N ÷ (slope ± 1.96 standard errors of the slope).
+"""
+
+import math
+from decimal import Decimal
+
+from costs.intelligence import ipd, jobs_money, score_cost_curve
+from costs.money import exact_usd, ipd_text, usd_text
+
+PROJECTION_RUNS = 3
+PROJECTION_POINTS_DEFAULT = 5
+Z95 = 1.96
+FIT_NAME = "linear fit through the origin of eval gain on dollars (least squares)"
+
+
+def _delta(after, before, env):
+    if after is None or before is None or env not in after or env not in before:
+        return None
+    return after[env] - before[env]
+
+
+def _ratio(value):
+    return None if value is None else round(float(value), 6)
+
+
+def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
+    """Every figure the campaign page shows, as plain values (money as exact strings, Decimal-free)."""
+    jobs = list(campaign.jobs())
+    money = jobs_money([j.pk for j in jobs])
+    evals = {}
+    for e in campaign.retention_evals.all():
+        evals.setdefault(e.after_job_id, {})[e.env] = e.pass1
+    start = evals.get(None)
+    before, before_x = start, Decimal(0)
+    total = Decimal(0)
+    runs = []
+    for n, job in enumerate(jobs, 1):
+        usd = Decimal(money[job.pk]["cost_usd"])
+        start_usd = total
+        total += usd
+        after = evals.get(job.pk)
+        external = job.source == "external"
+        own = money[job.pk]["gain_points"] if external else _delta(after, before, job.env)
+        net = None
+        if after is not None and before is not None and all(e in after and e in before for e in campaign.envs):
+            net = sum(after[e] - before[e] for e in campaign.envs)
+        marginal, usd_per_point, state = ipd(own, usd)
+        net_ipd, _, net_state = ipd(net, usd)
+        runs.append({
+            "n": n, "job_id": job.pk, "name": job.name, "env": job.env, "status": job.status, "source": job.source,
+            "init_from": job.init_from_id, "init_step": job.init_step,
+            "cost_usd": exact_usd(usd), "cost_display": usd_text(usd),
+            "start_usd": exact_usd(start_usd), "cumulative_usd": exact_usd(total),
+            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+            "before": before, "after": after,
+            "own_gain_points": own, "own_gain_from": "its own eval score" if external else "retention evals",
+            "net_gain_points": net,
+            "marginal_ipd": _ratio(marginal), "marginal_ipd_display": ipd_text(marginal), "marginal_state": state,
+            "usd_per_point": exact_usd(usd_per_point), "usd_per_point_display": usd_text(usd_per_point),
+            "net_ipd": _ratio(net_ipd), "net_ipd_display": ipd_text(net_ipd), "net_state": net_state,
+        })
+        if after is not None:
+            before = after
+    net_total = sum(r["net_gain_points"] for r in runs if r["net_gain_points"] is not None) if runs else None
+    total_ipd, total_usd_per_point, total_state = ipd(net_total, total)
+    latest = before
+    over_time = _cost_per_point_over_time(runs)
+    budget = campaign.budget_usd
+    left = None if budget is None else budget - total
+    return {
+        "campaign": campaign.pk,
+        "envs": campaign.envs,
+        "start": start,
+        "latest": latest,
+        "runs": runs,
+        "cost_usd": exact_usd(total), "cost_display": usd_text(total),
+        "net_gain_points": net_total,
+        "net_ipd": _ratio(total_ipd), "net_ipd_display": ipd_text(total_ipd), "net_state": total_state,
+        "usd_per_net_point": exact_usd(total_usd_per_point), "usd_per_net_point_display": usd_text(total_usd_per_point),
+        "budget_usd": exact_usd(budget), "budget_display": usd_text(budget),
+        "budget_left_usd": exact_usd(left), "budget_left_display": usd_text(left),
+        "budget_used_fraction": (float(total / budget) if budget else None),
+        "cost_per_point_over_time": over_time,
+        "projection": projection(campaign, jobs, points, latest),
+    }
+
+
+def _cost_per_point_over_time(runs):
+    """[{n, at, cumulative_usd, cumulative_net_gain, usd_per_net_point}] after each run: the campaign's dollars
+    so far ÷ its net points so far (None unless that gain is positive)."""
+    out, gain = [], 0.0
+    for r in runs:
+        if r["net_gain_points"] is not None:
+            gain += r["net_gain_points"]
+        cum = Decimal(r["cumulative_usd"])
+        _, per_point, _ = ipd(gain, cum)
+        out.append({"n": r["n"], "at": r["finished_at"], "cumulative_usd": r["cumulative_usd"],
+                    "cumulative_net_gain": gain, "usd_per_net_point": exact_usd(per_point),
+                    "usd_per_net_point_display": usd_text(per_point),
+                    "run_usd_per_point": r["usd_per_point"]})
+    return out
+
+
+def projection(campaign, jobs, points, latest):
+    """Dollars to the next `points` points on the current env (the loop's next, else the latest run's),
+    fitted to the recent runs' curves on it; a dict with the fit named, or a `state` saying why there is none."""
+    env = campaign.next_env() if campaign.loop == "running" or not jobs else jobs[-1].env
+    recent = [j for j in jobs if j.env == env and j.source == "embedded"][-PROJECTION_RUNS:]
+    xs, ys = [], []
+    for job in recent:
+        curve = score_cost_curve(job)
+        if not curve:
+            continue
+        base = curve[0]["pass1"]
+        for p in curve[1:]:
+            xs.append(p["cost_usd"])
+            ys.append(p["pass1"] - base)
+    out = {"env": env, "points": points, "fit": FIT_NAME, "runs": [j.pk for j in recent], "n_points": len(xs),
+           "label": "projection", "from_pass1": (latest or {}).get(env)}
+    sxx = sum(x * x for x in xs)
+    if len(xs) < 2 or sxx <= 0:
+        return {**out, "state": f"no projection yet: fewer than 2 eval points with a cost on {env}"}
+    slope = sum(x * y for x, y in zip(xs, ys)) / sxx  # points per dollar
+    resid = sum((y - slope * x) ** 2 for x, y in zip(xs, ys))
+    se = math.sqrt(resid / (len(xs) - 1) / sxx)
+    out.update({"slope_points_per_usd": slope, "slope_se": se})
+    if slope <= 0:
+        return {**out, "state": f"no projection: the recent runs on {env} did not gain for their dollars"}
+    usd = points / slope
+    high_slope, low_slope = slope + Z95 * se, slope - Z95 * se
+    return {**out, "state": "ok", "usd": exact_usd(Decimal(repr(usd))), "usd_display": usd_text(Decimal(repr(usd))),
+            "usd_low": exact_usd(Decimal(repr(points / high_slope))),
+            "usd_low_display": usd_text(Decimal(repr(points / high_slope))),
+            "usd_high": exact_usd(Decimal(repr(points / low_slope))) if low_slope > 0 else None,
+            "usd_high_display": usd_text(Decimal(repr(points / low_slope))) if low_slope > 0 else "unbounded"}

@@ -1,0 +1,389 @@
+"""Campaigns: a named lineage of runs of one policy, and what the whole loop buys.
+
+A `Campaign` cares about some environments (`envs`) and may run itself (the
+loop): when a run completes, the next starts from its final checkpoint on the
+next environment of `schedule`, until someone stops it or the budget is spent.
+Every run is an ordinary trainer Job (`CampaignRun` ties it to the campaign):
+embedded jobs join when the loop starts them, when they continue a run of the
+campaign (`init_from`, through post_save), or through the API; external runs
+join with the MLflow tag `yardstick.campaign` (its id or name).
+
+`RetentionEval` is the campaign's own measure of the policy: held-out pass@1
+on every environment of the campaign, the same prompts every time, at the
+start (`after_job` null: the starting policy) and at the end of each run (its
+final checkpoint). trainer never imports this module: the worker that ran a job
+sends `trainer.signals.run_ended`, and `on_run_ended` evaluates and advances
+the loop there (see docs/architecture.md).
+
+    loop:  off ──start──► running ──stop──► stopped ──start──► running ...
+                            │ spend reaches the budget
+                            └──────────► out_of_budget ──start (budget raised)──► running
+"""
+
+import logging
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models, transaction
+from django.utils import timezone
+
+from trainer.models import DEVICE_ACCEPTED, DEVICE_RE, ENDED, NAME_MAX, TEAM_MAX, Job, Source, Status
+from trainer.models import _budget, _init_from, _text
+from yardstick.inputs import InputError
+from yardstick.live import publish
+
+log = logging.getLogger(__name__)
+
+EVAL_SIZE_DEFAULT = 500
+EVAL_SIZE_MAX = 10_000
+EVAL_MAX_NEW_TOKENS_DEFAULT = 40  # TrainConfig's max_new_tokens default
+# The MLflow tag an external run joins a campaign with (its value: the campaign's id or name).
+CAMPAIGN_TAG = "yardstick.campaign"
+
+
+class Loop(models.TextChoices):
+    OFF = "off"
+    RUNNING = "running"
+    STOPPED = "stopped"
+    OUT_OF_BUDGET = "out_of_budget"
+
+
+LOOP_STARTABLE = (Loop.OFF, Loop.STOPPED, Loop.OUT_OF_BUDGET)
+
+
+class Campaign(models.Model):
+    """A named lineage of runs of one policy, with an owner team, an optional budget and its environments."""
+
+    name = models.CharField(max_length=NAME_MAX)
+    team = models.CharField(max_length=TEAM_MAX, db_index=True, help_text="who pays for it")
+    envs = models.JSONField(help_text="the environments it cares about (retention is evaluated on each)")
+    schedule = models.JSONField(help_text="the loop's environments, in turn")
+    run_config = models.JSONField(default=dict, help_text="TrainConfig fields of the loop's runs (env aside)")
+    budget_usd = models.DecimalField(max_digits=16, decimal_places=6, null=True, blank=True)
+    device = models.CharField(max_length=20, default="auto")
+    eval_size = models.IntegerField(default=EVAL_SIZE_DEFAULT, help_text="held-out prompts per env per retention eval")
+    # The starting policy: this job's checkpoint at start_step, else the base policy of schedule[0].
+    start_from = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    start_step = models.IntegerField(null=True, blank=True)
+    loop = models.CharField(max_length=20, choices=Loop.choices, default=Loop.OFF)
+    loop_reason = models.TextField(blank=True, default="", help_text="why the loop is where it is, for people")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="campaigns")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self):
+        return f"campaign {self.pk} {self.name!r}"
+
+    # -- creation -------------------------------------------------------------
+
+    @classmethod
+    def create(cls, *, name, team, envs, schedule=None, run_config=None, budget_usd=None, device="auto",
+               eval_size=EVAL_SIZE_DEFAULT, start_from=None, start_step=None, loop=False, created_by=None):
+        """Validate, create the campaign, and (after commit) evaluate its starting policy on the jobs queue;
+        with loop=True start its loop too. Raise InputError naming the first bad field; nothing is created then."""
+        from trainer.rl.config import ConfigError, TrainConfig
+        from trainer.rl.envs import ENV_NAMES
+
+        name = _text("name", name, NAME_MAX)
+        team = _text("team", team, TEAM_MAX)
+        accepted = f"a list of environment names, each one of {', '.join(ENV_NAMES)}"
+        if not isinstance(envs, list) or not envs or any(e not in ENV_NAMES for e in envs if isinstance(e, str)) \
+                or not all(isinstance(e, str) for e in envs):
+            raise InputError("envs", f"envs must be {accepted}, at least one; got {envs!r}")
+        envs = list(dict.fromkeys(envs))
+        schedule = envs if schedule in (None, []) else schedule
+        if not isinstance(schedule, list) or not all(isinstance(e, str) and e in envs for e in schedule):
+            raise InputError("schedule", f"schedule must be a list of the campaign's envs ({', '.join(envs)}), "
+                                         f"in the order the loop takes them; got {schedule!r}")
+        run_config = {} if run_config is None else run_config
+        if not isinstance(run_config, dict):
+            raise InputError("run_config", f"run_config must be an object of TrainConfig fields, got {run_config!r}")
+        if "env" in run_config:
+            raise InputError("run_config.env", "run_config.env is not accepted: each run's env comes from schedule")
+        try:
+            TrainConfig.from_dict({**run_config, "env": schedule[0]})
+        except ConfigError as err:
+            raise InputError(f"run_config.{err.field}", err.message) from None
+        except TypeError as err:
+            raise InputError("run_config", f"run_config is not usable: {err}") from None
+        budget = _budget(budget_usd)
+        if not isinstance(device, str) or not DEVICE_RE.fullmatch(device):
+            raise InputError("device", f"device must be {DEVICE_ACCEPTED}, got {device!r}")
+        if isinstance(eval_size, bool) or not isinstance(eval_size, int) or not 1 <= eval_size <= EVAL_SIZE_MAX:
+            raise InputError("eval_size", f"eval_size must be an integer from 1 to {EVAL_SIZE_MAX}, got {eval_size!r}")
+        if not isinstance(loop, bool):
+            raise InputError("loop", f"loop must be true or false, got {loop!r}")
+        try:
+            source, step = _init_from(start_from, start_step)
+        except InputError as err:
+            field = {"init_from": "start_from", "init_step": "start_step"}[err.field]
+            raise InputError(field, err.message.replace("init_from", "start_from").replace("init_step", "start_step"))
+        with transaction.atomic():
+            campaign = cls.objects.create(
+                name=name, team=team, envs=envs, schedule=schedule, run_config=run_config, budget_usd=budget,
+                device=device, eval_size=eval_size, start_from=source, start_step=step, created_by=created_by)
+            from campaigns.tasks import evaluate_start
+
+            transaction.on_commit(lambda: evaluate_start.apply_async((campaign.pk,), queue="jobs"))
+            if loop:
+                campaign.start_loop(by=created_by)
+        return campaign
+
+    # -- runs -------------------------------------------------------------------
+
+    def add_run(self, job):
+        """Put `job` in this campaign. Return the CampaignRun; InputError when it is in another campaign."""
+        run, _ = CampaignRun.objects.get_or_create(job=job, defaults={"campaign": self})
+        if run.campaign_id != self.pk:
+            raise InputError("job", f"job {job.pk} is already a run of campaign {run.campaign_id}")
+        publish(f"campaign.{self.pk}", "runs", {"campaign": self.pk, "job": job.pk})
+        return run
+
+    def jobs(self):
+        """The campaign's jobs in the order they were started (the lineage's order)."""
+        return Job.objects.filter(campaign_run__campaign=self).order_by("created_at", "id")
+
+    def latest_job(self):
+        return self.jobs().last()
+
+    def spent_usd(self, money=None):
+        """Dollars charged to the campaign's runs so far: the sum of their costs (jobs_money, unrounded)."""
+        from costs.intelligence import jobs_money
+
+        ids = list(self.jobs().values_list("id", flat=True))
+        money = money or jobs_money(ids)
+        return sum((Decimal(money[i]["cost_usd"]) for i in ids), Decimal(0))
+
+    def budget_left_usd(self, money=None):
+        """Budget minus spend (may be negative), or None without a budget."""
+        return None if self.budget_usd is None else self.budget_usd - self.spent_usd(money)
+
+    # -- retention ----------------------------------------------------------------
+
+    def start_policy(self):
+        """(path, label) of the starting policy: start_from's checkpoint, else the base of schedule[0]
+        (built on first use, as a job would)."""
+        from trainer import runner
+        from trainer.rl.pretrain import ensure_base_checkpoint
+
+        if self.start_from_id is not None:
+            return (runner.checkpoint_path(self.start_from, self.start_step),
+                    f"job {self.start_from_id} at step {self.start_step}")
+        env = self.schedule[0]
+        return ensure_base_checkpoint(env, runner.models_dir()), f"base policy of {env}"
+
+    def evaluate_retention(self, after=None):
+        """Evaluate the policy (the starting one when `after` is None, else job `after`'s final checkpoint)
+        on every env of the campaign, store one RetentionEval per env (replacing an earlier one of the same
+        point), publish them; return the rows, or [] when the job kept no checkpoint."""
+        import torch
+
+        from trainer import runner
+        from trainer.rl.envs import get_env
+        from trainer.rl.rollout import policy_pass_at_1
+
+        if after is None:
+            path, label = self.start_policy()
+        else:
+            path = runner.latest_checkpoint(after)
+            if path is None:
+                return []
+            label = f"job {after.pk} at step {int(path.stem.removeprefix('step-'))}"
+        device = runner.resolve_device(self.device)
+        max_new = self.run_config.get("max_new_tokens", EVAL_MAX_NEW_TOKENS_DEFAULT)
+        rows = []
+        with torch.inference_mode():
+            for env in self.envs:
+                pass1 = policy_pass_at_1(path, get_env(env), self.eval_size, max_new_tokens=max_new, device=device)
+                row, _ = RetentionEval.objects.update_or_create(
+                    campaign=self, after_job=after, env=env,
+                    defaults={"pass1": pass1, "eval_size": self.eval_size, "policy": label, "at": timezone.now()})
+                rows.append(row)
+        publish(f"campaign.{self.pk}", "retention", {"campaign": self.pk, "after_job": after and after.pk,
+                                                     "evals": [r.to_dict() for r in rows]})
+        return rows
+
+    # -- the loop ------------------------------------------------------------------
+
+    def start_loop(self, by=None):
+        """Start (or restart) the loop and, when no run of it is active, its next run.
+
+        Return True when the loop is now running; False, with the campaign unchanged, when it already
+        was or the budget is spent (see `loop_refusal`)."""
+        with transaction.atomic():
+            me = Campaign.objects.select_for_update().get(pk=self.pk)
+            if me.loop not in LOOP_STARTABLE or me._out_of_budget():
+                self.refresh_from_db()
+                return False
+            me._set_loop(Loop.RUNNING, f"started by {by}" if by else "started")
+            me._next_run()
+        self.refresh_from_db()
+        return True
+
+    def stop_loop(self, by=None):
+        """Stop the loop and its current run (a queued one is cancelled, a running one stops at its next step
+        with a checkpoint). Return False when the loop was not running."""
+        who = f" by {by}" if by else ""
+        with transaction.atomic():
+            changed = Campaign.objects.filter(pk=self.pk, loop=Loop.RUNNING).update(
+                loop=Loop.STOPPED, loop_reason=f"stopped{who}")
+            if changed:
+                current = self.latest_job()
+                if current is not None and current.status not in ENDED:
+                    current.request_stop(by=f"the campaign's Stop{who}")
+                self._announce()
+        self.refresh_from_db()
+        return bool(changed)
+
+    def loop_refusal(self):
+        """Why Start loop does nothing now, for people; empty when it would start."""
+        if self.loop == Loop.RUNNING:
+            return f"campaign {self.pk}'s loop is already running"
+        if self._out_of_budget():
+            return (f"campaign {self.pk} has spent {self.spent_usd()} of its {self.budget_usd} dollar budget; "
+                    "raise the budget to loop on")
+        return ""
+
+    def advance(self, job):
+        """The loop's step after `job` ended: start the next run when it completed and the loop runs;
+        otherwise stop the loop saying why. A job that is not the campaign's latest run changes nothing."""
+        with transaction.atomic():
+            me = Campaign.objects.select_for_update().get(pk=self.pk)
+            if me.loop != Loop.RUNNING or me.latest_job().pk != job.pk:
+                return
+            if job.status == Status.BUDGET_EXHAUSTED:
+                me._set_loop(Loop.OUT_OF_BUDGET, f"run job {job.pk} reached the budget")
+            elif job.status != Status.COMPLETED:
+                me._set_loop(Loop.STOPPED, f"run job {job.pk} ended {job.status}; start the loop to go on from its "
+                                           "checkpoint")
+            else:
+                me._next_run()
+        self.refresh_from_db()
+
+    def next_env(self):
+        """The environment of the loop's next run: the schedule, in turn, by the number of runs so far."""
+        return self.schedule[self.jobs().count() % len(self.schedule)]
+
+    def _out_of_budget(self):
+        left = self.budget_left_usd()
+        return left is not None and left <= 0
+
+    def _next_run(self):
+        """Start the loop's next run (this campaign's row is locked), from the latest run's final checkpoint
+        or the starting policy, with what is left of the budget as its own budget (so the existing budget
+        stop ends it as budget_exhausted when the campaign's money is spent)."""
+        latest = self.latest_job()
+        if latest is not None and latest.status not in ENDED:
+            return  # it is queued or running: the loop goes on when it ends
+        left = self.budget_left_usd()
+        if left is not None and left <= 0:
+            self._set_loop(Loop.OUT_OF_BUDGET, f"spent {self.spent_usd()} of the {self.budget_usd} dollar budget")
+            return
+        if latest is not None:
+            init, step = latest, None
+        else:
+            init, step = self.start_from, self.start_step
+        env = self.next_env()
+        n = self.jobs().count() + 1
+        try:
+            job = Job.start(name=f"{self.name} · run {n} ({env})", team=self.team, env=env,
+                            config={**self.run_config}, budget_usd=left, device=self.device, created_by=self.created_by,
+                            init_from=init, init_step=step)
+        except InputError as err:  # the previous run kept no checkpoint, a device went away ...
+            self._set_loop(Loop.STOPPED, f"could not start run {n}: {err.message}")
+            return
+        self.add_run(job)
+        self._set_loop(Loop.RUNNING, f"run {n}: job {job.pk} on {env}")
+
+    def _set_loop(self, state, reason):
+        Campaign.objects.filter(pk=self.pk).update(loop=state, loop_reason=reason)
+        self.loop, self.loop_reason = state, reason
+        self._announce()
+
+    def _announce(self):
+        self.refresh_from_db()
+        publish(f"campaign.{self.pk}", "loop", {"campaign": self.pk, "loop": self.loop, "reason": self.loop_reason})
+
+    # -- reading ---------------------------------------------------------------------
+
+    @property
+    def can_start_loop(self):
+        return not self.loop_refusal()
+
+    @property
+    def can_stop_loop(self):
+        return self.loop == Loop.RUNNING
+
+    def to_dict(self):
+        return {
+            "id": self.pk, "name": self.name, "team": self.team, "envs": self.envs, "schedule": self.schedule,
+            "run_config": self.run_config, "budget_usd": None if self.budget_usd is None else str(self.budget_usd),
+            "device": self.device, "eval_size": self.eval_size, "start_from": self.start_from_id,
+            "start_step": self.start_step, "loop": self.loop, "loop_reason": self.loop_reason,
+            "can_start_loop": self.can_start_loop, "can_stop_loop": self.can_stop_loop,
+            "created_by": self.created_by.username if self.created_by_id else None,
+            "created_at": self.created_at.isoformat(),
+            "runs": list(self.jobs().values_list("id", flat=True)),
+        }
+
+
+class CampaignRun(models.Model):
+    """One job of a campaign (a job is in at most one)."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="runs")
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="campaign_run")
+    added_at = models.DateTimeField(default=timezone.now)
+
+
+class RetentionEval(models.Model):
+    """Held-out pass@1 of the campaign's policy on one env: at the start (after_job null) or after a run."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="retention_evals")
+    after_job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    env = models.CharField(max_length=50)
+    pass1 = models.FloatField(help_text="points 0..100")
+    eval_size = models.IntegerField()
+    policy = models.CharField(max_length=200, help_text='what was evaluated: "base policy of arithmetic", ...')
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["campaign", "after_job", "env"], name="campaigns_retention_unique"),
+            models.UniqueConstraint(fields=["campaign", "env"], condition=models.Q(after_job__isnull=True),
+                                    name="campaigns_retention_start_unique"),
+        ]
+
+    def to_dict(self):
+        return {"after_job": self.after_job_id, "env": self.env, "pass1": self.pass1, "eval_size": self.eval_size,
+                "policy": self.policy, "at": self.at.isoformat()}
+
+
+# -- what the trainer tells us ------------------------------------------------------
+
+
+def campaign_of(job):
+    """The campaign `job` is a run of, or None."""
+    return Campaign.objects.filter(runs__job=job).first()
+
+
+def on_job_created(sender, instance, created, **kwargs):
+    """post_save of a Job: a job that continues a run of a campaign is a run of that campaign too."""
+    if not created or instance.init_from_id is None:
+        return
+    campaign = Campaign.objects.filter(runs__job_id=instance.init_from_id).first()
+    if campaign is not None:
+        CampaignRun.objects.get_or_create(job=instance, defaults={"campaign": campaign})
+
+
+def on_run_ended(sender, job, **kwargs):
+    """trainer.signals.run_ended, in the worker that ran `job`: evaluate retention at the run's end, then
+    take the loop's next step."""
+    campaign = campaign_of(job)
+    if campaign is None or job.source != Source.EMBEDDED:
+        return
+    campaign.evaluate_retention(after=job)
+    campaign.advance(job)
