@@ -169,7 +169,7 @@ def jobs_table(status=None, limit=100):
     from dashboard.figures import sparkline
     from trainer.models import Job
 
-    jobs = Job.objects.select_related("created_by")
+    jobs = Job.objects.select_related("created_by", "campaign_run__campaign")  # its campaign, shown in its row
     if status:
         jobs = jobs.filter(status=status)
     jobs = list(jobs[:limit])

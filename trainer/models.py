@@ -274,7 +274,7 @@ class Job(models.Model):
         publish("jobs", "status", {
             "id": self.pk, "name": self.name, "team": self.team, "from": old, "status": self.status, "phase": self.phase,
             "steps_done": self.steps_done, "steps": self.steps_total, "reason": reason,
-            "can_stop": self.can_stop, "can_resume": self.can_resume,
+            "can_stop": self.can_stop, "can_resume": self.can_resume, "can_continue": self.can_continue,
             # A job page adds the history row and redraws "Where it ran" (a stint ends with the job).
             "change": change.to_dict() if change else None,
             "stints": [s.to_dict() for s in self.stints.order_by("started_at", "id")],

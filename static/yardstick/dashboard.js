@@ -125,6 +125,7 @@
     else if (page === "jobs") fallbackTopics = "jobs,costs";
     else if (page === "fleet") fallbackTopics = "fleet,costs";
     else if (page === "node") fallbackTopics = root.dataset.liveTopic || "";
+    else if (page === "campaign") fallbackTopics = "campaign." + root.dataset.campaign + ",jobs,costs";
   }
   function setState(state, text) {
     if (!stateEl) return;
@@ -378,6 +379,10 @@
           : form.classList.contains("job-resume-form") ? d.can_resume : undefined;
         if (can !== undefined) form.hidden = !can;
       });
+      // Continue (Job.can_continue): offered once the job has ended with a checkpoint.
+      if (d.can_continue !== undefined) {
+        box.querySelectorAll(".job-continue-form").forEach(function (el) { el.hidden = !d.can_continue; });
+      }
     });
   }
 
