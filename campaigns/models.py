@@ -48,7 +48,6 @@ class Loop(models.TextChoices):
     OUT_OF_BUDGET = "out_of_budget"
 
 
-LOOP_STARTABLE = (Loop.OFF, Loop.STOPPED, Loop.OUT_OF_BUDGET)
 
 
 class Campaign(models.Model):
@@ -215,7 +214,7 @@ class Campaign(models.Model):
         was or the budget is spent (see `loop_refusal`)."""
         with transaction.atomic():
             me = Campaign.objects.select_for_update().get(pk=self.pk)
-            if me.loop not in LOOP_STARTABLE or me._out_of_budget():
+            if me.loop_refusal():
                 self.refresh_from_db()
                 return False
             me._set_loop(Loop.RUNNING, f"started by {by}" if by else "started")
@@ -241,7 +240,11 @@ class Campaign(models.Model):
     def loop_refusal(self):
         """Why Start loop does nothing now, for people; empty when it would start."""
         if self.loop == Loop.RUNNING:
-            return f"campaign {self.pk}'s loop is already running"
+            latest = self.latest_job()
+            if latest is None or latest.status not in ENDED:
+                return f"campaign {self.pk}'s loop is already running"
+            # Running, yet its latest run has ended (the worker died before it could start the next one):
+            # Start goes on from there.
         if self._out_of_budget():
             return (f"campaign {self.pk} has spent {self.spent_usd()} of its {self.budget_usd} dollar budget; "
                     "raise the budget to loop on")
@@ -385,5 +388,8 @@ def on_run_ended(sender, job, **kwargs):
     campaign = campaign_of(job)
     if campaign is None or job.source != Source.EMBEDDED:
         return
-    campaign.evaluate_retention(after=job)
+    try:
+        campaign.evaluate_retention(after=job)
+    except Exception:  # the loop goes on; the page shows the run without its retention evals
+        log.exception("campaign %s: retention evals after job %s failed", campaign.pk, job.pk)
     campaign.advance(job)

@@ -99,3 +99,16 @@ def test_a_job_continuing_a_run_joins_its_campaign(campaign, make_job):
     assert set(evals_after(campaign, nxt)) == {"arithmetic", "toolcalc"}
     assert campaign.loop == Loop.OFF  # a manual campaign: no run was started for it
     assert campaign.jobs().count() == 2
+
+
+def test_start_goes_on_from_a_completed_run_the_loop_missed(campaign, make_job):
+    """The worker died between the run's end and starting the next: the loop says running over an ended run."""
+    first = runner.run(make_job(steps=2).pk)
+    campaign.add_run(first)
+    Campaign.objects.filter(pk=campaign.pk).update(loop=Loop.RUNNING)
+    campaign.refresh_from_db()
+    assert campaign.can_start_loop
+    assert campaign.start_loop(by="op")
+    nxt = campaign.latest_job()
+    assert (nxt.init_from_id, nxt.env, nxt.status) == (first.pk, "toolcalc", Status.QUEUED)
+    assert not campaign.start_loop(by="op") and "already running" in campaign.loop_refusal()
