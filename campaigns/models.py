@@ -141,6 +141,27 @@ class Campaign(models.Model):
         publish(f"campaign.{self.pk}", "runs", {"campaign": self.pk, "job": job.pk})
         return run
 
+    @classmethod
+    def join_tagged_runs(cls):
+        """Put each external run tagged CAMPAIGN_TAG (a campaign's id or its name, when only one campaign
+        has it) that is in no campaign yet into that campaign. Return the number of runs joined."""
+        from tracking.store import jobs_tagged
+
+        tagged = jobs_tagged(CAMPAIGN_TAG)
+        taken = set(CampaignRun.objects.filter(job_id__in=list(tagged)).values_list("job_id", flat=True))
+        joined = 0
+        for job_id, value in tagged.items():
+            if job_id in taken:
+                continue
+            value = value.strip()
+            found = cls.objects.filter(pk=int(value)) if value.isdigit() and len(value) < 10 else \
+                cls.objects.filter(name=value)
+            campaign = found.first() if found.count() == 1 else None
+            if campaign is not None:
+                campaign.add_run(Job.objects.get(pk=job_id))
+                joined += 1
+        return joined
+
     def jobs(self):
         """The campaign's jobs in the order they were started (the lineage's order)."""
         return Job.objects.filter(campaign_run__campaign=self).order_by("created_at", "id")

@@ -12,3 +12,9 @@ def evaluate_start(campaign_id):
     campaign = Campaign.objects.filter(pk=campaign_id).first()
     if campaign is not None:
         campaign.evaluate_retention(after=None)
+
+
+@shared_task(name="campaigns.tasks.join_tagged_runs", ignore_result=True)
+def join_tagged_runs():
+    """External runs tagged yardstick.campaign join their campaign (also done when a campaign is read)."""
+    return Campaign.join_tagged_runs()

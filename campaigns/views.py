@@ -40,6 +40,7 @@ def _points(request):
 
 @require_role("viewer")
 def _list(request):
+    Campaign.join_tagged_runs()
     return JsonResponse({"campaigns": [c.to_dict() for c in Campaign.objects.select_related("created_by")[:200]]})
 
 
@@ -73,6 +74,7 @@ def _detail(request, campaign_id):
         points = _points(request)
     except InputError as err:
         return _bad(err.field, err.message)
+    Campaign.join_tagged_runs()  # an external run tagged since the last periodic join is in the figures already
     return JsonResponse({**campaign.to_dict(), "figures": figures.summary(campaign, points)})
 
 
@@ -214,6 +216,7 @@ def campaign_page(request, campaign_id):
     except InputError as err:
         return render(request, "dashboard/bad_request.html", {"message": err.message, "field": err.field},
                       status=400)
+    Campaign.join_tagged_runs()
     summary = figures.summary(campaign, points)
     live = request.GET.get("live", "1") != "0"
     context = {"campaign": campaign, "s": summary, "figures_json": _json(charts.campaign_charts(campaign, summary)),

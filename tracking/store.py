@@ -236,6 +236,11 @@ def delete_tag(run_id, key):
         ingest.rescore(run)
 
 
+def jobs_tagged(key):
+    """{job id: tag value} of the runs that carry the tag `key` (campaigns joins runs tagged yardstick.campaign)."""
+    return dict(RunTag.objects.filter(key=key).values_list("run__job_id", "value"))
+
+
 def metric_history(run_id, key):
     run = get_run(run_id)
     if not isinstance(key, str) or not key:

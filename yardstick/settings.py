@@ -100,6 +100,7 @@ CELERY_BEAT_SCHEDULE = {
     "trainer-detect-crashed-jobs": {"task": "trainer.tasks.detect_crashed_jobs", "schedule": 30.0},
     "tracking-mark-stale-runs": {"task": "tracking.tasks.mark_stale_runs", "schedule": 60.0},
     "tracking-match-runs": {"task": "tracking.tasks.match_runs", "schedule": 30.0},
+    "campaigns-join-tagged-runs": {"task": "campaigns.tasks.join_tagged_runs", "schedule": 30.0},
 }
 
 CHANNEL_LAYERS = {
