@@ -41,10 +41,10 @@ def test_the_loop_continue_and_the_live_page(live_stack, page, transactional_db,
 
     otto = user_in_role(django_user_model, "otto", "operator", subprocess=True)
     base = live_stack.url
-    # Runs of 30 tiny steps: long enough that Stop finds the second one queued or running.
+    # Runs of 12 tiny steps: Stop most often finds the second one queued or running (else it stops the loop only).
     cid = create_over_the_api(base, api_token(otto), {
         "name": "agentic", "team": "research", "envs": ["arithmetic", "toolcalc"],
-        "run_config": {**TINY, "steps": 30, "eval_every": 10, "checkpoint_every": 10}, "eval_size": 8,
+        "run_config": {**TINY, "steps": 12, "eval_every": 4, "checkpoint_every": 4}, "eval_size": 8,
         "device": "cpu"})
     log_in(page, base, "otto", f"/campaigns/{cid}")
     page.wait_for_selector('#live-state[data-state="live"]')
@@ -86,13 +86,26 @@ def test_the_loop_continue_and_the_live_page(live_stack, page, transactional_db,
     assert f"continues #{first.pk}" in page.inner_text(".page-head")
     until(lambda: Job.objects.get(pk=forked.pk).status == Status.COMPLETED, 60, "the continued job to complete")
 
+    # Continue in the Jobs list: run 1's row, on its own env by default.
+    page.goto(f"{base}/jobs/")
+    row = page.locator(f'tr[data-job="{first.pk}"]')
+    assert f"campaign #{cid}" in row.inner_text()
+    row.locator(".job-continue-form summary").click()
+    shot(page, output_dir, request, "jobs-continue")
+    row.locator(".job-continue-form input[name=steps]").fill("2")
+    row.locator(".job-continue-form button[type=submit]").click()
+    page.wait_for_url(f"{base}/jobs/*")
+    listed = Job.objects.get(pk=int(page.url.rsplit("/", 1)[1]))
+    assert (listed.env, listed.init_from_id) == ("arithmetic", first.pk)
+    until(lambda: Job.objects.get(pk=listed.pk).status in ENDED, 60, "the job continued from the list to end")
+
     # Continue on the campaign page: from its latest run.
     page.goto(f"{base}/campaigns/{cid}")
     page.click(".loop-bar .job-continue-form summary")
     page.click(".loop-bar .job-continue-form button[type=submit]")
     page.wait_for_url(f"{base}/jobs/*")
     again = Job.objects.get(pk=int(page.url.rsplit("/", 1)[1]))
-    assert again.init_from_id == forked.pk and Job.objects.count() == count + 2
+    assert again.init_from_id == listed.pk and Job.objects.count() == count + 3
     assert Campaign.objects.get(pk=cid).jobs().last() == again
 
     # Printed, the page drops its controls; the CSV is one click away.
