@@ -16,6 +16,7 @@ from collector.agent import schema
 from collector.agent.runner import Agent
 from collector.agent.sources.sim import SimSource
 from collector.agent.spool import Spool
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 DOWN_DSN = "host=127.0.0.1 port=9 dbname=nothing user=nobody connect_timeout=1"
@@ -24,15 +25,6 @@ DOWN_DSN = "host=127.0.0.1 port=9 dbname=nothing user=nobody connect_timeout=1"
 def counts(dsn):
     with psycopg.connect(dsn) as conn:
         return conn.execute("SELECT count(*), count(DISTINCT ts), count(DISTINCT device_id) FROM telemetry_sample").fetchone()
-
-
-def wait_for(predicate, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_it_writes_one_sample_per_device_per_tick(telemetry_dsn, tmp_path):
@@ -92,8 +84,9 @@ def test_postgres_stopped_and_restarted_under_a_running_agent_loses_and_doubles_
         assert wait_for(lambda: agent.ticks >= ticks_at_stop + 20)  # sampling goes on into the spool
         assert not agent.spool.is_empty()
         server.start()
-        assert wait_for(lambda: agent.spool.is_empty() and agent.conn is not None, timeout=60)
-        time.sleep(0.2)
+        assert wait_for(lambda: agent.spool.is_empty() and agent.conn is not None, timeout_s=60)
+        written = agent.samples_written
+        assert wait_for(lambda: agent.samples_written >= written + 3 * 4)  # live writes go on after the replay
     finally:
         stop.set()
         thread.join(timeout=30)
@@ -135,7 +128,7 @@ def test_a_hung_database_loses_no_sample(embedded_pg_factory, tmp_path, caplog):
         for proc in frozen:
             proc.resume()
     try:
-        assert wait_for(lambda: agent.spool.is_empty() and agent.conn is not None, timeout=60)
+        assert wait_for(lambda: agent.spool.is_empty() and agent.conn is not None, timeout_s=60)
     finally:
         stop.set()
         thread.join(timeout=30)

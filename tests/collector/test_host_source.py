@@ -6,6 +6,7 @@ import pytest
 
 from collector.agent import schema
 from collector.agent.sources.host import IDLE_SHARE, HostSource
+from tests.waiting import wait_for
 
 TS = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
@@ -50,11 +51,9 @@ def test_it_rejects_a_tdp_that_is_not_positive():
 
 
 def test_busy_processes_are_recorded_as_holders_with_their_memory_and_lineage_and_idle_ones_are_not():
+    import os
     import subprocess
     import sys
-    import time
-
-    import os
 
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], env={**os.environ, "SLURM_JOB_ID": "31"})
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -62,8 +61,12 @@ def test_busy_processes_are_recorded_as_holders_with_their_memory_and_lineage_an
         source = HostSource("h", cpu_tdp_w=100, holders_every_s=0.5)
         [first] = source.read(TS)
         assert first.holders == ()  # the first scan only takes the baseline
-        time.sleep(1.5)
-        [second] = source.read(TS)
+
+        def scan_with_busy():  # a read before the next scan is due (holders_every_s) has no holders
+            [reading] = source.read(TS)
+            return reading if any(h.pid == busy.pid for h in reading.holders) else None
+
+        second = wait_for(scan_with_busy, 10, "a holders scan that finds the busy process")
         [between] = source.read(TS)  # no scan due yet
     finally:
         busy.kill()

@@ -146,3 +146,43 @@ def minutes_of_today(count=3):
     end = floor_minute(now)
     count = min(count, int((end - midnight).total_seconds() // 60))
     return end - timedelta(minutes=count), count, end
+
+
+# -- whole scenes, shared by the page tests and the browser tests ------------------------------------
+
+
+def two_charged_jobs():
+    """Two jobs on two GPUs of one node, priced $3.60/h, charged by attribution: "cheap" held its GPU 10
+    minutes and evals every minute, "dear" 30 minutes and every 3 minutes, both from 30 points."""
+    now = datetime.now(UTC)
+    start = floor_minute(now) - timedelta(minutes=40)
+    prices(per_hour="3.60", per_kwh="0", pue="1")
+    n = node("gpu-a")
+    d0, d1 = device(n, 0), device(n, 1)
+    minutes(d0, start, 30)
+    minutes(d1, start, 30)
+    cheap, dear = job(name="cheap"), job(name="dear")
+    stint(cheap, d0, start, start + timedelta(minutes=10))
+    stint(dear, d1, start, start + timedelta(minutes=30))
+    steps(cheap, 10, start=start, every_s=60, pass1=(30.0, 1.0))
+    steps(dear, 10, start=start, every_s=180, pass1=(30.0, 0.5))
+    attribute(now)
+    return cheap, dear
+
+
+def charged_fleet():
+    """Node gpu-a (owner infra): GPU 0 at 400 W, held 20 minutes by job "grpo" (team research); GPU 1
+    simulated at 200 W and idle; $3.60/h, $0.10/kWh, PUE 1.5; attributed. Returns the job."""
+    now = datetime.now(UTC)
+    start = floor_minute(now) - timedelta(minutes=40)
+    prices(per_hour="3.60", per_kwh="0.10", pue="1.5")
+    n = node("gpu-a", team="infra")
+    d0, d1 = device(n, 0), device(n, 1, source="sim", simulated=True)
+    minutes(d0, start, 30, power_w=400)
+    minutes(d1, start, 30, power_w=200)
+    grpo = job(name="grpo", team="research")
+    stint(grpo, d0, start, start + timedelta(minutes=20))
+    steps(grpo, 10, start=start, every_s=60)
+    attribute(now)
+    return grpo
+

@@ -16,13 +16,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from pathlib import Path
-from tests.conftest import database_url, free_port
 
 import pytest
+
+from tests.conftest import database_url, free_port
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,16 +37,6 @@ def tiny_models(path):
 
     pretrain("arithmetic", path, "cpu", model_config=GPTConfig(n_layer=1, n_head=2, n_embd=32),
              max_steps=30, batch_size=32, target_pass1=101.0, probe_every=1000, probe_size=4)
-
-
-def _wait(predicate, timeout_s, what, logs=()):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    tails = "\n".join(f"--- {p}:\n{Path(p).read_text()[-3000:]}" for p in logs if Path(p).exists())
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what}\n{tails}")
 
 
 def _http_ok(url):
@@ -92,9 +83,10 @@ class LiveStack:
                                    "-P", "solo", "-n", f"dashboard-test-{os.getpid()}@%h", "--without-heartbeat",
                                    "--without-mingle", "--without-gossip", "--loglevel", "INFO"])
         logs = [self.log("daphne"), self.log("worker")]
-        _wait(lambda: _http_ok(self.url + "/healthz"), 60, "Daphne to answer", logs)
+        wait_for(lambda: _http_ok(self.url + "/healthz"), 60, "Daphne to answer", every_s=0.2, logs=logs)
         if self.worker:
-            _wait(lambda: "ready" in self.log("worker").read_text(), 90, "the Celery worker to be ready", logs)
+            wait_for(lambda: "ready" in self.log("worker").read_text(), 90, "the Celery worker to be ready", every_s=0.2,
+                     logs=logs)
         return self
 
     def log(self, name):

@@ -1,32 +1,12 @@
 """The compare page: eval score of several jobs against step, wall time or dollars; the IPD table."""
 
 import json
-from datetime import datetime, timedelta, timezone
 
 from tests.dashboard import builders as b
 
-UTC = timezone.utc
-
-
-def two_charged_jobs():
-    now = datetime.now(UTC)
-    start = b.floor_minute(now) - timedelta(minutes=40)
-    b.prices(per_hour="3.60", per_kwh="0", pue="1")
-    n = b.node("gpu-a")
-    d0, d1 = b.device(n, 0), b.device(n, 1)
-    b.minutes(d0, start, 30)
-    b.minutes(d1, start, 30)
-    cheap, dear = b.job(name="cheap"), b.job(name="dear")
-    b.stint(cheap, d0, start, start + timedelta(minutes=10))
-    b.stint(dear, d1, start, start + timedelta(minutes=30))
-    b.steps(cheap, 10, start=start, every_s=60, pass1=(30.0, 1.0))
-    b.steps(dear, 10, start=start, every_s=180, pass1=(30.0, 0.5))
-    b.attribute(now)
-    return cheap, dear
-
 
 def test_it_puts_dollars_on_the_x_axis_and_fills_the_table(viewer_client):
-    cheap, dear = two_charged_jobs()
+    cheap, dear = b.two_charged_jobs()
     resp = viewer_client.get(f"/compare?jobs={cheap.pk},{dear.pk}&x=usd")
     assert resp.status_code == 200
     fig = json.loads(resp.context["figures_json"])["compare"]
@@ -39,7 +19,7 @@ def test_it_puts_dollars_on_the_x_axis_and_fills_the_table(viewer_client):
 
 
 def test_step_and_time_axes(viewer_client):
-    cheap, dear = two_charged_jobs()
+    cheap, dear = b.two_charged_jobs()
     by_step = json.loads(viewer_client.get(f"/compare?jobs={cheap.pk},{dear.pk}").context["figures_json"])
     assert by_step["compare"]["data"][0]["x"] == [0, 5, 10]
     by_time = json.loads(viewer_client.get(f"/compare?jobs={cheap.pk}&x=time").context["figures_json"])

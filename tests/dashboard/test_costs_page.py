@@ -12,23 +12,8 @@ from tests.dashboard.browser_helpers import log_in, shot, user_in_role
 UTC = timezone.utc
 
 
-def charged_fleet():
-    now = datetime.now(UTC)
-    start = b.floor_minute(now) - timedelta(minutes=40)
-    b.prices(per_hour="3.60", per_kwh="0.10", pue="1.5")
-    n = b.node("gpu-a", team="infra")
-    d0, d1 = b.device(n, 0), b.device(n, 1, source="sim", simulated=True)
-    b.minutes(d0, start, 30, power_w=400)
-    b.minutes(d1, start, 30, power_w=200)
-    job = b.job(name="grpo", team="research")
-    b.stint(job, d0, start, start + timedelta(minutes=20))
-    b.steps(job, 10, start=start, every_s=60)
-    b.attribute(now)
-    return job
-
-
 def test_it_shows_the_report_with_totals_and_a_stacked_bar(viewer_client):
-    charged_fleet()
+    b.charged_fleet()
     resp = viewer_client.get("/costs/?group=team")
     assert resp.status_code == 200
     totals = resp.context["totals"]
@@ -46,7 +31,7 @@ def test_it_shows_the_report_with_totals_and_a_stacked_bar(viewer_client):
 
 
 def test_group_by_job_links_each_job(viewer_client):
-    job = charged_fleet()
+    job = b.charged_fleet()
     html = viewer_client.get("/costs/?group=job").content.decode()
     assert f'href="/jobs/{job.pk}"' in html and "idle (infra)" in html
 

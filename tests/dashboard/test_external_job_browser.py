@@ -9,7 +9,7 @@ import pytest
 from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard.browser_helpers import log_in, record_events, shot, user_in_role, wait_subscribed
 from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
-from tests.tracking.test_artifacts import PNG_W, png_bytes
+from tests.files import PNG_W, png_bytes
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

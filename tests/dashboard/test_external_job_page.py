@@ -5,7 +5,7 @@ import io
 import json
 import math
 
-from tests.tracking.test_artifacts import png_bytes
+from tests.files import png_bytes
 
 
 def _run(framework_params=(("num_generations", "8"),), experiment="grpo-trl"):

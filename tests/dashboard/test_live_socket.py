@@ -2,7 +2,6 @@
 
 import asyncio
 import random
-import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -14,6 +13,7 @@ from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard import builders as b
 from tests.dashboard.browser_helpers import log_in, user_in_role
 from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
+from tests.waiting import wait_for
 
 UTC = timezone.utc
 
@@ -110,16 +110,22 @@ def test_the_fleet_event_carries_the_cards_and_goes_out_when_a_device_goes_stale
 
 # The fixture rather than the marker: the root conftest empties the telemetry tables after tests that name it.
 def test_a_node_subscriber_receives_new_samples_within_a_second(transactional_db, viewer):
+    from collector.models import LatestSample
+
     n = b.node("gpu-a")
     dev = b.device(n, 0)
     b.latest(dev, 50, 300)
+    shown = LatestSample.objects.get(device=dev).ts
 
     async def scenario():
         comm = communicator(viewer, f"node.{n.pk}")
         assert (await comm.connect())[0]
         assert (await comm.receive_json_from(timeout=5))["kind"] == "subscribed"
-        await asyncio.sleep(0.8)  # the poller's first read sets what the page already shows
-        await asyncio.get_running_loop().run_in_executor(None, lambda: b.latest(dev, 99, 400))
+        loop = asyncio.get_running_loop()
+        # The poller's first read sets what the page already shows; the new sample comes after it.
+        await loop.run_in_executor(None, lambda: wait_for(lambda: broadcast.broadcaster.seen.get(dev.pk) == shown, 5,
+                                                          "the poller's first read"))
+        await loop.run_in_executor(None, lambda: b.latest(dev, 99, 400))
         event = await comm.receive_json_from(timeout=3)
         assert event["topic"] == f"node.{n.pk}" and event["data"]["samples"][0]["util_pct"] == 99
         await comm.disconnect()
@@ -156,10 +162,7 @@ def test_it_closes_politely_on_a_frame_no_page_sends_and_leaves_its_groups(  # n
     closed = page.evaluate(SEND_BAD_FRAME, [topic, frame])
 
     assert closed["joined"] == 1 and closed["code"] == 4400, closed
-    deadline = time.monotonic() + 5
-    while members.zcard(key) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert members.zcard(key) == 0, "the closed socket left its group"
+    wait_for(lambda: members.zcard(key) == 0, 5, "the closed socket to leave its group")
     assert "Traceback" not in live_web.log("daphne").read_text()
 
 

@@ -9,8 +9,6 @@ import pytest
 from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard import builders as b
 from tests.dashboard.browser_helpers import log_in, shot, user_in_role
-from tests.dashboard.test_compare_page import two_charged_jobs
-from tests.dashboard.test_costs_page import charged_fleet
 
 pytestmark = pytest.mark.browser
 
@@ -33,7 +31,7 @@ def test_a_viewer_sees_no_start_stop_or_resume(live_server, page, transactional_
 
 
 def test_two_jobs_are_compared_by_dollars(live_server, page, transactional_db, django_user_model, output_dir, request):  # noqa: F811
-    cheap, dear = two_charged_jobs()
+    cheap, dear = b.two_charged_jobs()
     user_in_role(django_user_model, "lena", "viewer")
     log_in(page, live_server.url, "lena", "/jobs/")
 
@@ -63,7 +61,7 @@ def test_two_jobs_are_compared_by_dollars(live_server, page, transactional_db, d
 
 def test_the_costs_csv_downloads_with_totals_that_add_up(live_server, page, transactional_db, django_user_model,  # noqa: F811
                                                           output_dir, request):
-    charged_fleet()
+    b.charged_fleet()
     user_in_role(django_user_model, "tim", "viewer")
     log_in(page, live_server.url, "tim", "/costs/?group=job")
     page.wait_for_selector('.chart[data-fig="by_day"][data-drawn="true"]')
@@ -232,9 +230,7 @@ def test_user_strings_show_literally_in_chart_legends(live_server, page, transac
 
 def test_every_page_loads_without_console_errors_and_404s_lead_back(live_server, page, transactional_db,  # noqa: F811
                                                                    django_user_model, output_dir, request):
-    from tests.dashboard.test_costs_page import charged_fleet
-
-    job = charged_fleet()
+    job = b.charged_fleet()
     user_in_role(django_user_model, "cora", "viewer")
     errors = []
     # The test server has no WebSocket (/ws/live is Daphne's) and no Celery workers (/healthz answers 503,
@@ -311,7 +307,7 @@ def test_it_draws_every_chart_and_shows_names_that_look_like_markup_literally(
         live_server, page, transactional_db, django_user_model, output_dir, request):  # noqa: F811
     from trainer.models import Job
 
-    cheap, dear = two_charged_jobs()
+    cheap, dear = b.two_charged_jobs()
     for job, name in zip((cheap, dear), MARKUP_NAMES):
         Job.objects.filter(pk=job.pk).update(name=name)
     for name in NODE_NAMES:  # a collector names its node after its host, unchecked

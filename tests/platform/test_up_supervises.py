@@ -15,7 +15,8 @@ import time
 import pytest
 
 from tests.conftest import ROOT, free_port
-from tests.platform.test_up import Up, processes_using
+from tests.platform.up_process import Up, processes_using
+from tests.waiting import wait_for
 from yardstick.embedded import EmbeddedPostgres, EmbeddedRedis, ServiceError
 from yardstick.runner import DataDirLock
 from yardstick.services import wait_for_servers_of_up
@@ -23,46 +24,31 @@ from yardstick.services import wait_for_servers_of_up
 pytestmark = pytest.mark.slow
 
 
-def seconds_until_healthy(up, timeout=60):
-    """Seconds until /healthz answers 200 (every check ok); fail after `timeout`."""
-    began = time.monotonic()
-    status, body = None, None
-    while time.monotonic() - began < timeout:
-        try:
-            status, body = up.health()
-        except OSError:  # web not answering at all
-            status, body = None, None
-        if status == 200:
-            return time.monotonic() - began
-        time.sleep(0.5)
-    raise AssertionError(f"/healthz still {status} after {timeout} s: {body}\n" + "\n".join(up.lines[-40:]))
-
-
 def test_up_restarts_a_killed_embedded_redis_and_postgres_and_healthz_recovers(service_dir):
     data_dir = service_dir / "data"
     up = Up(data_dir, free_port())
     try:
-        up.wait_for(r"Yardstick is at http://")
-        seconds_until_healthy(up)
+        up.wait_for_line(r"Yardstick is at http://")
+        up.healthy()
         children_started = [line for line in up.lines if re.search(r"started (web|worker|jobs|beat|collector) ", line)]
 
         redis_pid = int((data_dir / "redis" / "redis.pid").read_text())
         os.kill(redis_pid, signal.SIGKILL)
         killed_at = time.monotonic()
-        up.wait_for(r"redis exited with code -9; restarting in 1 s")
-        new_redis = int(up.wait_for(r"started redis again on its data \(pid (\d+)\)").group(1))
+        up.wait_for_line(r"redis exited with code -9; restarting in 1 s")
+        new_redis = int(up.wait_for_line(r"started redis again on its data \(pid (\d+)\)").group(1))
         assert new_redis != redis_pid
-        seconds_until_healthy(up)
+        up.healthy()
         redis_recovery_s = time.monotonic() - killed_at
 
         pg_pid = int((data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
         os.kill(pg_pid, signal.SIGKILL)
         killed_at = time.monotonic()
-        up.wait_for(r"postgres stopped \(no postmaster on its data dir\); restarting in 1 s")
-        new_pg = int(up.wait_for(r"started postgres again on its data \(pid (\d+)\)", timeout=120).group(1))
+        up.wait_for_line(r"postgres stopped \(no postmaster on its data dir\); restarting in 1 s")
+        new_pg = int(up.wait_for_line(r"started postgres again on its data \(pid (\d+)\)", timeout=120).group(1))
         assert new_pg != pg_pid
         assert int((data_dir / "postgres" / "postmaster.pid").read_text().split()[0]) == new_pg
-        seconds_until_healthy(up)
+        up.healthy()
         pg_recovery_s = time.monotonic() - killed_at
 
         # The healthy children reconnected by themselves: none was restarted.
@@ -74,8 +60,7 @@ def test_up_restarts_a_killed_embedded_redis_and_postgres_and_healthz_recovers(s
         code = up.stop()
     assert code == 0
     assert "stopped" in up.lines[-1]
-    time.sleep(0.5)
-    assert processes_using(data_dir) == [], "a restarted server outlived its up"
+    wait_for(lambda: processes_using(data_dir) == [], 10, "every server of up to be gone (none may outlive it)")
 
 
 def test_a_command_run_while_up_holds_the_data_dir_waits_for_its_servers_and_leaves_them_running(service_dir):

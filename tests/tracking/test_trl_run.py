@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,22 +23,12 @@ import pytest
 
 from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard.browser_helpers import log_in, shot, user_in_role
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENT = "tiny-grpo"
-
-
-def _wait(what, predicate, timeout_s, logs=()):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    tails = "\n".join(f"--- {p.name}:\n{p.read_text()[-4000:]}" for p in logs if p.exists())
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what}\n{tails}")
 
 
 def _spawn(argv, log, env):
@@ -101,9 +90,9 @@ def test_it_charts_a_real_trl_grpo_run_matches_its_process_to_the_host_and_stops
     def run():
         return Run.objects.select_related("job", "experiment").filter(experiment__name=EXPERIMENT).first()
 
-    first = _wait("the TRL run to appear", run, 90, logs)
+    first = wait_for(run, 90, "the TRL run to appear", every_s=0.5, logs=logs)
     job_id = first.job_id
-    _wait("two GRPO steps logged", lambda: run().job.steps.count() >= 2, 90, logs)
+    wait_for(lambda: run().job.steps.count() >= 2, 90, "two GRPO steps logged", every_s=0.5, logs=logs)
     r = run()
     tags = {t.key: t.value for t in r.tags.all()}
     assert (r.status, r.job.status, r.job.source, r.job.framework) == ("RUNNING", Status.RUNNING, "external", "trl")
@@ -114,9 +103,9 @@ def test_it_charts_a_real_trl_grpo_run_matches_its_process_to_the_host_and_stops
     # The agent's host scan (every 10 s) names the training process a holder of this machine's CPU; a sighting
     # from before the run started (the script loading its model) does not count for the run.
     started = datetime.fromtimestamp(r.start_time / 1000, tz=timezone.utc)
-    _wait("the agent to see the training process hold the CPU since the run started",
-          lambda: DeviceHolder.objects.filter(pid=trl_training.pid, device__source="host",
-                                              last_seen__gte=started).exists(), 60, logs)
+    wait_for(lambda: DeviceHolder.objects.filter(pid=trl_training.pid, device__source="host",
+                                                 last_seen__gte=started).exists(), 60,
+             "the agent to see the training process hold the CPU since the run started", every_s=0.5, logs=logs)
     match_runs()  # what the tracking.match_runs task does every 30 s
     stint = r.job.stints.get()
     assert (stint.node, stint.device, stint.pid, stint.ended_at) == (socket.gethostname(), "cpu", trl_training.pid,

@@ -4,11 +4,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,17 +34,6 @@ STEP_KEYS = [
     "timing/generate_s", "timing/score_s", "timing/train_s", "timing/eval_s", "timing/checkpoint_s", "timing/step_s",
 ]
 
-
-
-def wait_for(predicate, timeout_s=60.0, every_s=0.1, what="condition"):
-    """Poll `predicate` until it returns something truthy; return that, or fail naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every_s)
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def purge_jobs_queue():
@@ -86,3 +72,11 @@ def worker_process(env, log_path, name, *options):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+def run_collecting(job, progress=None):
+    """runner.run(job) in a thread; return (the Job, events on job.<id> and jobs, in order)."""
+    from tests import live_events
+    from trainer import runner
+
+    return live_events.run_collecting(lambda: runner.run(job.pk, progress=progress), [f"job.{job.pk}", "jobs"])

@@ -11,7 +11,8 @@ import signal
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from tests.trainer.helpers import TINY, purge_jobs_queue, wait_for, worker_process
+from tests.trainer.helpers import TINY, purge_jobs_queue, worker_process
+from tests.waiting import wait_for
 from trainer import runner
 from trainer.models import Job, StatusChange, Step, Stint
 from trainer.tasks import detect_crashed_jobs

@@ -1,13 +1,8 @@
 """What the runner tells the pages besides steps: compact progress for the Jobs list, and a rewind on resume."""
 
-from tests import live_events
+from tests.trainer.helpers import run_collecting
 from trainer import runner
 from trainer.models import Step
-
-
-def run_collecting(job, progress=None):
-    """runner.run(job) in a thread; return (the Job, events on job.<id> and jobs, in order)."""
-    return live_events.run_collecting(lambda: runner.run(job.pk, progress=progress), [f"job.{job.pk}", "jobs"])
 
 
 def test_each_step_is_also_published_to_the_jobs_list_as_progress(transactional_db, make_job):

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.trainer.test_runner_live_events import run_collecting
+from tests.trainer.helpers import run_collecting
 from trainer import runner
 from trainer.models import Job
 

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from tests.trainer.helpers import purge_jobs_queue, wait_for, worker_process
+from tests.trainer.helpers import purge_jobs_queue, worker_process
+from tests.waiting import wait_for
 from trainer.models import Job, StatusChange, Stint
 
 # billiard reaps a dead pool process within a second and waits up to its

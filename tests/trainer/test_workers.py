@@ -10,7 +10,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from tests.trainer.helpers import TINY, wait_for, worker_process
+from tests.trainer.helpers import TINY, worker_process
+from tests.waiting import wait_for
 from trainer.models import Job, Worker
 from trainer.workers import local_devices
 
