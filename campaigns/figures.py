@@ -82,7 +82,8 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
         })
         if after is not None:
             before = after
-    net_total = sum(r["net_gain_points"] for r in runs if r["net_gain_points"] is not None) if runs else None
+    measured = [r["net_gain_points"] for r in runs if r["net_gain_points"] is not None]
+    net_total = sum(measured) if measured else None
     total_ipd, total_usd_per_point, total_state = ipd(net_total, total)
     latest = before
     over_time = _cost_per_point_over_time(runs)
@@ -123,9 +124,15 @@ def _cost_per_point_over_time(runs):
 
 
 def projection(campaign, jobs, points, latest):
-    """Dollars to the next `points` points on the current env (the loop's next, else the latest run's),
-    fitted to the recent runs' curves on it; a dict with the fit named, or a `state` saying why there is none."""
-    env = campaign.next_env() if campaign.loop == "running" or not jobs else jobs[-1].env
+    """Dollars to the next `points` points on the current env (the running run's; else the loop's next; else
+    the latest run's), fitted to the recent runs' curves on it; a dict with the fit named, or a `state` saying
+    why there is none."""
+    from trainer.models import ENDED
+
+    if jobs and (jobs[-1].status not in ENDED or campaign.loop != "running"):
+        env = jobs[-1].env
+    else:
+        env = campaign.next_env()
     recent = [j for j in jobs if j.env == env and j.source == "embedded"][-PROJECTION_RUNS:]
     xs, ys = [], []
     for job in recent:

@@ -89,8 +89,7 @@ class Campaign(models.Model):
         name = _text("name", name, NAME_MAX)
         team = _text("team", team, TEAM_MAX)
         accepted = f"a list of environment names, each one of {', '.join(ENV_NAMES)}"
-        if not isinstance(envs, list) or not envs or any(e not in ENV_NAMES for e in envs if isinstance(e, str)) \
-                or not all(isinstance(e, str) for e in envs):
+        if not isinstance(envs, list) or not envs or not all(isinstance(e, str) and e in ENV_NAMES for e in envs):
             raise InputError("envs", f"envs must be {accepted}, at least one; got {envs!r}")
         envs = list(dict.fromkeys(envs))
         schedule = envs if schedule in (None, []) else schedule
