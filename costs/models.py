@@ -13,8 +13,14 @@ rows per (device, day, holder) in SQL before pricing: the row count of a
 report grows with devices x days, not with minutes.
 """
 
+from datetime import date, datetime
+from decimal import Decimal, InvalidOperation
+
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
+
+from yardstick.inputs import InputError
 
 
 class PriceEntry(models.Model):
@@ -23,9 +29,8 @@ class PriceEntry(models.Model):
     Which entry applies to a device on a day: among patterns matching the
     device's model (host CPUs match as `cpu`) that have an entry in force that
     day, the most specific (most non-wildcard characters) wins; of its entries,
-    the newest `effective_from` on or before the day. Validation lives in
-    `costs.prices.validate_entry` (the admin, the command and this model's
-    `clean` all use it).
+    the newest `effective_from` on or before the day (costs.prices.PriceBook). Its
+    rules are `validate` (the admin, the command and `clean` all use it).
     """
 
     pattern = models.CharField(
@@ -57,15 +62,73 @@ class PriceEntry(models.Model):
                 f"${self.usd_per_kwh}/kWh x PUE {self.pue}{label}")
 
     def clean(self):
-        from django.core.exceptions import ValidationError
-
-        from costs.prices import validate_entry
-        from yardstick.inputs import InputError
-
         try:
-            validate_entry(self)
+            self.validate()
         except InputError as err:
             raise ValidationError({err.field: err.message}) from None
+
+    def validate(self):
+        """Normalise and check this entry (saved or not) in place; raise InputError on the first bad field."""
+        pattern = (self.pattern or "").strip() if isinstance(self.pattern, str) else self.pattern
+        if not isinstance(pattern, str) or not pattern or len(pattern) > 200:
+            raise InputError("pattern", f"pattern must be a model-name pattern like *H100*, cpu or * "
+                                        f"(1 to 200 characters), got {self.pattern!r}")
+        self.pattern = pattern
+        self.usd_per_hour = parse_money("usd_per_hour", self.usd_per_hour, accepted="a number of dollars >= 0")
+        self.usd_per_kwh = parse_money("usd_per_kwh", self.usd_per_kwh, accepted="a number of dollars >= 0")
+        self.pue = parse_money("pue", self.pue, minimum=Decimal(1), accepted="a number >= 1 (1.0 = no overhead)")
+        if self.pue != self.pue.quantize(Decimal("0.001")):
+            raise InputError("pue", f"pue must have at most 3 decimal places, got {self.pue}")
+        self.effective_from = parse_day("effective_from", self.effective_from)
+
+        clash = PriceEntry.objects.filter(pattern=self.pattern, effective_from=self.effective_from)
+        if self.pk:
+            clash = clash.exclude(pk=self.pk)
+        other = clash.first()
+        if other is not None:
+            raise InputError("effective_from", f"pattern {self.pattern!r} already has an entry from "
+                                               f"{self.effective_from} (${other.usd_per_hour}/h); "
+                                               "choose another date (entries of one pattern need distinct start dates)")
+
+        if self.pk:
+            stored = PriceEntry.objects.filter(pk=self.pk).first()
+            today = timezone.now().date()
+            if stored is not None and stored.effective_from < today:
+                fixed = ("pattern", "usd_per_hour", "usd_per_kwh", "pue", "effective_from")
+                changed = [f for f in fixed if getattr(stored, f) != getattr(self, f)]
+                if changed:
+                    raise InputError(changed[0], f"{changed[0]} of an entry in force since {stored.effective_from} "
+                                                 "cannot change (past costs would change with it); "
+                                                 f"add a new entry from {today} or later instead")
+        return self
+
+
+def parse_money(field, value, minimum=Decimal(0), accepted=None):
+    """Return `value` as a finite Decimal >= minimum (6 decimal places at most), or raise InputError."""
+    accepted = accepted or f"a number >= {minimum}"
+    try:
+        amount = value if isinstance(value, Decimal) else Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        raise InputError(field, f"{field} must be {accepted}, got {value!r}") from None
+    if isinstance(value, bool) or not amount.is_finite() or amount < minimum:
+        raise InputError(field, f"{field} must be {accepted}, got {value}")
+    if amount > Decimal("99999999"):
+        raise InputError(field, f"{field} must be {accepted} and below 100000000, got {value}")
+    if amount != amount.quantize(Decimal("0.000001")):
+        raise InputError(field, f"{field} must have at most 6 decimal places, got {value}")
+    return amount
+
+
+def parse_day(field, value):
+    """Return a date from a date or 'YYYY-MM-DD', or raise InputError."""
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    try:
+        return date.fromisoformat(str(value).strip())
+    except ValueError:
+        raise InputError(field, f"{field} must be a date YYYY-MM-DD, got {value!r}") from None
 
 
 class Allocation(models.Model):

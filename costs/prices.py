@@ -7,20 +7,19 @@ characters (ties: alphabetical, so the choice is stable); of that pattern's
 entries, the newest `effective_from` on or before the day. `*` is the default.
 
 Entries in force before today are fixed: changing one would rewrite costs
-already reported. To change a price, add an entry from a new date.
+already reported. To change a price, add an entry from a new date
+(PriceEntry.validate holds the rules of an entry).
 """
 
 import fnmatch
 import functools
 from dataclasses import dataclass
-from datetime import date, datetime
-from decimal import Decimal, InvalidOperation
+from datetime import date
+from decimal import Decimal
 
 from django.db import transaction
-from django.utils import timezone
 
 from costs.models import PriceEntry
-from yardstick.inputs import InputError
 
 HOST_KEY = "cpu"
 _WILDCARDS = set("*?[]")
@@ -40,79 +39,12 @@ EXAMPLE_PRICES = [
 EXAMPLE_FROM = date(2020, 1, 1)
 
 
-# -- validation -----------------------------------------------------------------
-
-
-def parse_money(field, value, minimum=Decimal(0), accepted=None):
-    """Return `value` as a finite Decimal >= minimum (6 decimal places at most), or raise InputError."""
-    accepted = accepted or f"a number >= {minimum}"
-    try:
-        amount = value if isinstance(value, Decimal) else Decimal(str(value).strip())
-    except (InvalidOperation, ValueError):
-        raise InputError(field, f"{field} must be {accepted}, got {value!r}") from None
-    if isinstance(value, bool) or not amount.is_finite() or amount < minimum:
-        raise InputError(field, f"{field} must be {accepted}, got {value}")
-    if amount > Decimal("99999999"):
-        raise InputError(field, f"{field} must be {accepted} and below 100000000, got {value}")
-    if amount != amount.quantize(Decimal("0.000001")):
-        raise InputError(field, f"{field} must have at most 6 decimal places, got {value}")
-    return amount
-
-
-def parse_day(field, value):
-    """Return a date from a date or 'YYYY-MM-DD', or raise InputError."""
-    if isinstance(value, datetime):
-        return value.date()
-    if isinstance(value, date):
-        return value
-    try:
-        return date.fromisoformat(str(value).strip())
-    except ValueError:
-        raise InputError(field, f"{field} must be a date YYYY-MM-DD, got {value!r}") from None
-
-
-def validate_entry(entry):
-    """Normalise and check `entry` (a PriceEntry, saved or not) in place; raise InputError on the first bad field."""
-    pattern = (entry.pattern or "").strip() if isinstance(entry.pattern, str) else entry.pattern
-    if not isinstance(pattern, str) or not pattern or len(pattern) > 200:
-        raise InputError("pattern", f"pattern must be a model-name pattern like *H100*, cpu or * "
-                                    f"(1 to 200 characters), got {entry.pattern!r}")
-    entry.pattern = pattern
-    entry.usd_per_hour = parse_money("usd_per_hour", entry.usd_per_hour, accepted="a number of dollars >= 0")
-    entry.usd_per_kwh = parse_money("usd_per_kwh", entry.usd_per_kwh, accepted="a number of dollars >= 0")
-    entry.pue = parse_money("pue", entry.pue, minimum=Decimal(1), accepted="a number >= 1 (1.0 = no overhead)")
-    if entry.pue != entry.pue.quantize(Decimal("0.001")):
-        raise InputError("pue", f"pue must have at most 3 decimal places, got {entry.pue}")
-    entry.effective_from = parse_day("effective_from", entry.effective_from)
-
-    clash = PriceEntry.objects.filter(pattern=entry.pattern, effective_from=entry.effective_from)
-    if entry.pk:
-        clash = clash.exclude(pk=entry.pk)
-    other = clash.first()
-    if other is not None:
-        raise InputError("effective_from", f"pattern {entry.pattern!r} already has an entry from "
-                                           f"{entry.effective_from} (${other.usd_per_hour}/h); "
-                                           "choose another date (entries of one pattern need distinct start dates)")
-
-    if entry.pk:
-        stored = PriceEntry.objects.filter(pk=entry.pk).first()
-        today = timezone.now().date()
-        if stored is not None and stored.effective_from < today:
-            fixed = ("pattern", "usd_per_hour", "usd_per_kwh", "pue", "effective_from")
-            changed = [f for f in fixed if getattr(stored, f) != getattr(entry, f)]
-            if changed:
-                raise InputError(changed[0], f"{changed[0]} of an entry in force since {stored.effective_from} "
-                                             "cannot change (past costs would change with it); "
-                                             f"add a new entry from {today} or later instead")
-    return entry
-
-
 def add_price(pattern, usd_per_hour, usd_per_kwh, pue, effective_from, is_example=False, note=""):
     """Validate and store a new price entry; return it. Raise InputError (nothing stored) on bad input."""
     entry = PriceEntry(pattern=pattern, usd_per_hour=usd_per_hour, usd_per_kwh=usd_per_kwh, pue=pue,
                        effective_from=effective_from, is_example=is_example, note=note)
     with transaction.atomic():
-        validate_entry(entry)
+        entry.validate()
         entry.save()
     return entry
 

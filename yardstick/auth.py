@@ -11,12 +11,13 @@ Operators and admins may write runs too; viewers may read them.
 """
 
 import functools
-import hashlib
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
+
+from yardstick.models import ApiToken
 
 ROLES = ("viewer", "operator", "admin")
 REPORTER = "reporter"
@@ -97,10 +98,6 @@ def require_role(role):
     return decorate
 
 
-def hash_token(token):
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 class TokenAuthMiddleware:
     """Log in a script that sends `Authorization: Bearer <token>`.
 
@@ -118,8 +115,6 @@ class TokenAuthMiddleware:
             scheme, _, token = header.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
                 return _unauthenticated(request, "Authorization must be 'Bearer <token>'")
-            from yardstick.models import ApiToken
-
             user = ApiToken.authenticate(token.strip())
             if user is None:
                 return _unauthenticated(request, "invalid or revoked API token")
@@ -161,8 +156,6 @@ def role_context(request):
 
 def create_token(username, name="cli"):
     """Create an API token for `username`; return (token, ApiToken). The token is shown once."""
-    from yardstick.models import ApiToken
-
     user = get_user_model().objects.get(username=username)
     return ApiToken.issue(user, name)
 

@@ -15,6 +15,8 @@ from datetime import datetime, timezone
 from django.http import JsonResponse
 from django.shortcuts import render
 
+from yardstick.auth import is_api, is_tracking
+
 # Deeper than any body the APIs take (a job's config is 2 levels, MLflow's are 3) by a wide margin.
 MAX_JSON_DEPTH = 32
 TEXT_ACCEPTED = "text without NUL (U+0000) or lone surrogate (U+D800-U+DFFF) characters"
@@ -144,8 +146,6 @@ class RefuseUnstorableText:
 
 def refusal(request, err):
     """The 400 for InputError `err`, in the error shape of the area `request` is in."""
-    from yardstick.auth import is_api, is_tracking
-
     if is_tracking(request):
         return JsonResponse({"error_code": "INVALID_PARAMETER_VALUE", "message": err.message}, status=400)
     if is_api(request):

@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from costs.models import PriceEntry
-from costs.prices import PriceBook, add_price, validate_entry
+from costs.prices import PriceBook, add_price
 from yardstick.inputs import InputError
 
 
@@ -73,7 +73,7 @@ def test_an_entry_in_force_before_today_cannot_be_repriced(db):
     entry.usd_per_hour = Decimal(5)
 
     with pytest.raises(InputError, match="add a new entry from"):
-        validate_entry(entry)
+        entry.validate()
     assert PriceEntry.objects.get(pk=entry.pk).usd_per_hour == Decimal(2)
 
 
