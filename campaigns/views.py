@@ -52,11 +52,10 @@ def _create(request):
         body = json_object(request.body)
         unknown = sorted(set(body) - set(CREATE_FIELDS))
         if unknown:
-            raise InputError(unknown[0], f"unknown field {unknown[0]!r}; accepted fields are {', '.join(CREATE_FIELDS)}")
-        campaign = Campaign.create(**{k: body[k] for k in CREATE_FIELDS if k in body and k not in ("name", "team",
-                                                                                                    "envs")},
-                                   name=body.get("name"), team=body.get("team"), envs=body.get("envs"),
-                                   created_by=request.user)
+            raise InputError(unknown[0],
+                             f"unknown field {unknown[0]!r}; accepted fields are {', '.join(CREATE_FIELDS)}")
+        given = {k: body[k] for k in CREATE_FIELDS if k in body}
+        campaign = Campaign.create(**{"name": None, "team": None, "envs": None, **given}, created_by=request.user)
     except InputError as err:
         return _bad(err.field, err.message)
     return JsonResponse(campaign.to_dict(), status=201)
@@ -193,7 +192,8 @@ def create_campaign(request):
     try:
         if post.get("steps", "").strip():
             if not post["steps"].strip().isdigit():
-                raise InputError("steps", f"steps must be a whole number of GRPO updates per run, got {post['steps']!r}")
+                raise InputError("steps",
+                                 f"steps must be a whole number of GRPO updates per run, got {post['steps']!r}")
             run_config["steps"] = int(post["steps"])
         campaign = Campaign.create(name=post.get("name"), team=post.get("team"), envs=envs, schedule=schedule,
                                    run_config=run_config, budget_usd=post.get("budget_usd") or None,

@@ -3,7 +3,6 @@ starting policy is evaluated; Start loop runs a run and starts the next from it;
 Continue on a job's page and on the campaign page start a job from that run's final checkpoint."""
 
 import json
-import time
 import urllib.request
 
 import pytest
@@ -12,18 +11,9 @@ from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard.browser_helpers import log_in, shot, user_in_role
 from tests.dashboard.live_stack import live_stack  # noqa: F401 - fixture
 from tests.trainer.helpers import TINY
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-
-def until(predicate, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def create_over_the_api(base, token, body):
@@ -67,9 +57,9 @@ def test_the_loop_continue_and_the_live_page(live_stack, page, transactional_db,
 
     page.click("#loop-stop")
     page.wait_for_selector("#loop-state[data-loop='stopped']")
-    latest = until(lambda: Job.objects.filter(campaign_run__campaign_id=cid, status__in=ENDED).order_by("-id").first()
-                   if not Job.objects.filter(campaign_run__campaign_id=cid).exclude(status__in=ENDED).exists()
-                   else None, 60, "the loop's current run to end")
+    runs = Job.objects.filter(campaign_run__campaign_id=cid)
+    wait_for(lambda: not runs.exclude(status__in=ENDED).exists(), 60, "the loop's current run to end")
+    latest = runs.order_by("-id").first()
     assert latest.status in (Status.STOPPED, Status.COMPLETED)  # completed: it ended just before the Stop
     count = Job.objects.count()
 
@@ -84,7 +74,7 @@ def test_the_loop_continue_and_the_live_page(live_stack, page, transactional_db,
     forked = Job.objects.get(pk=int(page.url.rsplit("/", 1)[1]))
     assert (forked.env, forked.init_from_id, forked.steps_total) == ("toolcalc", first.pk, 2)
     assert f"continues #{first.pk}" in page.inner_text(".page-head")
-    until(lambda: Job.objects.get(pk=forked.pk).status == Status.COMPLETED, 60, "the continued job to complete")
+    wait_for(lambda: Job.objects.get(pk=forked.pk).status == Status.COMPLETED, 60, "the continued job to complete")
 
     # Continue in the Jobs list: run 1's row, on its own env by default.
     page.goto(f"{base}/jobs/")
@@ -97,7 +87,7 @@ def test_the_loop_continue_and_the_live_page(live_stack, page, transactional_db,
     page.wait_for_url(f"{base}/jobs/*")
     listed = Job.objects.get(pk=int(page.url.rsplit("/", 1)[1]))
     assert (listed.env, listed.init_from_id) == ("arithmetic", first.pk)
-    until(lambda: Job.objects.get(pk=listed.pk).status in ENDED, 60, "the job continued from the list to end")
+    wait_for(lambda: Job.objects.get(pk=listed.pk).status in ENDED, 60, "the job continued from the list to end")
 
     # Continue on the campaign page: from its latest run.
     page.goto(f"{base}/campaigns/{cid}")
@@ -112,4 +102,4 @@ def test_the_loop_continue_and_the_live_page(live_stack, page, transactional_db,
     page.goto(f"{base}/campaigns/{cid}")
     page.emulate_media(media="print")
     assert not page.locator("#csv-link").is_visible() and not page.locator("#loop-start").is_visible()
-    until(lambda: Job.objects.get(pk=again.pk).status in ENDED, 60, "the last job to end")
+    wait_for(lambda: Job.objects.get(pk=again.pk).status in ENDED, 60, "the last job to end")

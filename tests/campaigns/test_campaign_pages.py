@@ -21,8 +21,8 @@ def client_as(request, db):
 
 @pytest.fixture
 def campaign(data_dir, operator, make_job):
-    c = Campaign.create(name="agentic", team="research", envs=["arithmetic", "toolcalc"], run_config={**TINY, "steps": 2},
-                        eval_size=8, device="cpu", created_by=operator)
+    c = Campaign.create(name="agentic", team="research", envs=["arithmetic", "toolcalc"],
+                        run_config={**TINY, "steps": 2}, eval_size=8, device="cpu", created_by=operator)
     c.evaluate_retention()
     job = runner.run(make_job(steps=2).pk)
     c.add_run(job)
