@@ -5,6 +5,8 @@
   "use strict";
   const root = document.querySelector('.page[data-page="campaign"]');
   if (!root) return;
+  // What dashboard.js follows once live is turned on, when the page was paused on load.
+  if (window.Yardstick) window.Yardstick.resumeTopics = "campaign." + root.dataset.campaign + ",jobs,costs";
   const config = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
   const QUIET = new Set(["progress", "phase", "step", "samples"]); // they change no campaign figure
   let timer = null;
