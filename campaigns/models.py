@@ -230,8 +230,8 @@ class Campaign(models.Model):
     def start_loop(self, by=None):
         """Start (or restart) the loop and, when no run of it is active, its next run.
 
-        Return True when the loop is now running; False, with the campaign unchanged, when it already
-        was or the budget is spent (see `loop_refusal`)."""
+        Return True when the loop is now running; False when it already was or the budget is spent (see
+        `loop_refusal`; the campaign is unchanged), or when its next run could not start (see `loop_reason`)."""
         with transaction.atomic():
             me = Campaign.objects.select_for_update().get(pk=self.pk)
             if me.loop_refusal():
@@ -240,7 +240,7 @@ class Campaign(models.Model):
             me._set_loop(Loop.RUNNING, f"started by {by}" if by else "started")
             me._next_run()
         self.refresh_from_db()
-        return True
+        return self.loop == Loop.RUNNING
 
     def stop_loop(self, by=None):
         """Stop the loop and its current run (a queued one is cancelled, a running one stops at its next step

@@ -111,7 +111,8 @@ def _loop_start(request, campaign_id):
     if campaign is None:
         return _missing(campaign_id)
     if not campaign.start_loop(by=request.user.username):
-        return JsonResponse({"error": campaign.loop_refusal(), "loop": campaign.loop}, status=409)
+        return JsonResponse({"error": campaign.loop_refusal() or campaign.loop_reason, "loop": campaign.loop},
+                            status=409)
     return JsonResponse(campaign.to_dict())
 
 
@@ -233,7 +234,7 @@ def start_loop(request, campaign_id):
     if campaign.start_loop(by=request.user.username):
         messages.success(request, f"Campaign {campaign.pk}'s loop is running: {campaign.loop_reason}.")
     else:
-        messages.error(request, f"Loop not started: {campaign.loop_refusal()}.")
+        messages.error(request, f"Loop not started: {campaign.loop_refusal() or campaign.loop_reason}.")
     return redirect("campaign", campaign_id=campaign.pk)
 
 

@@ -112,3 +112,15 @@ def test_start_goes_on_from_a_completed_run_the_loop_missed(campaign, make_job):
     nxt = campaign.latest_job()
     assert (nxt.init_from_id, nxt.env, nxt.status) == (first.pk, "toolcalc", Status.QUEUED)
     assert not campaign.start_loop(by="op") and "already running" in campaign.loop_refusal()
+
+
+def test_a_run_that_failed_without_a_checkpoint_stops_the_loop_saying_why(campaign, make_job):
+    from trainer.models import Job
+
+    failed = make_job()
+    Job.objects.filter(pk=failed.pk).update(status=Status.FAILED)
+    campaign.add_run(failed)
+    assert not campaign.start_loop(by="op")
+    assert campaign.loop == Loop.STOPPED
+    assert f"could not start run 2: init_from: job {failed.pk} has no checkpoint" in campaign.loop_reason
+    assert campaign.jobs().count() == 1
