@@ -298,7 +298,9 @@ def _train(job, device, stint, progress):
         _set_phase(job, f"loading the checkpoint {resume_from.name}")
         trainer = Trainer.from_checkpoint(resume_from, models_dir(), device)
         log.info("job %s resumes from %s (step %s)", job.pk, resume_from.name, trainer.step)
-    elif job.init_from_id is not None:
+    elif job.init_step is not None:
+        if job.init_from_id is None:  # SET_NULL: never train from the base policy in its place
+            raise LookupError("the job it continues was deleted, and its checkpoint with it; start a new job")
         # Continue: another job's policy, at the checkpoint chosen when this job was started.
         source = checkpoint_path(job.init_from, job.init_step)
         if not source.exists():

@@ -84,3 +84,12 @@ def test_the_api_starts_a_continued_job_and_refuses_bad_init_from(finished, oper
     from tests.trainer.helpers import purge_jobs_queue
 
     purge_jobs_queue()
+
+
+def test_a_job_whose_source_was_deleted_fails_instead_of_training_from_the_base(finished):
+    job = Job.start(name="next", team="research", env="arithmetic", config={**TINY, "steps": 1},
+                    init_from=finished.pk, enqueue=False)
+    Job.objects.filter(pk=finished.pk).delete()
+    job = runner.run(job.pk)
+    assert job.status == "failed" and "the job it continues was deleted" in job.error
+    assert job.steps_done == 0
