@@ -26,6 +26,7 @@ import socket
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 
+from celery import current_app
 from django.conf import settings
 from django.db import models, transaction
 from django.db.models import DateTimeField, F, Q, Value
@@ -54,6 +55,9 @@ class Status(models.TextChoices):
     FAILED = "failed"
     BUDGET_EXHAUSTED = "budget_exhausted"
 
+
+# The Celery task that runs a job (trainer.tasks.run_job), routed to the jobs queue by this name.
+RUN_JOB = "trainer.tasks.run_job"
 
 # A worker owns the job in these states; the heartbeat is meaningful only here.
 ACTIVE = (Status.RUNNING, Status.STOPPING)
@@ -239,10 +243,9 @@ class Job(models.Model):
                                 heartbeat_at=timezone.now(), finished_at=None, error="") is not None
 
     def _enqueue(self):
-        from trainer.tasks import run_job
-
+        # By the task's name: trainer.tasks imports this module, so this one does not import it back.
         job_id = self.pk
-        transaction.on_commit(lambda: run_job.delay(job_id))
+        transaction.on_commit(lambda: current_app.send_task(RUN_JOB, args=[job_id]))
 
     # -- transitions ------------------------------------------------------------
 

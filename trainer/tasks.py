@@ -8,18 +8,15 @@ from billiard.exceptions import WorkerLostError
 from celery.signals import task_failure, worker_ready, worker_shutdown, worker_shutting_down
 
 from trainer import runner, workers
-from trainer.models import Job
+from trainer.models import RUN_JOB, Job
 
 log = logging.getLogger(__name__)
-
-# How often beat should run detect_crashed_jobs (the lead wires it into CELERY_BEAT_SCHEDULE).
-DETECT_CRASHED_EVERY_S = 30.0
 
 
 # Routed to the "jobs" queue (settings.CELERY_TASK_ROUTES). Acknowledged when done, so a
 # message whose worker died is delivered again; the claim (queued → running, by row count)
 # makes that redelivery a no-op for a job that is already running, failed or finished.
-@shared_task(name="trainer.tasks.run_job", acks_late=True, ignore_result=True)
+@shared_task(name=RUN_JOB, acks_late=True, ignore_result=True)
 def run_job(job_id):
     """Run job `job_id` to its end (or until it is stopped)."""
     workers.refresh(run_job.request.hostname)

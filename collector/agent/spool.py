@@ -15,7 +15,6 @@ time span were dropped.
 
 import json
 import logging
-import os
 import threading
 import time
 import zlib
@@ -194,7 +193,3 @@ def _summarize(path):
             first = lo if first is None else min(first, lo)
             last = hi if last is None else max(last, hi)
     return samples, first, last
-
-
-def spool_bytes(directory):
-    return sum(os.path.getsize(p) for p in Path(directory).glob("*.spool"))
