@@ -231,3 +231,15 @@ def _mlflow_forgotten_after_each_test():
     if "mlflow" in sys.modules:
         forget_mlflow_state()
 
+
+
+@pytest.fixture(autouse=True)
+def _agent_logger_as_it_was():
+    """The agent's command (`manage.py collect` run in-process) sets up its own log handler and stops
+    propagation, which would hide its messages from every later test's caplog; undo that after each test."""
+    import logging
+
+    logger = logging.getLogger("collector.agent")
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+    yield
+    logger.handlers[:], logger.propagate, logger.level = saved
