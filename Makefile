@@ -18,8 +18,12 @@ STAMP := $(VENV)/.installed
 run: $(STAMP)
 	$(PY) manage.py up $(ARGS)
 
+# Test processes side by side (pytest-xdist), each with its own embedded servers
+# (tests/parallel.py); TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) browser
-	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} $(PY) -m pytest $(PYTEST_ARGS)
+	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} $(PY) -m pytest -p tests.parallel -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 venv: $(STAMP)
 
