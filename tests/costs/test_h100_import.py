@@ -3,19 +3,16 @@
 The independent figure: the CSV read with the csv module, power.draw
 integrated by the trapezoid rule between consecutive samples, device time the
 span between them, priced by hand. The system's figure goes through the whole
-path: import_smi → raw samples → roll_up → attribute → /api/costs.
+path: import_smi (which rolls up and attributes the window it imported) → /api/costs.
 """
 
 import csv
-from datetime import datetime, timezone
+from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from io import StringIO
 
 from cost_builders import set_prices
 from django.core.management import call_command
-
-from collector.store import roll_up
-from costs.attribution import attribute
 
 PER_HOUR, PER_KWH, PUE = Decimal("90.00"), Decimal("40.00"), Decimal("1.25")
 
@@ -41,8 +38,6 @@ def test_the_imported_h100_log_costs_what_its_power_column_says(db, client, view
     set_prices(("*H100*", PER_HOUR, PER_KWH, PUE, "2020-01-01"), ("*", "0", "0", "1", "2020-01-01"))
     call_command("import_smi", str(path), "--node", "h100-box", "--model", "NVIDIA H100 PCIe",
                  "--label", "team=bench", stdout=StringIO())
-    roll_up()
-    attribute(since=datetime(2023, 8, 24, tzinfo=timezone.utc))
     seconds, joules, cost = independent_cost(path)
     client.force_login(viewer)
 

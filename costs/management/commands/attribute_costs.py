@@ -1,7 +1,8 @@
 """`manage.py attribute_costs [--since YYYY-MM-DD]`: run attribution and the budget check now.
 
---since recomputes every minute from that day on: use it after importing old
-telemetry (manage.py import_smi), which the periodic task does not look back to.
+--since recomputes every minute from that day on, which the periodic task does
+not look back to: for old telemetry written some other way than import_smi and
+import_dcgm (they attribute the window they imported themselves).
 """
 
 from datetime import datetime, time, timezone
