@@ -10,13 +10,19 @@ gain yet" (gain <= 0: IPD shown, dollars per point not).
 """
 
 from bisect import bisect_left
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from decimal import Decimal
 
 from django.db.models import Sum
+from django.utils import timezone
 
 from costs.ledger import usage
-from costs.money import DISPLAY_KEYS, displays, exact_usd
-from costs.prices import PriceBook
+from costs.models import Allocation
+from costs.money import DISPLAY_KEYS, displays, exact_usd, usd_text
+from costs.prices import PriceBook, cost_usd, model_key
+from trainer.models import Step
+from trainer.runner import BUILD_PHASE
 
 NO_EVAL = "no eval yet"
 NO_COST = "no cost yet"
@@ -28,8 +34,6 @@ class Scores:
     """Eval scores of some jobs, in time order, answering `at(job, t)` and `gain(job, start, end)`."""
 
     def __init__(self, job_ids):
-        from trainer.models import Step
-
         self.points = {}
         rows = (Step.objects.filter(job_id__in=list(job_ids), eval_pass1__isnull=False)
                 .order_by("job_id", "at", "step").values_list("job_id", "step", "at", "eval_pass1"))
@@ -79,8 +83,6 @@ def ipd(gain, cost_usd):
 
 def job_intelligence(job, book=None):
     """Everything a job's IPD card shows, as a dict (money as strings rounded to the cent)."""
-    from trainer.models import Step
-
     book = book or PriceBook()
     rows = usage(job_ids=[job.pk], book=book)
     cost = sum((u.total_usd for u in rows), Decimal(0))
@@ -121,8 +123,6 @@ def token_figures(cost, tokens, energy_j):
 def jobs_money(job_ids, book=None):
     """{job id: {cost_usd, points_per_usd, usd_per_point, state, gain_points, and token_figures' keys}} of
     many jobs at once, each as job_intelligence computes it (one usage, scores and tokens read for all)."""
-    from trainer.models import Step
-
     book = book or PriceBook()
     job_ids = list(job_ids)
     costs = dict.fromkeys(job_ids, Decimal(0))
@@ -169,13 +169,6 @@ def spent_by(job, instants, book=None):
     minute at each of them. Spending is taken as even across the held seconds of
     a minute: the samples behind a minute are not split further.
     """
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from costs.models import Allocation
-    from costs.prices import cost_usd, model_key
-
     book = book or PriceBook()
     minutes = {}
     for minute, dev_s, joules, model, source in (Allocation.objects.filter(job_id=job.pk)
@@ -203,6 +196,30 @@ def spent_by(job, instants, book=None):
                 total += usd * Decimal(repr(min(1.0, share)))
         out.append(total)
     return out
+
+
+def base_build(job):
+    """{seconds, usd, text} the job spent building its environment's base policy (the first job on an
+    environment does, on its own stint, so it is part of the job's cost), {building: True, text} while
+    it builds it, or None when it built none. `text` is what the page says beside the cost (the job
+    page, and the "costs" live event for it).
+
+    The runner records the build's start and length with the baseline (step 0); its dollars are what
+    the job was charged between the two (`spent_by`, which splits the minutes the build began and ended
+    in by the seconds held on each side).
+    """
+    shared = f"(shared by later jobs on {job.env})"
+    if job.phase.startswith(BUILD_PHASE):
+        return {"building": True, "text": f"includes the base-policy build now running {shared}"}
+    metrics = Step.objects.filter(job=job, step=0).values_list("metrics", flat=True).first() or {}
+    began, seconds = metrics.get("base/build_started_at"), metrics.get("base/build_s")
+    if began is None or seconds is None:
+        return None
+    before, after = spent_by(job, [datetime.fromtimestamp(began, dt_timezone.utc),
+                                   datetime.fromtimestamp(began + seconds, dt_timezone.utc)])
+    usd = after - before
+    return {"seconds": seconds, "usd": usd,
+            "text": f"includes {usd_text(usd)} / {seconds:.0f} s building the base policy {shared}"}
 
 
 def score_cost_curve(job, book=None):

@@ -37,7 +37,12 @@ from decimal import Decimal
 from django.core.cache import cache
 from django.utils import timezone as djtz
 
-from costs.money import DISPLAY_KEYS
+from costs import report
+from costs.intelligence import base_build, ipd_curve, jobs_money, score_cost_curve
+from costs.money import DISPLAY_KEYS, usd_text
+from costs.prices import PriceBook
+from trainer.models import Job, Status
+from yardstick.live import publish
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +59,6 @@ def fleet_today(now=None, book=None):
     """The fleet's cost and IPD over today (UTC) so far, from the cost report: {fleet_usd, attributed_usd,
     idle_usd (unrounded Decimals: a card is no report whose cells must add up to the cent, and a laptop's
     day can cost well under one), envs (the report's IPD per environment), example_prices, as_of}."""
-    from costs import report
-
     now = now or djtz.now()
     start = datetime.combine(now.date(), time(0), tzinfo=timezone.utc)
     today = report.build(report.Period(start, now), "day", book=book)
@@ -84,8 +87,6 @@ def store_fleet_today(value, ttl_s=FLEET_TODAY_TTL_S):
 
 def fleet_json(value):
     """fleet_today's dict in JSON types (money as strings, as_of in ISO 8601), with the display strings."""
-    from costs.money import usd_text
-
     money = ("fleet", "attributed", "idle")
     return {**value, **{f"{k}_usd": str(value[f"{k}_usd"]) for k in money},
             **{f"{k}_display": usd_text(value[f"{k}_usd"]) for k in money}, "as_of": value["as_of"].isoformat()}
@@ -94,11 +95,6 @@ def fleet_json(value):
 def figures(now=None, job_ids=(), book=None):
     """The "costs" event's data (see the module docstring) for the active jobs and `job_ids`; also
     returns fleet_today's dict: (data, fleet)."""
-    from costs.intelligence import jobs_money
-    from costs.money import usd_text
-    from costs.prices import PriceBook
-    from trainer.models import Job, Status
-
     now = now or djtz.now()
     book = book or PriceBook()
     fleet = fleet_today(now, book)
@@ -116,26 +112,18 @@ def figures(now=None, job_ids=(), book=None):
 
 def _cost_curve(job_id, book):
     """The job page's cost/IPD chart points ({step, usd, ipd}, as dashboard.figures.cost_ipd draws them)."""
-    from costs.intelligence import ipd_curve, score_cost_curve
-    from trainer.models import Job
-
     job = Job.objects.only("pk", "baseline_pass1").get(pk=job_id)
     return ipd_curve(score_cost_curve(job, book), job.baseline_pass1)
 
 
 def _base_build_text(job_id):
-    """What the job page says beside the cost of the base-policy build (dashboard.readings.job_base_build)."""
-    from dashboard.readings import job_base_build
-    from trainer.models import Job
-
-    return (job_base_build(Job.objects.get(pk=job_id)) or {}).get("text", "")
+    """What the job page says beside the cost of the base-policy build (costs.intelligence.base_build)."""
+    return (base_build(Job.objects.get(pk=job_id)) or {}).get("text", "")
 
 
 def publish_figures(summary, now=None):
     """After attribution (`summary` as costs.attribution.attribute returns it): store today's fleet
     totals in the cache and publish the "costs" event. Return the event's data."""
-    from yardstick.live import publish
-
     data, fleet = figures(now, summary.get("jobs", ()))
     store_fleet_today(fleet)
     publish("costs", "costs", data)

@@ -208,7 +208,7 @@ JOB_KEYS = (
 
 
 def columns(steps, keys=JOB_KEYS):
-    """(x, {key: values}) from [(step, metrics)], the shape dashboard.readings.job_columns returns."""
+    """(x, {key: values}) from [(step, metrics)], the shape trainer.models.Step.columns returns."""
     return [s for s, _ in steps], {k: [m.get(k) for _, m in steps] for k in keys}
 
 
@@ -399,7 +399,7 @@ def metric_group(key):
 def run_metric_figures(series):
     """One chart per metric prefix of what an external run logged, a line per key, growing live.
 
-    `series` is {key: ([steps], [values])} (dashboard.readings.run_metric_series). Returns
+    `series` is {key: ([steps], [values])} (tracking.models.Metric.series). Returns
     [(group, figure key, figure)], groups in name order with OTHER_GROUP last; each figure's `live`
     names its traces' raw keys, which the step events carry as they were logged.
     """

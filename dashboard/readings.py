@@ -1,7 +1,9 @@
-"""What the pages show, read from the collector's, trainer's and costs' tables and functions.
+"""What the pages show, read through the collector's, trainer's, tracking's and costs' functions.
 
 Each function returns plain data for one page (or one part of it); the views
-only parse parameters and render. Nothing here writes.
+only parse parameters and render. Nothing here writes, and nothing here reads
+another app's tables in SQL: each app names its reads (collector.store.latest_rows,
+Step.columns, Step.reward_sparks, Metric.series, costs.ledger.usage).
 """
 
 import json
@@ -9,13 +11,23 @@ import math
 from collections import defaultdict
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
+from urllib.parse import quote
 
-from django.db import connection
+from django.db.models import Max, Min
 from django.utils import timezone as djtz
 
 from collector import store
 from collector.models import Device
+from costs import live
+from costs.intelligence import jobs_money, score_cost_curve
+from costs.ledger import usage
 from costs.prices import PriceBook, burn_usd_per_h, model_key
+from costs.report import group_key
+from dashboard.figures import sparkline
+from tracking import artifacts
+from tracking.ingest import DEFAULT_SCORE_KEYS, KNOWN_KEYS, score_key
+from tracking.models import SCORE_KEY_TAG, Metric
+from trainer.models import Job, Sample, Step
 
 CENT = Decimal("0.01")
 FLEET_IPD_CACHE_S = 60  # attribution runs every minute: a fresher figure would not be newer
@@ -109,8 +121,6 @@ def device_kinds(devices):
 def fleet_ipd_today(now=None):
     """Today's fleet IPD: gain, dollars, state, as_of; as the attribute task last stored it (costs.live),
     else computed here and kept FLEET_IPD_CACHE_S (a cold computation reads every allocation of the day)."""
-    from costs import live
-
     now = now or djtz.now()
     value = live.cached_fleet_today(now.date())
     if value is None:
@@ -141,34 +151,9 @@ def node_view(node, tr):
 # -- jobs --------------------------------------------------------------------------------------
 
 
-def reward_sparks(job_ids):
-    """{job id: [(step, reward_mean) ...]} downsampled in SQL to at most SPARK_POINTS a job: every
-    stride-th step (stride = steps done / SPARK_POINTS, rounded up) and the newest."""
-    if not job_ids:
-        return {}
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            SELECT s.job_id, s.step, s.reward_mean FROM trainer_step s JOIN trainer_job j ON j.id = s.job_id
-            WHERE s.job_id = ANY(%s) AND s.step > 0
-              AND (s.step %% greatest(1, (j.steps_done + %s - 1) / %s) = 0 OR s.step = j.steps_done)
-            ORDER BY s.job_id, s.step
-            """,
-            [list(job_ids), SPARK_POINTS, SPARK_POINTS],
-        )
-        out = defaultdict(list)
-        for job_id, step, value in cur.fetchall():
-            out[job_id].append((step, value))
-    return out
-
-
 def jobs_table(status=None, limit=100):
     """The newest `limit` jobs with progress, sparkline (and its points as JSON, for the page to extend),
     cost and IPD."""
-    from costs.intelligence import jobs_money
-    from dashboard.figures import sparkline
-    from trainer.models import Job
-
     jobs = Job.objects.select_related("created_by", "campaign_run__campaign")  # its campaign, shown in its row
     if status:
         jobs = jobs.filter(status=status)
@@ -176,7 +161,7 @@ def jobs_table(status=None, limit=100):
     ids = [j.pk for j in jobs]
     # The same figures, by the same rule, as the job page, Compare and the live "costs" event.
     money = jobs_money(ids)
-    sparks = reward_sparks(ids)
+    sparks = Step.reward_sparks(ids, SPARK_POINTS)
     rows = []
     for job in jobs:
         m = money[job.pk]
@@ -189,31 +174,8 @@ def jobs_table(status=None, limit=100):
     return rows
 
 
-# Metrics the trainer also copies to columns of the step row: read those, not the jsonb.
-STEP_COLUMNS = {"train/reward_mean": "reward_mean", "eval/pass1": "eval_pass1",
-                "performance/gen_tokens": "gen_tokens", "timing/step_s": "step_s"}
-
-
-def job_columns(job, keys):
-    """(steps, {key: [value or None per step]}) of the job's step metrics, oldest first.
-
-    PostgreSQL picks each key out of the row's jsonb as a float: decoding
-    2,000 whole metric dicts in Python costs twice as much.
-    """
-    picks = ", ".join(STEP_COLUMNS[k] + "::float8" if k in STEP_COLUMNS else "(metrics->>%s)::float8" for k in keys)
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT step, {picks} FROM trainer_step WHERE job_id = %s ORDER BY step",
-                    [*(k for k in keys if k not in STEP_COLUMNS), job.pk])
-        rows = cur.fetchall()
-    return [r[0] for r in rows], {key: [r[i + 1] for r in rows] for i, key in enumerate(keys)}
-
-
 def job_samples(job, step=None):
     """(step shown, rollouts of it, (first, last) step that has rollouts or None); the newest step by default."""
-    from django.db.models import Max, Min
-
-    from trainer.models import Sample
-
     bounds = Sample.objects.filter(job=job).aggregate(lo=Min("step"), hi=Max("step"))
     if bounds["hi"] is None:
         return step, [], None
@@ -221,40 +183,8 @@ def job_samples(job, step=None):
     return step, list(Sample.objects.filter(job=job, step=step)), (bounds["lo"], bounds["hi"])
 
 
-def job_base_build(job):
-    """{seconds, usd, text} the job spent building its environment's base policy (the first job on an
-    environment does, on its own stint, so it is part of the job's cost), {building: True, text} while
-    it builds it, or None when it built none. `text` is what the page says beside the cost (the job
-    page, and the "costs" live event for it).
-
-    The runner records the build's start and length with the baseline (step 0); its dollars are what
-    the job was charged between the two (costs.intelligence.spent_by, which splits the minutes the build
-    began and ended in by the seconds held on each side).
-    """
-    from datetime import timezone as tz
-
-    from costs.intelligence import spent_by
-    from costs.money import usd_text
-    from trainer.models import Step
-    from trainer.runner import BUILD_PHASE
-
-    shared = f"(shared by later jobs on {job.env})"
-    if job.phase.startswith(BUILD_PHASE):
-        return {"building": True, "text": f"includes the base-policy build now running {shared}"}
-    metrics = Step.objects.filter(job=job, step=0).values_list("metrics", flat=True).first() or {}
-    began, seconds = metrics.get("base/build_started_at"), metrics.get("base/build_s")
-    if began is None or seconds is None:
-        return None
-    before, after = spent_by(job, [datetime.fromtimestamp(began, tz.utc), datetime.fromtimestamp(began + seconds, tz.utc)])
-    usd = after - before
-    return {"seconds": seconds, "usd": usd,
-            "text": f"includes {usd_text(usd)} / {seconds:.0f} s building the base policy {shared}"}
-
-
 def compare_points(job):
     """Eval points of a job: [{step, hours, usd, pass1}], dollars from the cost engine's score-vs-cost curve."""
-    from costs.intelligence import score_cost_curve
-
     curve = score_cost_curve(job)
     if not curve:
         return []
@@ -271,10 +201,6 @@ def cost_stacks(period, group="team"):
     """[(name, idle, {day: usd})] for the stacked bars, by the table's grouping (costs.report.group_key):
     each row's attributed dollars (a job as "#id name"), then the idle dollars as "idle (...)" stacks
     (by day: "jobs" and "idle"). Dollars unrounded: a day of cheap jobs is a fraction of a cent, not nothing."""
-    from costs.ledger import usage
-    from costs.report import group_key
-    from trainer.models import Job
-
     used = usage(period.start, period.end)
     jobs = Job.objects.in_bulk({u.job_id for u in used if u.job_id is not None}) if group == "job" else {}
     stacks, names = defaultdict(lambda: defaultdict(Decimal)), {}
@@ -297,29 +223,8 @@ RUN_METRIC_POINTS = 2000
 
 
 def run_metric_series(run, max_points=RUN_METRIC_POINTS):
-    """{key: ([steps], [values])} of everything an external run logged, oldest first, downsampled in SQL
-    to at most `max_points` a key. NaN and infinities come back as floats (the figure drops them)."""
-    from tracking.models import Metric
-
-    table, run_col = Metric._meta.db_table, Metric._meta.get_field("run").column
-    with connection.cursor() as cur:
-        cur.execute(
-            f"""
-            SELECT key, step, value FROM (
-                SELECT key, step, value, row_number() OVER (PARTITION BY key ORDER BY step, timestamp) AS rn,
-                       count(*) OVER (PARTITION BY key) AS n
-                FROM {table} WHERE {run_col} = %s) m
-            WHERE (rn - 1) %% greatest(1, ceil(n / %s::float8)::int) = 0 OR rn = n
-            ORDER BY key, rn
-            """,
-            [run.pk, max_points],
-        )
-        out = {}
-        for key, step, value in cur.fetchall():
-            steps, values = out.setdefault(key, ([], []))
-            steps.append(step)
-            values.append(value)
-    return out
+    """{key: ([steps], [values])} of everything an external run logged (tracking.models.Metric.series)."""
+    return Metric.series(run, max_points)
 
 
 def external_run(job):
@@ -327,12 +232,6 @@ def external_run(job):
     TrainConfig), its tags, its artifacts (images shown as figures), and its score: which logged metric
     it is now and why (the run's tag, its experiment's, or the frameworks' default it fell back to).
     None for an embedded job."""
-    from urllib.parse import quote
-
-    from tracking import artifacts as store
-    from tracking.ingest import DEFAULT_SCORE_KEYS, score_key
-    from tracking.models import SCORE_KEY_TAG
-
     run = getattr(job, "run", None) if job.source == "external" else None
     if run is None:
         return None
@@ -352,9 +251,9 @@ def external_run(job):
         "run": run, "experiment": run.experiment,
         "params": sorted(run.params.values_list("key", "value")),
         "tags": sorted((k, v) for k, v in tags.items() if not k.startswith("mlflow.")),
-        "images": [{"path": a.path, "url": base + quote(a.path), "size_bytes": a.size_bytes} for a in files if store.is_image(a)],
-        "files": [{"path": a.path, "url": base + quote(a.path), "size_bytes": a.size_bytes} for a in files if not store.is_image(a)],
-        "artifacts_mb": sum(a.size_bytes for a in files) / store.MB,
+        "images": [{"path": a.path, "url": base + quote(a.path), "size_bytes": a.size_bytes} for a in files if artifacts.is_image(a)],
+        "files": [{"path": a.path, "url": base + quote(a.path), "size_bytes": a.size_bytes} for a in files if not artifacts.is_image(a)],
+        "artifacts_mb": sum(a.size_bytes for a in files) / artifacts.MB,
         "score_key": key, "score_why": why, "score_own": bool(tags.get(SCORE_KEY_TAG)),
         "logged_keys": sorted(run.metrics.values_list("key", flat=True).distinct()),
         "experiment_score_key": run.experiment.score_key, "default_score_keys": DEFAULT_SCORE_KEYS,
@@ -364,6 +263,4 @@ def external_run(job):
 def derived_metric_keys():
     """The Yardstick keys ingestion adds to an external run's steps beside what it logged (its standard
     charts read them; the page's "Logged" charts leave them out)."""
-    from tracking.ingest import KNOWN_KEYS
-
     return sorted(set(KNOWN_KEYS.values()) | {"performance/gen_tokens", "eval/pass1"})

@@ -8,6 +8,7 @@ call the same trainer methods as the JSON API (`Job.start`, `request_stop`,
 import json
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlencode
 
 import plotly
 from django.contrib import messages
@@ -19,9 +20,15 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from collector.models import Node
+from costs import report
+from costs.intelligence import base_build, job_intelligence, score_cost_curve
 from dashboard import figures, health, readings
 from dashboard.forms import FORM_CONFIG, PRESETS, StartForm
 from dashboard.timerange import RANGES, from_request
+from tracking import store as tracking_store
+from tracking.models import SCORE_KEY_TAG, TrackingError
+from trainer.models import Job, Status, Step, status_filter
 from yardstick.auth import require_role, role_of
 from yardstick.inputs import InputError
 
@@ -103,8 +110,6 @@ def fleet_page(request):
 @require_GET
 @require_role("viewer")
 def node_page(request, name):
-    from collector.models import Node
-
     node = get_object_or_404(Node, name=name)
     tr, bad = _range_or_400(request)
     if bad:
@@ -132,8 +137,6 @@ def set_node_owner(request, name):
 
     Back to the node page either way (its range picker's links are relative to it), with what happened.
     """
-    from collector.models import Node
-
     node = get_object_or_404(Node, name=name)
     try:
         team = node.set_owner(request.POST.get("team", ""))
@@ -149,8 +152,7 @@ def set_node_owner(request, name):
 
 
 def _jobs_context(request, form=None, status=None):
-    from trainer.models import Status
-    from trainer.rl.envs import ENV_NAMES
+    from trainer.rl.envs import ENV_NAMES  # here, not at the top: trainer.rl loads torch, which no other page needs
 
     form = form or StartForm()
     errors = {k.removeprefix("config."): v for k, v in form.errors.items()}
@@ -167,8 +169,6 @@ def _jobs_context(request, form=None, status=None):
 @require_GET
 @require_role("viewer")
 def jobs_page(request):
-    from trainer.models import status_filter
-
     try:
         status = status_filter(request.GET.get("status"))
     except InputError as err:
@@ -191,8 +191,6 @@ def start_job(request):
 @require_POST
 @require_role("operator")
 def stop_job(request, job_id):
-    from trainer.models import Job
-
     job = get_object_or_404(Job, pk=job_id)
     if job.request_stop(by=request.user.username):
         messages.success(request, f"Job {job.pk} is {job.status}.")
@@ -204,8 +202,6 @@ def stop_job(request, job_id):
 @require_POST
 @require_role("operator")
 def resume_job(request, job_id):
-    from trainer.models import Job
-
     job = get_object_or_404(Job, pk=job_id)
     if job.resume(by=request.user.username):
         messages.success(request, f"Job {job.pk} resumed: queued.")
@@ -228,9 +224,6 @@ def _back(request, job):
 @require_GET
 @require_role("viewer")
 def job_page(request, job_id):
-    from costs.intelligence import job_intelligence, score_cost_curve
-    from trainer.models import Job
-
     job = get_object_or_404(Job.objects.select_related("created_by"), pk=job_id)
     step = request.GET.get("step")
     try:
@@ -239,7 +232,7 @@ def job_page(request, job_id):
         return render(request, "dashboard/bad_request.html",
                       {"message": f"step must be an integer, got {step!r}", "field": "step"}, status=400)
     live = request.GET.get("live", "1") != "0"
-    x, cols = readings.job_columns(job, figures.JOB_KEYS)
+    x, cols = Step.columns(job, figures.JOB_KEYS)
     intel = job_intelligence(job)
     figs = figures.job_figures(x, cols, score_cost_curve(job), job.baseline_pass1)
     shown_step, samples, sample_steps = readings.job_samples(job, step)
@@ -251,7 +244,7 @@ def job_page(request, job_id):
         "samples": samples, "sample_step": shown_step, "sample_steps": sample_steps,
         "history": job.status_changes.order_by("at", "id"), "stints": job.stints.order_by("started_at", "id"),
         "config_items": sorted(job.config.items()), "live": live, "last_step": x[-1] if x else None,
-        "base_build": readings.job_base_build(job),
+        "base_build": base_build(job),
         "topics": f"job.{job.pk},jobs,costs" if live else "",
         "external": external, "logged_figs": [{"group": g, "key": k} for g, k, _ in logged],
         "derived_keys_json": _json(readings.derived_metric_keys() if external else []),
@@ -263,10 +256,6 @@ def job_page(request, job_id):
 def set_score_key(request, job_id):
     """An operator sets which logged metric is the score of an external job's experiment
     (Experiment.set_score_key, as MLflow's set-experiment-tag does); empty goes back to the defaults."""
-    from trainer.models import Job
-    from tracking import store
-    from tracking.models import SCORE_KEY_TAG, TrackingError
-
     job = get_object_or_404(Job, pk=job_id)
     run = getattr(job, "run", None)
     if run is None:
@@ -275,7 +264,7 @@ def set_score_key(request, job_id):
     key = request.POST.get("score_key", "").strip()
     try:
         # As MLflow's set-experiment-tag does: validated, then every run of the experiment rescored.
-        store.set_experiment_tag(run.experiment_id, SCORE_KEY_TAG, key)
+        tracking_store.set_experiment_tag(run.experiment_id, SCORE_KEY_TAG, key)
     except TrackingError as err:
         messages.error(request, f"Score not changed: {err.message}.")
     else:
@@ -290,9 +279,6 @@ def set_score_key(request, job_id):
 @require_GET
 @require_role("viewer")
 def compare_page(request):
-    from costs.intelligence import job_intelligence
-    from trainer.models import Job
-
     # ?jobs=1,2 (shareable) or ?pick=1&pick=2 (the Jobs page's checkboxes, no JavaScript needed).
     raw = ",".join([request.GET.get("jobs", "")] + request.GET.getlist("pick"))
     xmode = request.GET.get("x", "step")
@@ -325,10 +311,6 @@ def compare_page(request):
 @require_GET
 @require_role("viewer")
 def costs_page(request):
-    from urllib.parse import urlencode
-
-    from costs import report
-
     try:
         period, group, _ = report.parse_params(request.GET)
     except InputError as err:

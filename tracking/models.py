@@ -15,7 +15,7 @@ frameworks' eval keys (tracking/ingest.py, DEFAULT_SCORE_KEYS).
 import uuid
 
 from django.conf import settings
-from django.db import models
+from django.db import connection, models
 from django.utils import timezone
 
 SCORE_KEY_TAG = "yardstick.score_key"
@@ -187,6 +187,31 @@ class Metric(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["run", "key", "step"], name="tracking_metric_run_key_step")]
+
+    @classmethod
+    def series(cls, run, max_points):
+        """{key: ([steps], [values])} of everything `run` logged, oldest first, downsampled in SQL to at
+        most `max_points` a key (every stride-th value and the newest). NaN and infinities come back as
+        floats (a figure drops them)."""
+        table, run_col = cls._meta.db_table, cls._meta.get_field("run").column
+        with connection.cursor() as cur:
+            cur.execute(
+                f"""
+                SELECT key, step, value FROM (
+                    SELECT key, step, value, row_number() OVER (PARTITION BY key ORDER BY step, timestamp) AS rn,
+                           count(*) OVER (PARTITION BY key) AS n
+                    FROM {table} WHERE {run_col} = %s) m
+                WHERE (rn - 1) %% greatest(1, ceil(n / %s::float8)::int) = 0 OR rn = n
+                ORDER BY key, rn
+                """,
+                [run.pk, max_points],
+            )
+            out = {}
+            for key, step, value in cur.fetchall():
+                steps, values = out.setdefault(key, ([], []))
+                steps.append(step)
+                values.append(value)
+        return out
 
 
 def validate_key(what, key):

@@ -81,7 +81,7 @@ def test_the_base_policy_build_is_recorded_with_the_baseline_so_its_page_can_say
                                                                                                bare_data_dir):
     import time
 
-    from dashboard.readings import job_base_build
+    from costs.intelligence import base_build
     from trainer.models import Step
 
     before = time.time()
@@ -91,9 +91,9 @@ def test_the_base_policy_build_is_recorded_with_the_baseline_so_its_page_can_say
     baseline = Step.objects.get(job=job, step=0).metrics
     assert before <= baseline["base/build_started_at"] <= time.time()
     assert 0 < baseline["base/build_s"] < time.time() - before
-    assert job_base_build(job)["seconds"] == baseline["base/build_s"]
+    assert base_build(job)["seconds"] == baseline["base/build_s"]
 
     # The next job on the environment builds nothing, and its page says nothing of a build.
     second, _ = run_collecting(new_job())
     assert "base/build_s" not in Step.objects.get(job=second, step=0).metrics
-    assert job_base_build(second) is None
+    assert base_build(second) is None
