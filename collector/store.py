@@ -304,6 +304,61 @@ def fleet(now=None, rows=None):
     return [node.to_dict(devices, max(filter(None, stamps), default=None), now) for node, devices, stamps in out]
 
 
+def device_facts(device_ids):
+    """{device id: {node, owner, model, source, simulated, power_estimated}} of the devices with those ids
+    (owner: the node's team label, None without one); the cost ledger prices and labels by them."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT d.id, n.name, nullif(n.labels->>'team', ''), d.model, d.source, d.simulated, d.power_estimated "
+            "FROM collector_device d JOIN collector_node n ON n.id = d.node_id WHERE d.id = ANY(%s)",
+            [list(device_ids)],
+        )
+        names = ("node", "owner", "model", "source", "simulated", "power_estimated")
+        return {row[0]: dict(zip(names, row[1:])) for row in cur.fetchall()}
+
+
+def device_ids(uuids):
+    """{uuid: device id} of the devices with those UUIDs (unknown ones are absent)."""
+    return dict(Device.objects.filter(uuid__in=list(uuids)).values_list("uuid", "id"))
+
+
+def host_device_ids(node_names):
+    """{node name: [ids of its host devices (its CPU, `--source host`)]} of the named nodes."""
+    out = {}
+    for name, device_id in Device.objects.filter(node__name__in=list(node_names), source="host") \
+            .values_list("node__name", "id"):
+        out.setdefault(name, []).append(device_id)
+    return out
+
+
+_ROLLUP_MINUTE = ("SELECT r.device_id, r.bucket, r.samples, r.covered_s, r.energy_j, r.energy_from, "
+                  "nullif(n.labels->>'team', '') FROM {source} "
+                  "JOIN collector_device d ON d.id = r.device_id JOIN collector_node n ON n.id = d.node_id")
+
+
+def rollup_minutes(lo=None, hi=None, pairs=None):
+    """1-minute rollups with lo <= bucket < hi, by device then minute, or those of the (device id, minute)
+    `pairs`: [(device_id, bucket, samples, covered_s, energy_j, energy_from, owner)], owner being the
+    node's team label (None without one). Cost attribution splits them among the jobs."""
+    with connection.cursor() as cur:
+        if pairs is None:
+            cur.execute(_ROLLUP_MINUTE.format(source="telemetry_rollup_1m r")
+                        + " WHERE r.bucket >= %s AND r.bucket < %s ORDER BY r.device_id, r.bucket", [lo, hi])
+        else:
+            cur.execute(_ROLLUP_MINUTE.format(
+                source="unnest(%s::int4[], %s::timestamptz[]) AS p(device_id, bucket) "
+                       "JOIN telemetry_rollup_1m r ON r.device_id = p.device_id AND r.bucket = p.bucket"),
+                [[p[0] for p in pairs], [p[1] for p in pairs]])
+        return cur.fetchall()
+
+
+def oldest_rollup_minute():
+    """The first minute any device has a 1-minute rollup for, or None."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT min(bucket) FROM telemetry_rollup_1m")
+        return cur.fetchone()[0]
+
+
 def fleet_power_kw(start, end):
     """[(bucket, kW)] of the whole fleet with start <= bucket < end: 1-minute rollups up to 6 hours,
     1-hour rollups past that (the fleet page's power chart)."""

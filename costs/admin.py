@@ -1,7 +1,7 @@
 """The price book in the Django admin (admin role). Entries in force before today are read-only:
 changing one would rewrite costs already reported; add a new entry from a new date instead."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.utils import timezone
 
 from costs.models import PriceEntry
@@ -26,7 +26,5 @@ class PriceEntryAdmin(admin.ModelAdmin):
 
     def changelist_view(self, request, extra_context=None):
         if PriceEntry.objects.filter(is_example=True).exists():
-            from django.contrib import messages
-
             messages.warning(request, f"Entries marked EXAMPLE are {EXAMPLE_NOTE}.")
         return super().changelist_view(request, extra_context)

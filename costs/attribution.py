@@ -40,9 +40,12 @@ from datetime import timedelta
 from decimal import ROUND_DOWN, Decimal
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from collector import store
 from costs.models import AttributionState
+from trainer.models import Job, Stint
 
 log = logging.getLogger(__name__)
 
@@ -121,49 +124,33 @@ def _dec(value):
 
 
 def _stints(lo, hi, now):
-    """Stints overlapping [lo, hi), resolved to collector device ids: {device id: [(job id, start, end)]}."""
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            SELECT s.job_id, d.id, s.started_at, coalesce(s.ended_at, %(now)s)
-            FROM trainer_stint s
-            JOIN collector_device d ON d.uuid = s.device
-            WHERE s.device <> 'cpu' AND s.started_at < %(hi)s AND coalesce(s.ended_at, %(now)s) > %(lo)s
-            UNION ALL
-            SELECT s.job_id, d.id, s.started_at, coalesce(s.ended_at, %(now)s)
-            FROM trainer_stint s
-            JOIN collector_node n ON n.name = s.node
-            JOIN collector_device d ON d.node_id = n.id AND d.source = 'host'
-            WHERE s.device = 'cpu' AND s.started_at < %(hi)s AND coalesce(s.ended_at, %(now)s) > %(lo)s
-            """,
-            {"lo": lo, "hi": hi, "now": now},
-        )
-        by_device = defaultdict(list)
-        for job_id, device_id, start, end in cur.fetchall():
-            if end > start:
-                by_device[device_id].append((job_id, start, end))
+    """Stints overlapping [lo, hi), resolved to collector device ids: {device id: [(job id, start, end)]}.
+
+    A GPU stint names its device by UUID; a CPU stint ("cpu") holds the host device of its node."""
+    stints = [(job_id, node, device, start, end or now) for job_id, node, device, start, end in
+              Stint.objects.filter(started_at__lt=hi).filter(Q(ended_at__isnull=True) | Q(ended_at__gt=lo))
+              .values_list("job_id", "node", "device", "started_at", "ended_at")]
+    stints = [s for s in stints if s[4] > lo and s[4] > s[3]]
+    gpus = store.device_ids({device for _, _, device, _, _ in stints if device != "cpu"})
+    hosts = store.host_device_ids({node for _, node, device, _, _ in stints if device == "cpu"})
+    by_device = defaultdict(list)
+    for job_id, node, device, start, end in stints:
+        for device_id in hosts.get(node, []) if device == "cpu" else [gpus[device]] if device in gpus else []:
+            by_device[device_id].append((job_id, start, end))
     return by_device
 
 
 def _rollups(lo, hi, pairs=None):
-    """Rollup minutes in [lo, hi) (or only the (device, minute) `pairs`), with each device's node owner."""
-    cols = ("r.device_id, r.bucket, r.samples, r.covered_s, r.energy_j, r.energy_from, "
-            "coalesce(nullif(n.labels->>'team', ''), %s)")
-    join = "JOIN collector_device d ON d.id = r.device_id JOIN collector_node n ON n.id = d.node_id"
-    with connection.cursor() as cur:
-        if pairs is None:
-            cur.execute(f"SELECT {cols} FROM telemetry_rollup_1m r {join} "
-                        "WHERE r.bucket >= %s AND r.bucket < %s ORDER BY r.device_id, r.bucket",
-                        [IDLE_TEAM, lo, hi])
-        else:
-            cur.execute(f"SELECT {cols} FROM unnest(%s::int4[], %s::timestamptz[]) AS p(device_id, bucket) "
-                        f"JOIN telemetry_rollup_1m r ON r.device_id = p.device_id AND r.bucket = p.bucket {join}",
-                        [IDLE_TEAM, [p[0] for p in pairs], [p[1] for p in pairs]])
-        return cur.fetchall()
+    """Rollup minutes in [lo, hi) (or only the (device, minute) `pairs`), each with its device's node owner
+    (IDLE_TEAM without one): collector.store.rollup_minutes."""
+    return [(*r[:6], r[6] or IDLE_TEAM) for r in store.rollup_minutes(lo, hi, pairs)]
 
 
 def _changed_minutes(lo, hi):
-    """(device, minute) pairs in [lo, hi) whose rollup has no allocation or changed since it was attributed."""
+    """(device, minute) pairs in [lo, hi) whose rollup has no allocation or changed since it was attributed.
+
+    The one read of the collector's table left here: it compares every rollup of LATE_WINDOW (6 h of every
+    device) with the allocations made from it, which only the database can do without shipping them."""
     with connection.cursor() as cur:
         cur.execute(
             """
@@ -210,8 +197,6 @@ def _replace(rollups, now, touched):
     lo = min(r[1] for r in rollups)
     hi = max(r[1] for r in rollups) + MINUTE
     stints = _stints(lo, hi, now)
-    from trainer.models import Job
-
     job_ids = {s[0] for per in stints.values() for s in per}
     teams = dict(Job.objects.filter(pk__in=job_ids).values_list("pk", "team"))
     rows = _allocate(rollups, stints, teams)
@@ -267,8 +252,6 @@ def attribute(now=None, since=None):
     `since` (an aware datetime) recomputes everything from then on (backfill).
     Serialised by a row lock on the state, so two workers never interleave.
     """
-    from trainer.models import Stint
-
     now = now or timezone.now()
     closed_before = floor_minute(now)
     with transaction.atomic():
@@ -276,9 +259,7 @@ def attribute(now=None, since=None):
         if since is not None:
             lo = floor_minute(since)
         elif state.done_through is None:
-            with connection.cursor() as cur:
-                cur.execute("SELECT min(bucket) FROM telemetry_rollup_1m")
-                lo = cur.fetchone()[0] or closed_before
+            lo = store.oldest_rollup_minute() or closed_before
         else:
             lo = state.done_through - LOOKBACK
             ended = Stint.objects.filter(pk__in=state.open_stints, ended_at__isnull=False).values_list("ended_at", flat=True)

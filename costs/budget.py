@@ -6,16 +6,16 @@ budget by at most the minutes attribution is behind plus one training step
 """
 
 import logging
+
 from costs.ledger import job_costs
 from costs.money import exact_usd, usd_text
+from trainer.models import ACTIVE, Job
 
 log = logging.getLogger(__name__)
 
 
 def check_budgets(book=None):
     """Request a budget stop for every active job whose cost so far >= its budget; return their ids."""
-    from trainer.models import ACTIVE, Job
-
     jobs = {j.pk: j for j in Job.objects.filter(status__in=ACTIVE, budget_usd__isnull=False,
                                                  budget_stop_requested=False)}
     if not jobs:

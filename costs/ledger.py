@@ -11,6 +11,7 @@ from decimal import Decimal
 
 from django.db import connection
 
+from collector import store
 from costs.prices import PriceBook, cost_usd, model_key
 
 
@@ -54,22 +55,24 @@ def usage(start=None, end=None, job_ids=None, book=None):
         cur.execute(
             f"""
             SELECT a.device_id, (a.minute AT TIME ZONE 'UTC')::date AS day, a.job_id, a.team,
-                   n.name, nullif(n.labels->>'team', ''), d.model, d.source, d.simulated, d.power_estimated,
                    array_agg(DISTINCT a.energy_from), sum(a.device_s), sum(a.energy_j)
             FROM costs_allocation a
-            JOIN collector_device d ON d.id = a.device_id
-            JOIN collector_node n ON n.id = d.node_id
             WHERE {' AND '.join(where)}
-            GROUP BY a.device_id, day, a.job_id, a.team, n.name, n.labels, d.model, d.source, d.simulated,
-                     d.power_estimated
+            GROUP BY a.device_id, day, a.job_id, a.team
             ORDER BY day, a.device_id, a.job_id NULLS LAST
             """,
             params,
         )
         rows = cur.fetchall()
     book = book or PriceBook()
+    devices = store.device_facts({r[0] for r in rows})  # the collector's: node, its owner, model, flags
     out = []
-    for device_id, day, job_id, team, node, owner, model, source, simulated, estimated, froms, dev_s, joules in rows:
+    for device_id, day, job_id, team, froms, dev_s, joules in rows:
+        if device_id not in devices:
+            continue  # no such device any more: nothing to price it by (as the join it replaces)
+        d = devices[device_id]
+        node, owner, model, source = d["node"], d["owner"], d["model"], d["source"]
+        simulated, estimated = d["simulated"], d["power_estimated"]
         price = book.price(model_key(model, source), day)
         device_usd, energy_usd = cost_usd(price, dev_s, joules)
         out.append(Usage(

@@ -11,6 +11,7 @@ from django.views.decorators.http import require_GET
 
 from costs import report
 from costs.intelligence import job_intelligence, score_cost_curve
+from trainer.models import Job
 from yardstick.auth import require_role
 from yardstick.inputs import InputError
 
@@ -36,8 +37,6 @@ def costs(request):
 @require_GET
 @require_role("viewer")
 def job_costs(request, job_id):
-    from trainer.models import Job
-
     job = Job.objects.filter(pk=job_id).first()
     if job is None:
         return JsonResponse({"error": f"no job {job_id}"}, status=404)
