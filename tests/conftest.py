@@ -234,12 +234,12 @@ def _mlflow_forgotten_after_each_test():
 
 
 @pytest.fixture(autouse=True)
-def _agent_logger_as_it_was():
-    """The agent's command (`manage.py collect` run in-process) sets up its own log handler and stops
-    propagation, which would hide its messages from every later test's caplog; undo that after each test."""
+def _agent_logger_as_configured():
+    """Each test starts with the agent's logger as the settings leave it (propagating to the root, where
+    caplog listens). The agent's command run in-process (`manage.py collect`) gives it its own handler and
+    stops propagation, and a library's logging set-up can disable existing loggers; after either, every
+    later test's caplog would miss the agent's messages (which tests depends on the order they ran in)."""
     import logging
 
     logger = logging.getLogger("collector.agent")
-    saved = (list(logger.handlers), logger.propagate, logger.level)
-    yield
-    logger.handlers[:], logger.propagate, logger.level = saved
+    logger.handlers[:], logger.propagate, logger.disabled, logger.level = [], True, False, logging.NOTSET

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -23,6 +24,11 @@ def launched():
     env = {**os.environ, "SLURM_JOB_ID": "4242", "TORCHELASTIC_RUN_ID": "grpo-7", "RAY_JOB_ID": ""}
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], env=env, stdout=subprocess.PIPE, text=True)
     worker_pid = int(launcher.stdout.readline())
+    # Until the worker has exec'd its own program, /proc shows a half-made process (no environment yet).
+    cmdline = f"/proc/{worker_pid}/cmdline"
+    deadline = time.monotonic() + 10
+    while b"time.sleep(120)" not in open(cmdline, "rb").read() and time.monotonic() < deadline:
+        time.sleep(0.01)
     yield launcher, worker_pid
     launcher.kill()
     launcher.wait()
