@@ -18,6 +18,7 @@ import html
 import math
 
 from costs.intelligence import ipd_curve
+from costs.money import usd_text
 
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
@@ -352,8 +353,6 @@ def costs_by_day(stacks):
 
     Heights are the unrounded dollars (rounding each to the cent drew nothing for a day of cheap
     jobs while the table showed money); the hover writes them as the pages do (costs.money)."""
-    from costs.money import usd_text
-
     days = sorted({d for _, _, values in stacks for d in values})
     patterns = ["", "/", ".", "x", "\\", "-", "|", "+"]
     data = []

@@ -10,6 +10,7 @@ rolled back, until the trainer accepts the rest (see `_all_errors`).
 
 from django.db import transaction
 
+from trainer.models import Job
 from yardstick.inputs import InputError
 
 # Preset name → (label, env, config). The config fields shown on the form are FORM_CONFIG.
@@ -96,8 +97,6 @@ class StartForm:
 
     def save(self, user):
         """Start the job and return it, or return None with `errors` naming every bad field."""
-        from trainer.models import Job
-
         if self.errors:
             return None
         args = self.arguments()
@@ -110,8 +109,6 @@ class StartForm:
 
 def _all_errors(args, first):
     """{field: message} for every bad field, starting from the trainer's first complaint."""
-    from trainer.models import Job
-
     errors = {first.field: first.message}
     probe = {**args, "config": dict(args["config"])}
     for _ in range(len(TOP_FIELDS) + len(probe["config"]) + 2):

@@ -6,8 +6,13 @@ check that crashes tells nobody anything.
 
 import time
 
+import redis
 from django.conf import settings
 from django.db import connection
+
+from collector import store
+from yardstick.celery import app
+from yardstick.models import Heartbeat
 
 
 def _timed(check):
@@ -28,8 +33,6 @@ def check_database():
 
 
 def _redis():
-    import redis
-
     return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
 
 
@@ -39,8 +42,6 @@ def check_broker():
 
 
 def check_worker():
-    from yardstick.celery import app
-
     # A busy machine can take most of a second to answer; the ping waits this long regardless.
     replies = app.control.ping(timeout=1.0) or []
     names = sorted(name for reply in replies for name in reply)
@@ -50,8 +51,6 @@ def check_worker():
 
 
 def check_beat():
-    from yardstick.models import Heartbeat
-
     age = Heartbeat.age_s("beat")
     if age is None:
         return {"ok": False, "detail": "beat has never ticked", "age_s": None}
@@ -62,8 +61,6 @@ def check_beat():
 
 def newest_sample_age_s():
     """Seconds since the newest telemetry sample of any device, or None when there is none."""
-    from collector import store
-
     return store.newest_sample_age_s()
 
 

@@ -28,8 +28,11 @@ from pathlib import Path, PurePosixPath
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Max, Sum
 
-from tracking.models import TrackingError
+from tracking.models import Artifact, Run, TrackingError
+from trainer.models import Sample
+from yardstick.live import publish
 
 MB = 1024 * 1024
 CHUNK = 64 * 1024
@@ -91,8 +94,6 @@ def clean_path(path, field="path"):
 def locate(path, field="path"):
     """(run, relative artifact path) for `<experiment id>/<run id>/artifacts[/<rel>]`; ArtifactError when
     the path names no run of that experiment (RESOURCE_DOES_NOT_EXIST) or is not a run's artifact path."""
-    from tracking.models import Run
-
     parts = clean_path(path, field)
     if len(parts) < 3 or parts[2] != "artifacts":
         raise ArtifactError("INVALID_PARAMETER_VALUE",
@@ -129,8 +130,6 @@ def save(run, rel, stream, content_type="", declared_bytes=None):
     reading a byte when the client sent one, else while reading; and one that would take the run past
     its quota (checked with the run's row locked, so two uploads at once cannot both squeeze in).
     """
-    from tracking.models import Artifact, Run
-
     parts = clean_path(rel)
     if not parts:
         raise ArtifactError("INVALID_PARAMETER_VALUE", "path must name a file under the run's artifacts, got ''", 400)
@@ -184,8 +183,6 @@ def is_image(artifact):
 
 def file_path(run, rel):
     """The stored file of the run's artifact `rel`; ArtifactError (404) when there is none."""
-    from tracking.models import Artifact
-
     parts = clean_path(rel)
     rel = "/".join(parts)
     artifact = Artifact.objects.filter(run=run, path=rel).first()
@@ -199,8 +196,6 @@ def listing(run, rel=""):
     """What MLflow's list call answers: the files and folders directly under `rel` as
     [{"path": name, "is_dir": bool, "file_size": int (files only)}]; empty when `rel` is a file or
     holds nothing (MLflow's own server answers so, and its client relies on it to tell files from folders)."""
-    from tracking.models import Artifact
-
     parts = clean_path(rel)
     prefix = "/".join(parts)
     entries = {}
@@ -214,10 +209,6 @@ def listing(run, rel=""):
 
 
 def used_bytes(run):
-    from django.db.models import Sum
-
-    from tracking.models import Artifact
-
     return Artifact.objects.filter(run=run).aggregate(total=Sum("size_bytes"))["total"] or 0
 
 
@@ -276,10 +267,6 @@ def keep_samples(run, rel, rows):
     """Sample rows of the run's job from generation rows that have a prompt and a completion. Their step:
     the row's "step", else the number after "step" in the file's name, else the job's last step.
     The trainer's advantage and tool calls are not reported by these frameworks: NaN and 0."""
-    from django.db.models import Max
-
-    from trainer.models import Sample
-
     job = run.job
     named = STEP_IN_NAME.search(PurePosixPath(rel).name)
     default_step = int(named.group(1)) if named else job.steps_done
@@ -311,8 +298,6 @@ def _text(value):
 
 def publish_samples(run, samples):
     """Tell the job page the newest generations (the "rollouts" event: the table follows the newest step)."""
-    from yardstick.live import publish
-
     newest = max(s.step for s in samples)
     publish(f"job.{run.job_id}", "rollouts",
              {"step": newest, "samples": [_sample_dict(s) for s in samples if s.step == newest]})

@@ -22,6 +22,7 @@ TRL's cumulative `num_tokens` differenced, veRL's per-step
 `perf/total_num_tokens`) and tokens per joule exactly as for embedded jobs.
 """
 
+import json
 import math
 import re
 
@@ -191,8 +192,6 @@ def _redifference_later_steps(run, job, steps):
 def _merge_step(job, step, mapped, pass1, gen_tokens):
     """Insert or merge one Step row in one statement (two batches at the same step never lose each
     other's keys); return (step, the merged metrics)."""
-    import json
-
     with connection.cursor() as cur:
         cur.execute(
             """

@@ -39,6 +39,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from collector.models import Device, DeviceHolder
+from tracking.models import Run
 from trainer.models import ACTIVE, Source, Stint
 
 # Tag (set by yardstick-mlflow) -> the environment variable the agent records it under.
@@ -156,8 +157,6 @@ def _cover(job, key, device, periods, stints, gone_before):
 
 def match_runs(now=None):
     """Match every active external run, and end the stints of those that ended; return the totals."""
-    from tracking.models import Run
-
     now = now or timezone.now()
     totals = {"runs": 0, "created": 0, "ended": 0}
     open_jobs = Stint.objects.filter(ended_at__isnull=True).values("job_id")

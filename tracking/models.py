@@ -12,6 +12,7 @@ the experiment tag `yardstick.score_key`, else the first present of the
 frameworks' eval keys (tracking/ingest.py, DEFAULT_SCORE_KEYS).
 """
 
+import re
 import uuid
 
 from django.conf import settings
@@ -217,8 +218,6 @@ class Metric(models.Model):
 def validate_key(what, key):
     """MLflow's rule for metric, param and tag names: letters, digits, _ - . space / (and :), no '..'
     path parts, not absolute, at most 250 characters. Return the key; raise INVALID_PARAMETER_VALUE."""
-    import re
-
     if not isinstance(key, str) or not key:
         raise invalid(f"{what} name must be a non-empty string, got {key!r}")
     if len(key) > MAX_ENTITY_KEY_LENGTH:

@@ -14,6 +14,7 @@ the part that could not be read.
 """
 
 import re
+from datetime import datetime, timezone
 
 from django.db.models import Exists, F, OuterRef, Q, Subquery
 
@@ -79,8 +80,6 @@ def experiments(filter_string="", order_by=(), view_type=None):
         elif key == "name":
             rows = rows.filter(_string_condition("name", op, value))
         elif key in ("creation_time", "last_update_time"):
-            from datetime import datetime, timezone
-
             number = _number(key, op, value)
             when = datetime.fromtimestamp(number / 1000, tz=timezone.utc)
             field = "created_at" if key == "creation_time" else "updated_at"

@@ -5,6 +5,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
+from tracking.matching import match_runs as match
 from trainer.models import Job
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,4 @@ def mark_stale_runs():
 @shared_task(name="tracking.tasks.match_runs", ignore_result=True)
 def match_runs():
     """Turn the GPU holders of outside runs into stints of their jobs (tracking/matching.py); return the totals."""
-    from tracking.matching import match_runs as match
-
     return match()

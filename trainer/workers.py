@@ -10,6 +10,9 @@ the devices they do have; with no worker reported at all, a job is accepted and 
 import socket
 
 from django.conf import settings
+from django.utils import timezone
+
+from trainer.models import Worker
 
 
 class DeviceUnavailable(RuntimeError):
@@ -46,8 +49,6 @@ def device_refusal(requested, runs_here=False):
 
     runs_here: the job runs in this process (`manage.py train`): ask torch here, not the workers.
     """
-    from trainer.models import Worker
-
     if has_device([], requested):
         return ""
     if runs_here:
@@ -68,23 +69,15 @@ def device_refusal(requested, runs_here=False):
 
 def report(name, queues):
     """Write this worker's row now."""
-    from trainer.models import Worker
-
     return Worker.report(name, socket.gethostname(), queues, local_devices())
 
 
 def refresh(name):
     """Mark this worker seen now, from the process about to run a job (its devices may have changed)."""
-    from django.utils import timezone
-
-    from trainer.models import Worker
-
     Worker.objects.filter(name=name).update(seen_at=timezone.now(), devices=local_devices())
 
 
 def forget(name):
-    from trainer.models import Worker
-
     Worker.objects.filter(name=name).delete()
 
 
@@ -101,8 +94,7 @@ class _Report:
 
 def start_reporting(name, queues, every_s=None):
     """Report the worker now, then every Worker.REPORT_EVERY_S from a daemon thread; return it (`.stop()`)."""
-    from trainer.models import Worker
-    from trainer.runner import Heartbeat
+    from trainer.runner import Heartbeat  # here: trainer.runner imports this module
 
     report(name, queues)
     return Heartbeat(_Report(name, queues), Worker.REPORT_EVERY_S if every_s is None else every_s).start()

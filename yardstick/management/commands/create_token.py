@@ -1,4 +1,5 @@
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
@@ -19,8 +20,6 @@ class Command(BaseCommand):
                                  f"an account for scripts, e.g. --create {REPORTER} for training machines")
 
     def handle(self, user, name, create=None, **options):
-        from django.contrib.auth.models import Group
-
         User = get_user_model()
         exists = User.objects.filter(username=user).exists()
         if create is not None:
