@@ -28,7 +28,7 @@ from dashboard.forms import FORM_CONFIG, PRESETS, StartForm
 from dashboard.timerange import RANGES, from_request
 from tracking import store as tracking_store
 from tracking.models import SCORE_KEY_TAG, TrackingError
-from trainer.models import Job, Status, Step, status_filter
+from trainer.models import CONTROLS, Job, Status, Step, status_filter
 from yardstick.auth import require_role, role_of
 from yardstick.inputs import InputError
 
@@ -188,26 +188,26 @@ def start_job(request):
     return redirect("job", job_id=job.pk)
 
 
-@require_POST
-@require_role("operator")
-def stop_job(request, job_id):
-    job = get_object_or_404(Job, pk=job_id)
-    if job.request_stop(by=request.user.username):
-        messages.success(request, f"Job {job.pk} is {job.status}.")
-    else:
-        messages.error(request, _sentence(job.stop_refusal()))
-    return _back(request, job)
+def _control(action, done):
+    """The Stop / Resume button: the model's action (CONTROLS), then back to the page it was on, saying
+    `done(job)` or the model's refusal."""
+    act, refusal = CONTROLS[action]
+
+    @require_POST
+    @require_role("operator")
+    def view(request, job_id):
+        job = get_object_or_404(Job, pk=job_id)
+        if act(job, by=request.user.username):
+            messages.success(request, done(job))
+        else:
+            messages.error(request, _sentence(refusal(job)))
+        return _back(request, job)
+
+    return view
 
 
-@require_POST
-@require_role("operator")
-def resume_job(request, job_id):
-    job = get_object_or_404(Job, pk=job_id)
-    if job.resume(by=request.user.username):
-        messages.success(request, f"Job {job.pk} resumed: queued.")
-    else:
-        messages.error(request, _sentence(job.resume_refusal()))
-    return _back(request, job)
+stop_job = _control("stop", lambda job: f"Job {job.pk} is {job.status}.")
+resume_job = _control("resume", lambda job: f"Job {job.pk} resumed: queued.")
 
 
 def _sentence(refusal):

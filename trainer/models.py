@@ -522,6 +522,11 @@ class Job(models.Model):
         return d
 
 
+# The controls a person has over a job: the method that acts (by whom) and the one that says why it did not.
+# The API and the pages both go through these.
+CONTROLS = {"stop": (Job.request_stop, Job.stop_refusal), "resume": (Job.resume, Job.resume_refusal)}
+
+
 class StatusChange(models.Model):
     """One transition of a job, with when and why."""
 

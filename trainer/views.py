@@ -8,7 +8,7 @@ job in the wrong state (409).
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 
-from trainer.models import Job, Sample, Step, status_filter
+from trainer.models import CONTROLS, Job, Sample, Step, status_filter
 from yardstick.auth import require_role
 from yardstick.inputs import InputError, json_object
 
@@ -120,30 +120,24 @@ def _job_detail(request, job_id):
 job_detail = _methods(GET=_job_detail)
 
 
-@require_role("operator")
-def _stop(request, job_id):
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None:
-        return _missing(job_id)
-    if not job.request_stop(by=request.user.username):
-        return JsonResponse({"error": job.stop_refusal(), "status": job.status}, status=409)
-    return JsonResponse(job.to_dict())
+def _control(action):
+    """POST /api/jobs/<id>/<action>: the job after the action, or 409 with the model's refusal (CONTROLS)."""
+    act, refusal = CONTROLS[action]
+
+    @require_role("operator")
+    def view(request, job_id):
+        job = Job.objects.filter(pk=job_id).first()
+        if job is None:
+            return _missing(job_id)
+        if not act(job, by=request.user.username):
+            return JsonResponse({"error": refusal(job), "status": job.status}, status=409)
+        return JsonResponse(job.to_dict())
+
+    return view
 
 
-stop_job = _methods(POST=_stop)
-
-
-@require_role("operator")
-def _resume(request, job_id):
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None:
-        return _missing(job_id)
-    if not job.resume(by=request.user.username):
-        return JsonResponse({"error": job.resume_refusal(), "status": job.status}, status=409)
-    return JsonResponse(job.to_dict())
-
-
-resume_job = _methods(POST=_resume)
+stop_job = _methods(POST=_control("stop"))
+resume_job = _methods(POST=_control("resume"))
 
 
 @require_role("viewer")
