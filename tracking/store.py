@@ -290,7 +290,9 @@ def _describe_job(run, params, tags):
     """What newly logged params and tags say about the job: its framework and how many steps it will take."""
     job = run.job
     fields = {}
-    if not job.framework or FRAMEWORK_TAG in tags:
+    # "transformers" is what a TRL, veRL or NeMo run's generic params say before its own arrive (a client
+    # logs params in batches, in no set order): a later batch may still name the framework on top.
+    if job.framework in ("", "transformers") or FRAMEWORK_TAG in tags:
         found = framework_of({**dict(run.tags.values_list("key", "value")), **tags},
                              {**dict.fromkeys(run.params.values_list("key", flat=True)), **params})
         if found and found != job.framework:

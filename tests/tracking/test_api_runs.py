@@ -31,6 +31,21 @@ def test_a_fluent_run_is_an_external_job_that_follows_the_runs_status(mlflow_cli
     assert step.reward_mean == 0.25
 
 
+def test_a_trl_run_whose_generic_params_arrive_first_is_still_named_trl(mlflow_client):
+    """transformers' MLflowCallback logs a run's params in batches; the batch naming TRL may come second."""
+    mlflow.set_experiment("grpo-batches")
+    with mlflow.start_run(run_name="trl-grpo-2") as run:
+        mlflow.log_params({"per_device_train_batch_size": 8, "learning_rate": 1e-6})
+        job = Run.objects.get(run_id=run.info.run_id).job
+        assert job.framework == "transformers"
+        mlflow.log_params({"num_generations": 8, "max_completion_length": 64})
+        job.refresh_from_db()
+        assert job.framework == "trl"
+        mlflow.log_params({"per_device_eval_batch_size": 8})  # a later generic batch does not undo it
+        job.refresh_from_db()
+        assert job.framework == "trl"
+
+
 def test_every_logging_call_stores_what_the_client_reads_back(mlflow_client):
     exp = mlflow_client.create_experiment("calls")
     run = mlflow_client.create_run(exp, run_name="r1", tags={"stage": "dev"})
