@@ -234,12 +234,16 @@ def _mlflow_forgotten_after_each_test():
 
 
 @pytest.fixture(autouse=True)
-def _agent_logger_as_configured():
-    """Each test starts with the agent's logger as the settings leave it (propagating to the root, where
-    caplog listens). The agent's command run in-process (`manage.py collect`) gives it its own handler and
-    stops propagation, and a library's logging set-up can disable existing loggers; after either, every
-    later test's caplog would miss the agent's messages (which tests depends on the order they ran in)."""
+def _loggers_as_configured():
+    """Each test starts with the root logger at the settings' level and the agent's logger propagating to it,
+    where caplog listens. An in-process Celery worker (the celery_worker fixture) sets the root logger to
+    ERROR, and the agent's command run in-process (`manage.py collect`) gives the agent's logger its own
+    handler and stops propagation; after either, a later test's caplog missed the agent's warnings (which
+    tests, depended on the order they ran in)."""
     import logging
 
+    from django.conf import settings
+
+    logging.root.setLevel(settings.LOGGING["root"]["level"])
     logger = logging.getLogger("collector.agent")
     logger.handlers[:], logger.propagate, logger.disabled, logger.level = [], True, False, logging.NOTSET
