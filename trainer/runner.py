@@ -29,10 +29,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
 
 from trainer.models import ACTIVE, DEVICE_ACCEPTED, DEVICE_RE, ENDED, Job, Sample, Status, Step, Stint
+from trainer.signals import run_ended
 from trainer.workers import DeviceUnavailable
 from yardstick.live import publish
 
@@ -274,8 +277,6 @@ def run(job_id, progress=None):
 
 def _tell_run_ended(job):
     """Send trainer.signals.run_ended; a receiver's error is logged, the job's end stands."""
-    from trainer.signals import run_ended
-
     for receiver, result in run_ended.send_robust(sender=Job, job=job):
         if isinstance(result, Exception):
             log.error("job %s: %s failed after the run ended: %r", job.pk, getattr(receiver, "__qualname__", receiver),
@@ -476,8 +477,6 @@ def _checkpoint_if_new(job, trainer, config):
 def request_stop_of_local_jobs(reason):
     """Request a stop of every running job whose open stint is a process of this one's tree
     on this node. Return the ids of the jobs asked."""
-    import psutil
-
     me = psutil.Process()
     pids = [me.pid] + [p.pid for p in me.children(recursive=True)]
     jobs = Job.objects.filter(status=Status.RUNNING, stints__ended_at__isnull=True,
@@ -495,8 +494,6 @@ def _flags(job):
 
 def _update_active(job, **fields):
     """Update the job while it is still this worker's (running or stopping); raise LostJob if not."""
-    from django.utils import timezone
-
     if not Job.objects.filter(pk=job.pk, status__in=ACTIVE).update(heartbeat_at=timezone.now(), **fields):
         raise LostJob("the job is no longer running")
 
