@@ -13,6 +13,7 @@ exception that caused it.
 import json
 import os
 import re
+from collections import Counter
 from datetime import date, datetime
 
 import pytest
@@ -118,6 +119,18 @@ def test_the_parameter_list_names_every_url_of_the_conf():
     assert set(PARAMS) - names == set(), "these are no URL names any more"
 
 
+# Requests sent and how they were answered, by status class: printed at the end of the module (pytest -s).
+ANSWERED = Counter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _say_what_was_sent():
+    yield
+    if ANSWERED:
+        print(f"\nfuzz: {sum(ANSWERED.values())} requests, answered "
+              + ", ".join(f"{k}: {v}" for k, v in sorted(ANSWERED.items())))
+
+
 @pytest.mark.parametrize("name, method, kind, fields", _cases(), ids=lambda v: v if isinstance(v, str) else None)
 def test_it_never_answers_5xx_and_a_refusal_stores_nothing(client, admin_user, world, name, method, kind, fields):
     body = json_body(fields) if kind == "json" else form_or_query(fields)
@@ -136,6 +149,8 @@ def test_it_never_answers_5xx_and_a_refusal_stores_nothing(client, admin_user, w
             resp = client.post(url, data, content_type="application/json")
         else:
             resp = client.post(url, data)
+        meant = resp.status_code in MEANS_SOMETHING.get(name, ())  # /healthz's 503: a part is down
+        ANSWERED[f"{resp.status_code} from {name}" if meant else f"{resp.status_code // 100}xx"] += 1
         assert resp.status_code < 500 or resp.status_code in MEANS_SOMETHING.get(name, ()), (url, data, resp.content[:500])
         if resp.status_code >= 400:
             assert _fingerprint() == before, f"{method} {url} answered {resp.status_code} and changed stored rows"
