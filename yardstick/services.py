@@ -26,14 +26,14 @@ def embedded_services_for_command(redis=True):
 
     owner = DataDirLock(settings.DATA_DIR).held_by()
     if owner is not None:
-        wait_for_servers_of_up(settings.DATA_DIR, owner, postgres=settings.EMBEDDED_DB,
+        wait_for_servers_of_up(settings.DATA_DIR, owner, postgres=settings.EMBEDDED_DB, pg_port=settings.PG_PORT,
                                redis=redis and settings.EMBEDDED_REDIS)
         yield
         return
     started = []
     try:
         if settings.EMBEDDED_DB:
-            pg = embedded.EmbeddedPostgres(settings.DATA_DIR)
+            pg = embedded.EmbeddedPostgres(settings.DATA_DIR, port=settings.PG_PORT)
             if pg.start():
                 started.append(pg)
             pg.ensure_database()
@@ -47,13 +47,14 @@ def embedded_services_for_command(redis=True):
             server.stop()
 
 
-def wait_for_servers_of_up(data_dir, owner, postgres=True, redis=True, wait_s=UP_SERVERS_WAIT_S):
+def wait_for_servers_of_up(data_dir, owner, postgres=True, redis=True, wait_s=UP_SERVERS_WAIT_S,
+                           pg_port=embedded.PG_PORT):
     """Wait until the embedded servers that `owner` (a running `up`) keeps are answering.
 
     Raise ServiceError naming the servers still down, the owner and where to look
     when they are not up within `wait_s`.
     """
-    pg = embedded.EmbeddedPostgres(data_dir) if postgres else None
+    pg = embedded.EmbeddedPostgres(data_dir, port=pg_port) if postgres else None
     rd = embedded.EmbeddedRedis(data_dir) if redis else None
     deadline = time.monotonic() + wait_s
     while True:

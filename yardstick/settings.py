@@ -6,6 +6,7 @@ dir. A bad value stops start-up with a message naming the variable, the value
 and what is accepted (see yardstick/env.py).
 """
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from collector.agent.sources import node_name
 from yardstick import embedded
 from yardstick.env import envbool, envint, envlist, envpath, envurl
 
@@ -54,15 +56,44 @@ SECRET_KEY = _secret_key()
 
 DATABASE_URL = envurl("DATABASE_URL", ("postgres", "postgresql", "pgsql"))
 EMBEDDED_DB = DATABASE_URL is None
+
+
+def _pg_listen():
+    """Addresses the embedded PostgreSQL also listens on over TCP (none by default), with the password they need."""
+    addresses = envlist("YARDSTICK_PG_LISTEN", [])
+    for address in addresses:
+        if address not in ("*", "localhost"):
+            try:
+                ipaddress.ip_address(address)
+            except ValueError:
+                raise ImproperlyConfigured(
+                    f"YARDSTICK_PG_LISTEN must be IP addresses, localhost or *, comma-separated, got {address!r}"
+                ) from None
+    password = os.environ.get("YARDSTICK_PG_PASSWORD", "")
+    # Any TCP listener is reachable by every user of the machine at least: it always asks for a password.
+    if addresses and len(password) < embedded.PG_PASSWORD_MIN_CHARS:
+        raise ImproperlyConfigured(
+            f"YARDSTICK_PG_LISTEN={','.join(addresses)} opens the embedded PostgreSQL to TCP clients: "
+            f"set YARDSTICK_PG_PASSWORD (at least {embedded.PG_PASSWORD_MIN_CHARS} characters"
+            + (f", got {len(password)})" if password else ")")
+        )
+    return addresses, password or None
+
+
+PG_LISTEN, PG_PASSWORD = _pg_listen()
+# The embedded server's port: its TCP port when it listens, and the name of its socket file.
+PG_PORT = envint("YARDSTICK_PG_PORT", embedded.PG_PORT, minimum=1)
+if PG_PORT > 65535:
+    raise ImproperlyConfigured(f"YARDSTICK_PG_PORT must be from 1 to 65535, got {PG_PORT}")
 if EMBEDDED_DB:
-    _pg = embedded.EmbeddedPostgres(DATA_DIR)
+    _pg = embedded.EmbeddedPostgres(DATA_DIR, port=PG_PORT)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": embedded.DB_NAME,
             "USER": embedded.PG_USER,
             "HOST": str(_pg.socket_dir),
-            "PORT": str(embedded.PG_PORT),
+            "PORT": str(PG_PORT),
         }
     }
 else:
@@ -125,6 +156,21 @@ CACHES = {
 }
 
 # -- Yardstick ---------------------------------------------------------------
+
+
+def _node():
+    try:
+        return node_name()
+    except ValueError as err:
+        raise ImproperlyConfigured(str(err)) from None
+
+
+# This machine's name in telemetry and in training stints (one name, so they meet).
+YARDSTICK_NODE = _node()
+# What `up`'s collector reads: host (this machine's CPU, works anywhere) or nvml (its NVIDIA GPUs).
+COLLECTOR_SOURCE = os.environ.get("YARDSTICK_COLLECTOR_SOURCE", "").strip() or "host"
+if COLLECTOR_SOURCE not in ("host", "nvml"):
+    raise ImproperlyConfigured(f"YARDSTICK_COLLECTOR_SOURCE must be host or nvml, got {COLLECTOR_SOURCE!r}")
 
 # A beat tick older than this makes /healthz report beat as down.
 BEAT_STALE_S = envint("YARDSTICK_BEAT_STALE_S", 60, minimum=1)

@@ -23,7 +23,8 @@ def run_context_tags(environ=None):
     """The tags for a run started by this process."""
     environ = os.environ if environ is None else environ
     tags = {
-        "yardstick.host": socket.gethostname(),
+        # The node name its agent records holders under (collector.agent.sources.node_name).
+        "yardstick.host": environ.get("YARDSTICK_NODE", "").strip() or socket.gethostname(),
         "yardstick.pid": str(os.getpid()),
         "yardstick.ppid": str(os.getppid()),
     }

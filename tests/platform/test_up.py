@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import psutil
+import psycopg
 import pytest
 
 from tests.conftest import ROOT, free_port
@@ -21,8 +22,13 @@ pytestmark = pytest.mark.slow
 
 def test_up_runs_every_part_restarts_a_dead_one_and_stops_them_all(service_dir):
     data_dir = service_dir / "data"
-    up = Up(data_dir, free_port())
+    pg_port = free_port()
+    # Its PostgreSQL also listens on TCP for GPU nodes, as a control plane's does.
+    up = Up(data_dir, free_port(), env={"YARDSTICK_PG_LISTEN": "127.0.0.1", "YARDSTICK_PG_PORT": str(pg_port),
+                                        "YARDSTICK_PG_PASSWORD": "correct horse battery"})
     try:
+        url = up.wait_for_line(r"GPU nodes: DATABASE_URL=(\S+)").group(1)
+        assert url == f"postgresql://postgres:$YARDSTICK_PG_PASSWORD@127.0.0.1:{pg_port}/yardstick"
         pids = {}
         for name in ("web", "worker", "jobs", "beat", "collector"):
             pids[name] = int(up.wait_for_line(rf"started {name} \(pid (\d+)\)").group(1))
@@ -35,6 +41,11 @@ def test_up_runs_every_part_restarts_a_dead_one_and_stops_them_all(service_dir):
         for part in ("database", "broker", "worker", "beat", "collectors"):
             assert body["checks"][part]["ok"], (part, body)
         assert status == 200
+        tcp = f"host=127.0.0.1 port={pg_port} user=postgres dbname=yardstick connect_timeout=5"
+        with psycopg.connect(tcp + " password='correct horse battery'") as conn:
+            assert conn.execute("SELECT count(*) FROM auth_user WHERE username = 'admin'").fetchone() == (1,)
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(tcp + " password=guess-guess-guess")
 
         # Output of each child is prefixed with its name.
         assert any(re.match(r"^\s*web \| ", line) for line in up.lines)

@@ -19,8 +19,9 @@ from tests.waiting import wait_for
 
 
 class Up:
-    def __init__(self, data_dir, port):
-        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    def __init__(self, data_dir, port, env=None):
+        """`env`: variables to set for this `up` on top of this process's (less DATABASE_URL, REDIS_URL)."""
+        env = {**{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}, **(env or {})}
         env.update(YARDSTICK_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
         self.port = port
         self.proc = subprocess.Popen(

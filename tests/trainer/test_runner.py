@@ -1,7 +1,6 @@
 """trainer.runner.run: one job from queued to its end, in this process, with a tiny policy."""
 
 import os
-import socket
 
 import pytest
 
@@ -21,7 +20,8 @@ def metrics_by_step(job, prefix=("train/", "eval/")):
     }
 
 
-def test_a_job_runs_to_completion_recording_every_step(make_job):
+def test_a_job_runs_to_completion_recording_every_step(make_job, settings):
+    settings.YARDSTICK_NODE = "gpu-node-7"  # the node name its telemetry carries too
     job = make_job(steps=6)
     job = runner.run(job.pk)
 
@@ -50,7 +50,7 @@ def test_a_job_runs_to_completion_recording_every_step(make_job):
     assert job.checkpoint_step == 6
     # Where it ran, for the cost engine: one stint, ended.
     stint = Stint.objects.get(job=job)
-    assert (stint.node, stint.device, stint.pid) == (socket.gethostname(), "cpu", os.getpid())
+    assert (stint.node, stint.device, stint.pid) == ("gpu-node-7", "cpu", os.getpid())
     assert stint.ended_at is not None and stint.end_reason == "completed"
     assert (stint.first_step, stint.last_step) == (0, 6)
 

@@ -21,7 +21,7 @@ class SourceError(Exception):
 def make_source(name, options):
     """Build the source called `name` from the agent's parsed options (a namespace or dict)."""
     opts = options if isinstance(options, dict) else vars(options)
-    node = opts.get("node") or _hostname()
+    node = opts.get("node") or node_name()
     if name == "nvml":
         from .nvml import NvmlSource
 
@@ -43,7 +43,25 @@ def make_source(name, options):
     raise SourceError(f"--source must be one of {', '.join(SOURCES)}, got {name!r}")
 
 
-def _hostname():
+NODE_MAX_CHARS = 255  # the width of the node columns
+
+
+def node_name(environ=None):
+    """This machine's node name: YARDSTICK_NODE when set, else the host name.
+
+    The one name telemetry and training stints share (the trainer reads it
+    through settings.YARDSTICK_NODE), so a job's stints meet its node's samples.
+    Raise ValueError naming the value when it is no usable name.
+    """
+    import os
     import socket
 
-    return socket.gethostname()
+    value = (environ if environ is not None else os.environ).get("YARDSTICK_NODE", "").strip()
+    if not value:
+        return socket.gethostname()
+    if len(value) > NODE_MAX_CHARS or any(ch.isspace() or not ch.isprintable() for ch in value):
+        raise ValueError(
+            f"YARDSTICK_NODE must be a name of at most {NODE_MAX_CHARS} printable characters "
+            f"without spaces, got {value!r}"
+        )
+    return value

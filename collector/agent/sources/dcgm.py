@@ -192,7 +192,7 @@ class DcgmSource:
 
     def __init__(self, url, node=None, timeout_s=2.0, fetch=None):
         self.url = url
-        self.node = node or _hostname()
+        self.node = node or _default_node()
         self.timeout_s = timeout_s
         self.fetch = fetch or self._fetch
         self._failing = False
@@ -218,7 +218,7 @@ class DcgmSource:
         pass
 
 
-def _hostname():
-    import socket
+def _default_node():
+    from . import node_name  # the package imports this module lazily: no cycle at import time
 
-    return socket.gethostname()
+    return node_name()

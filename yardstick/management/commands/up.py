@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from yardstick.runner import Runner
+from yardstick.runner import ROLES, Runner, RoleError, check_roles, parse_roles
 
 
 def port_number(value):
@@ -17,20 +17,34 @@ def port_number(value):
 class Command(BaseCommand):
     help = (
         "Start Yardstick: embedded PostgreSQL and Redis when no DATABASE_URL/REDIS_URL, migrations, "
-        "the admin user, then the web server, Celery workers, beat and this machine's collector. "
+        "the admin user, then the web server, Celery workers, beat and this machine's collector "
+        "(--role picks some). "
         "Ctrl-C stops everything."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1", help="address the web server binds (default 127.0.0.1)")
         parser.add_argument("--port", default="8000", help="web server port (default 8000)")
+        parser.add_argument("--role", default=",".join(ROLES),
+                            help=f"the parts to run here, comma-separated, of {','.join(ROLES)} (default: all); "
+                                 "a GPU node: --role jobs,collector with DATABASE_URL and REDIS_URL of the control plane")
         parser.add_argument("--no-collector", action="store_true", help="do not run a collector for this machine")
         parser.add_argument("--ready-timeout", type=int, default=180,
                             help="seconds to wait for every part to answer before saying so (default 180)")
 
-    def handle(self, host, port, no_collector, ready_timeout, **options):
+    def handle(self, host, port, role, no_collector, ready_timeout, **options):
+        try:
+            roles = parse_roles(role)
+            if no_collector:
+                roles = tuple(r for r in roles if r != "collector")
+                if not roles:
+                    raise RoleError("--no-collector leaves nothing to run of --role collector")
+            check_roles(settings, roles)
+        except RoleError as err:
+            self.stderr.write(str(err))
+            raise SystemExit(2) from None
         runner = Runner(settings, host, port_number(port), out=self.stdout._out,
-                        collector=not no_collector, ready_timeout_s=ready_timeout)
+                        roles=roles, ready_timeout_s=ready_timeout)
         code = runner.run()
         if code:
             raise SystemExit(code)
