@@ -126,6 +126,7 @@ def test_the_embedded_postgresql_will_not_listen_on_tcp_without_a_password(servi
         EmbeddedPostgres(service_dir / "pg", listen=("0.0.0.0",), password="short")
 
 
+@pytest.mark.slow
 def test_a_node_up_joins_the_control_plane_and_its_collector_reports_under_the_node_name(pg_dsn, service_dir):
     # --role collector, not jobs,collector: a Celery worker's start and stop would add ~10 s for the
     # same path (no embedded servers, no migration); the jobs worker's command line is checked above,
