@@ -131,6 +131,7 @@ class Broadcaster:
                     return
         finally:
             self.task = None
+            self.reading = None  # a read left in flight belongs to this loop; the next loop starts its own
 
     async def _tell_all(self, data):
         for consumer in list(self.subscribers):

@@ -54,6 +54,9 @@ def test_an_outsider_is_closed_with_4403(transactional_db, outsider):
         comm = communicator(outsider, "fleet")
         connected, code = await comm.connect()
         assert not connected and code == 4403
+        # The browser's side of the close: the consumer ends by itself instead of being cancelled when
+        # the loop closes (a channel-layer read cancelled there could hang the test for minutes).
+        await comm.disconnect(code)
 
     asyncio.run(scenario())
 

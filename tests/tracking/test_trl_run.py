@@ -92,7 +92,9 @@ def test_it_charts_a_real_trl_grpo_run_matches_its_process_to_the_host_and_stops
 
     first = wait_for(run, 90, "the TRL run to appear", every_s=0.5, logs=logs)
     job_id = first.job_id
-    wait_for(lambda: run().job.steps.count() >= 2, 90, "two GRPO steps logged", every_s=0.5, logs=logs)
+    # steps_done is the highest step logged, what the page shows (a first log at step 0 counts as a row, not a step).
+    wait_for(lambda: run().job.steps.count() >= 2 and run().job.steps_done >= 2, 90, "two GRPO steps logged",
+             every_s=0.5, logs=logs)
     r = run()
     tags = {t.key: t.value for t in r.tags.all()}
     assert (r.status, r.job.status, r.job.source, r.job.framework) == ("RUNNING", Status.RUNNING, "external", "trl")
