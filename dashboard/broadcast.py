@@ -8,14 +8,15 @@ whatever the history) and sends the rows that changed straight to its own
 subscribers. Sending locally rather than through the channel layer means two
 web processes never deliver the same sample twice.
 
-Events: topic "fleet", kind "samples": {"ts", "power_kw", "devices": [...], "cards": {"busy", "idle",
-"stale", "devices", "burn_usd_per_h"}, "stale": [[node, index], ...]}, sent when a sample is new or the cards changed (a device goes
-stale without any new row); topic "node.<id>", kind "samples": {"samples": [...]} (the node's devices
-only). While the database cannot be read, every subscriber gets kind "reading" {"ok": false}
-once (the reason goes to the log, not to browsers), and {"ok": true} when reads work again; the poller keeps trying, backing off to
-RETRY_MAX_S, for as long as anyone subscribes. The rows are the fleet page's (collector.store.latest_rows), each
-device's state is Device.state_of and the cards are the page's (dashboard.readings.fleet_cards), with prices read
-at most once a minute.
+Events: topic "fleet", kind "samples": {"ts", "power_kw", "devices": [...], "cards": {"busy",
+"idle", "stale", "devices", "burn_usd_per_h"}, "stale": [[node, index], ...]}, sent when a sample
+is new or the cards changed (a device goes stale without any new row); topic "node.<id>", kind
+"samples": {"samples": [...]} (the node's devices only). While the database cannot be read, every
+subscriber gets kind "reading" {"ok": false} once (the reason goes to the log, not to browsers),
+and {"ok": true} when reads work again; the poller keeps trying, backing off to RETRY_MAX_S, for
+as long as anyone subscribes. The rows are the fleet page's (collector.store.latest_rows), each
+device's state is Device.state_of and the cards are the page's (dashboard.readings.fleet_cards),
+with prices read at most once a minute.
 """
 
 import asyncio
