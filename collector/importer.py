@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from django.core.management.base import CommandError
 from django.db import connection, transaction
 
 from collector import store
@@ -157,6 +158,21 @@ def conclude(report, path, node):
     if report.stored_nothing:
         raise NothingImported("nothing imported; see why below\n" + "\n".join(lines))
     return lines + [review_line(into_cost_review(report))]
+
+
+def command_lines(do_import, path, node, format_error):
+    """For import_smi and import_dcgm: run `do_import()`, conclude its report, return the lines to print.
+
+    Every way it can fail becomes a CommandError (exit 1) that says what to do: a missing file, a file
+    its parser refuses (`format_error`), a file that gave no sample."""
+    try:
+        return conclude(do_import(), path, node)
+    except (FileNotFoundError, IsADirectoryError):
+        raise CommandError(f"no such file: {path}") from None
+    except format_error as exc:
+        raise CommandError(f"{path}: {exc}") from None
+    except NothingImported as exc:
+        raise CommandError(str(exc)) from None
 
 
 def review_line(window):

@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 from django.core.management.base import BaseCommand, CommandError
 
 from collector.agent.cli import _label
-from collector.importer import NothingImported, ScrapeError, conclude, import_dcgm
+from collector.importer import ScrapeError, command_lines, import_dcgm
 
 
 def parse_at(text):
@@ -34,13 +34,6 @@ class Command(BaseCommand):
             at = parse_at(opts["at"])
         except ValueError as exc:
             raise CommandError(str(exc))
-        try:
-            report = import_dcgm(opts["file"], opts["node"], at, labels=dict(opts["label"]))
-            lines = conclude(report, opts["file"], opts["node"])
-        except (FileNotFoundError, IsADirectoryError):
-            raise CommandError(f"no such file: {opts['file']}")
-        except ScrapeError as exc:
-            raise CommandError(f"{opts['file']}: {exc}")
-        except NothingImported as exc:
-            raise CommandError(str(exc))
+        lines = command_lines(lambda: import_dcgm(opts["file"], opts["node"], at, labels=dict(opts["label"])),
+                              opts["file"], opts["node"], ScrapeError)
         self.stdout.write("\n".join(lines))

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from collector.agent.cli import _label
 from collector.agent.smi import SmiFormatError, parse_columns
-from collector.importer import NothingImported, conclude, import_smi
+from collector.importer import command_lines, import_smi
 
 
 class Command(BaseCommand):
@@ -38,14 +38,7 @@ class Command(BaseCommand):
             columns = parse_columns(opts["columns"])
             if not columns:
                 raise CommandError('--columns must list the log\'s columns, like "timestamp,name,utilization.gpu"')
-        try:
-            report = import_smi(opts["file"], opts["node"], model=opts["model"], tz=tz,
-                                labels=dict(opts["label"]), columns=columns)
-            lines = conclude(report, opts["file"], opts["node"])
-        except (FileNotFoundError, IsADirectoryError):
-            raise CommandError(f"no such file: {opts['file']}")
-        except SmiFormatError as exc:
-            raise CommandError(f"{opts['file']}: {exc}")
-        except NothingImported as exc:
-            raise CommandError(str(exc))
+        lines = command_lines(lambda: import_smi(opts["file"], opts["node"], model=opts["model"], tz=tz,
+                                                 labels=dict(opts["label"]), columns=columns),
+                              opts["file"], opts["node"], SmiFormatError)
         self.stdout.write("\n".join(lines))
