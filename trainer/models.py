@@ -120,6 +120,14 @@ class Job(models.Model):
     # "Continue": the policy starts from this job's checkpoint at init_step instead of the base policy.
     init_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="continued_by")
     init_step = models.IntegerField(null=True, blank=True, help_text="step of init_from's checkpoint it starts from")
+    # Where it may run (trainer/workers.py places it on a jobs worker that has all of it).
+    devices = models.PositiveSmallIntegerField(
+        default=1, help_text="devices it trains on, one process each (torch.distributed DDP when more than 1)")
+    node = models.CharField(max_length=255, blank=True, default="", help_text="run only on this node; empty: any")
+    pool = models.CharField(max_length=TEAM_MAX, blank=True, default="",
+                            help_text="run only on this team's pool of workers; empty: the shared workers")
+    placed_on = models.CharField(max_length=255, blank=True, default="",
+                                 help_text="the jobs worker it was last sent to; empty: the shared queue")
 
     class Meta:
         ordering = ["-id"]
@@ -552,7 +560,7 @@ class Stint(models.Model):
     """
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="stints")
-    node = models.CharField(max_length=255, help_text="socket.gethostname() of the worker")
+    node = models.CharField(max_length=255, help_text="the node it ran on (YARDSTICK_NODE), as its telemetry names it")
     # "cpu", or the GPU's UUID as NVML spells it ("GPU-8f3c..."), matching collector devices.
     device = models.CharField(max_length=100)
     device_name = models.CharField(max_length=100, blank=True, default="", help_text='e.g. "NVIDIA H200" or "cpu"')
@@ -679,9 +687,13 @@ class Worker(models.Model):
     STALE_S = 3 * REPORT_EVERY_S
 
     name = models.CharField(max_length=255, unique=True, help_text='Celery node name, e.g. "jobs@host-a"')
-    host = models.CharField(max_length=255, help_text="socket.gethostname() of the worker")
+    host = models.CharField(max_length=255, help_text="the node it runs on (YARDSTICK_NODE): its jobs' stints name it")
     queues = models.JSONField(default=list)
     devices = models.JSONField(default=list, help_text='what torch sees there, e.g. ["cpu", "cuda:0"]')
+    team = models.CharField(max_length=TEAM_MAX, blank=True, default="",
+                            help_text="the team pool it serves (YARDSTICK_POOL); empty: shared, any team's jobs")
+    cores = models.PositiveIntegerField(default=0, help_text="CPU cores this worker may use")
+    gpus = models.JSONField(default=list, help_text='[{"index", "uuid", "name", "memory_mib"}] of its CUDA devices')
     seen_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
