@@ -41,9 +41,10 @@ FORM_CONFIG = [
     ("kl_coef", "float", "KL penalty coefficient"),
     ("eval_every", "int", "Evaluate every N steps"),
 ]
-TOP_FIELDS = ("name", "team", "env", "budget_usd", "device")
+TOP_FIELDS = ("name", "team", "env", "budget_usd", "device", "devices", "node", "pool")
 # Values the trainer certainly accepts, used only to probe the other fields (never saved).
-_GOOD = {"name": "probe", "team": "probe", "env": "arithmetic", "budget_usd": None, "device": "auto"}
+_GOOD = {"name": "probe", "team": "probe", "env": "arithmetic", "budget_usd": None, "device": "auto", "devices": 1,
+         "node": "", "pool": ""}
 
 
 def _number(raw, kind):
@@ -71,8 +72,8 @@ class StartForm:
     def initial(self):
         """Field values to show: what was posted, else the default preset's."""
         _, env, config = PRESETS[self.preset or DEFAULT_PRESET]
-        values = {"preset": self.preset or DEFAULT_PRESET, "env": env, "device": "auto", "name": "", "team": "",
-                  "budget_usd": ""}
+        values = {"preset": self.preset or DEFAULT_PRESET, "env": env, "device": "auto", "devices": "1", "node": "",
+                  "pool": "", "name": "", "team": "", "budget_usd": ""}
         values.update({k: config.get(k, "") for k, _, _ in FORM_CONFIG})
         values.update({k: v for k, v in self.data.items() if k != "csrfmiddlewaretoken"})
         return values
@@ -93,6 +94,8 @@ class StartForm:
             "env": self.data.get("env") or preset_env, "config": config,
             "budget_usd": self.data.get("budget_usd", "").strip() or None,
             "device": (self.data.get("device") or "auto").strip(),
+            "devices": _number(self.data.get("devices", ""), "int") or 1,
+            "node": self.data.get("node", "").strip(), "pool": self.data.get("pool", "").strip(),
         }
 
     def save(self, user):

@@ -29,6 +29,7 @@ from dashboard.timerange import RANGES, from_request
 from tracking import store as tracking_store
 from tracking.models import SCORE_KEY_TAG, TrackingError
 from trainer.models import CONTROLS, Job, Status, Step, status_filter
+from trainer.workers import live_jobs_workers
 from yardstick.auth import require_role, role_of
 from yardstick.inputs import InputError
 
@@ -156,6 +157,7 @@ def _jobs_context(request, form=None, status=None):
 
     form = form or StartForm()
     errors = {k.removeprefix("config."): v for k, v in form.errors.items()}
+    workers = live_jobs_workers()
     return {
         "rows": readings.jobs_table(status=status), "status_filter": status, "statuses": Status.values,
         "form_values": form.initial(), "form_errors": errors, "presets": PRESETS, "envs": ENV_NAMES,
@@ -163,6 +165,8 @@ def _jobs_context(request, form=None, status=None):
         "presets_json": _json({k: {"env": env, "config": cfg} for k, (_, env, cfg) in PRESETS.items()}),
         "topics": "jobs,costs",
         "spark_max": readings.SPARK_POINTS,
+        "workers": workers, "worker_nodes": sorted({w.host for w in workers}),
+        "worker_pools": sorted({w.team for w in workers} - {""}),
     }
 
 

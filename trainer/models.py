@@ -139,8 +139,8 @@ class Job(models.Model):
     # -- creation -------------------------------------------------------------
 
     @classmethod
-    def start(cls, *, name, team, env, config=None, budget_usd=None, device="auto", created_by=None, enqueue=True,
-              runs_here=False, init_from=None, init_step=None):
+    def start(cls, *, name, team, env, config=None, budget_usd=None, device="auto", devices=1, node="", pool="",
+              created_by=None, enqueue=True, runs_here=False, init_from=None, init_step=None):
         """Validate the input, create a queued job and (after commit) enqueue its task.
 
         Raise InputError naming the first bad field; nothing is created then.
@@ -148,10 +148,11 @@ class Job(models.Model):
         `init_step` (default: its final one) instead of the base policy, on any environment.
         With enqueue=False the caller runs it (`manage.py train` does, in the foreground);
         `runs_here` checks the device against what torch sees in this process instead of
-        what the jobs workers report.
+        what the jobs workers report. `devices`, `node` and `pool` say where it may run: it is
+        placed on a jobs worker that has them all (trainer.workers.place), or refused.
         """
         from trainer.rl.config import ConfigError, TrainConfig
-        from trainer.workers import device_refusal
+        from trainer.workers import device_refusal, place
 
         name = _text("name", name, NAME_MAX)
         team = _text("team", team, TEAM_MAX)
@@ -172,21 +173,27 @@ class Job(models.Model):
         budget = _budget(budget_usd)
         if not isinstance(device, str) or not DEVICE_RE.fullmatch(device):  # fullmatch: "$" lets "cuda:1\n" through
             raise InputError("device", f"device must be {DEVICE_ACCEPTED}, got {device!r}")
-        refusal = device_refusal(device, runs_here=runs_here)
-        if refusal:
-            raise InputError("device", refusal)
+        devices, node, pool = _devices(devices, device), _name_field("node", node, 255), _name_field("pool", pool, TEAM_MAX)
+        if runs_here:
+            refusal = device_refusal(device, devices)
+            if refusal:
+                raise InputError("device", refusal)
+            placement = None
+        else:
+            placement = place(device, devices, node, pool)
         source, init_step = _init_from(init_from, init_step)
 
         with transaction.atomic():
             job = cls.objects.create(
                 name=name, team=team, env=env, config=cfg.to_dict(), budget_usd=budget,
-                device=device, created_by=created_by, init_from=source, init_step=init_step,
+                device=device, devices=devices, node=node, pool=pool, created_by=created_by, init_from=source,
+                init_step=init_step, placed_on=placement.worker if placement else "",
             )
             change = StatusChange.objects.create(job=job, from_status="", to_status=Status.QUEUED, at=job.created_at,
                                                  reason=f"created by {created_by}" if created_by else "created")
             job._announce("", change=change)
             if enqueue:
-                job._enqueue()
+                job._enqueue(placement.queue)
         return job
 
     @classmethod
@@ -249,10 +256,41 @@ class Job(models.Model):
                                 where=Q(source=Source.EXTERNAL, error__startswith="stale:"),
                                 heartbeat_at=timezone.now(), finished_at=None, error="") is not None
 
-    def _enqueue(self):
+    def _enqueue(self, queue):
+        """Send run_job to `queue` (a Placement's) after commit."""
         # By the task's name: trainer.tasks imports this module, so this one does not import it back.
         job_id = self.pk
-        transaction.on_commit(lambda: current_app.send_task(RUN_JOB, args=[job_id]))
+        transaction.on_commit(lambda: current_app.send_task(RUN_JOB, args=[job_id], queue=queue))
+
+    def placement(self):
+        """Where this job would be sent now (trainer.workers.place); InputError when nobody can run it."""
+        from trainer.workers import place
+
+        return place(self.device, self.devices, self.node, self.pool)
+
+    @classmethod
+    def replace_orphans(cls, now=None):
+        """Send again the queued jobs whose chosen worker stopped reporting, to a live one that can run
+        them; return those moved. The message left in the gone worker's queue is harmless: whoever runs
+        the job first claims it, and the claim of the other finds it no longer queued."""
+        from trainer.workers import live_jobs_workers
+
+        live = {w.name for w in live_jobs_workers(now)}
+        moved = []
+        for job in cls.objects.filter(status=Status.QUEUED, source=Source.EMBEDDED).exclude(placed_on=""):
+            if job.placed_on in live:
+                continue
+            try:
+                placement = job.placement()
+            except InputError:
+                continue  # nobody can run it now: it waits where it is (its worker may come back)
+            with transaction.atomic():
+                if cls.objects.filter(pk=job.pk, status=Status.QUEUED, placed_on=job.placed_on).update(
+                        placed_on=placement.worker):
+                    job._enqueue(placement.queue)
+                    job.placed_on = placement.worker
+                    moved.append(job)
+        return moved
 
     # -- transitions ------------------------------------------------------------
 
@@ -338,15 +376,19 @@ class Job(models.Model):
         """
         if self.source == Source.EXTERNAL:
             return False  # its own process resumes it (start_run with the run's id), not a worker
+        try:
+            placement = self.placement()
+        except InputError:
+            return False  # nobody can run it now (resume_refusal says what the workers have)
         who = f" by {by}" if by else ""
         with transaction.atomic():
             # The error text stays in the history (the reason of the → failed change).
             old = self._transition(RESUMABLE, Status.QUEUED, f"resumed{who}", where=Q(not_resumable_reason=""),
                                    stop_requested=False, budget_stop_requested=False, stop_reason="",
-                                   finished_at=None, error="")
+                                   finished_at=None, error="", placed_on=placement.worker)
             if old is None:
                 return False
-            self._enqueue()
+            self._enqueue(placement.queue)
         return True
 
     def finish(self, to, reason="", error="", not_resumable_reason=""):
@@ -487,6 +529,10 @@ class Job(models.Model):
             return f"job {self.pk} is {self.status}; only a {_either(RESUMABLE)} job can be resumed"
         if self.not_resumable_reason:
             return f"job {self.pk} cannot be resumed: {self.not_resumable_reason}"
+        try:
+            self.placement()
+        except InputError as err:
+            return f"job {self.pk} cannot be resumed now: {err.message}"
         return ""
 
     def to_dict(self, detail=False):
@@ -500,6 +546,10 @@ class Job(models.Model):
             "status": self.status,
             "phase": self.phase,
             "device": self.device,
+            "devices": self.devices,
+            "node": self.node,
+            "pool": self.pool,
+            "placed_on": self.placed_on,
             "budget_usd": None if self.budget_usd is None else str(self.budget_usd),
             "steps_done": self.steps_done,
             "steps": self.steps_total,
@@ -703,15 +753,21 @@ class Worker(models.Model):
         return f"worker {self.name} ({', '.join(self.devices)})"
 
     @classmethod
-    def report(cls, name, host, queues, devices):
+    def report(cls, name, host, queues, devices, team="", cores=0, gpus=()):
         return cls.objects.update_or_create(name=name, defaults={
-            "host": host, "queues": list(queues), "devices": list(devices), "seen_at": timezone.now()})[0]
+            "host": host, "queues": list(queues), "devices": list(devices), "team": team, "cores": cores,
+            "gpus": list(gpus), "seen_at": timezone.now()})[0]
 
     @classmethod
-    def live(cls, queue, now=None):
-        """Workers on `queue` that reported within STALE_S."""
+    def live(cls, queue=None, now=None):
+        """Workers (on `queue`, if given) that reported within STALE_S."""
         cutoff = (now or timezone.now()) - timedelta(seconds=cls.STALE_S)
-        return cls.objects.filter(queues__contains=[queue], seen_at__gte=cutoff)
+        live = cls.objects.filter(seen_at__gte=cutoff)
+        return live if queue is None else live.filter(queues__contains=[queue])
+
+    def to_dict(self):
+        return {"name": self.name, "node": self.host, "pool": self.team, "queues": self.queues,
+                "devices": self.devices, "cores": self.cores, "gpus": self.gpus, "seen_at": _iso(self.seen_at)}
 
 
 # -- input helpers ------------------------------------------------------------
@@ -749,6 +805,29 @@ def _text(field, value, max_len):
     value = value.strip()
     if len(value) > max_len:
         raise InputError(field, f"{field} must be at most {max_len} characters, got {len(value)}")
+    return value
+
+
+DEVICES_MAX = 64
+
+
+def _devices(value, device):
+    """The number of devices a job trains on: an integer 1..DEVICES_MAX; several need a kind, not one GPU."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= DEVICES_MAX:
+        raise InputError("devices", f"devices must be a whole number from 1 to {DEVICES_MAX}, got {value!r}")
+    if value > 1 and device.startswith("cuda:"):
+        raise InputError("devices", f"devices {value} needs device auto, cpu or cuda (one process per device); "
+                                    f"{device} names one GPU")
+    return value
+
+
+def _name_field(field, value, max_len):
+    """A node or pool name: empty for any, else a name as its worker announces it."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > max_len or any(c.isspace() for c in value):
+        raise InputError(field, f"{field} must be a {field} name (no spaces, at most {max_len} characters) or "
+                                f"empty for any, got {value!r}")
     return value
 
 

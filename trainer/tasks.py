@@ -29,6 +29,9 @@ def detect_crashed_jobs():
     failed = Job.fail_crashed(runner.heartbeat_limit_s())
     for job in failed:
         log.warning("job %s failed: %s", job.pk, job.error)
+    for job in Job.replace_orphans():
+        log.warning("job %s sent again, to %s: the worker it waited for stopped reporting",
+                    job.pk, job.placed_on or "the shared queue")
     return len(failed)
 
 
@@ -83,7 +86,7 @@ def report_this_worker(sender=None, **kwargs):
     the others run no training, and need not import torch for it)."""
     name = sender.hostname
     queues = list(sender.app.amqp.queues.consume_from)
-    if workers.jobs_queue() not in queues:
+    if workers.jobs_queue() not in queues and name not in queues:
         return
     _reporter[name] = workers.start_reporting(name, queues)
     log.info("worker %s reported: queues %s, devices %s", name, ", ".join(queues), ", ".join(workers.local_devices()))

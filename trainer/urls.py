@@ -9,4 +9,5 @@ urlpatterns = [
     path("api/jobs/<int:job_id>/resume", views.resume_job, name="api-job-resume"),
     path("api/jobs/<int:job_id>/steps", views.job_steps, name="api-job-steps"),
     path("api/jobs/<int:job_id>/samples", views.job_samples, name="api-job-samples"),
+    path("api/workers", views.workers, name="api-workers"),
 ]

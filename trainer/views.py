@@ -77,21 +77,24 @@ def list_jobs(request):
 
 @require_role("operator")
 def create_job(request):
-    """Start a job from {name, team, env, config: {...}, budget_usd, device, init_from, init_step}; 201 with
-    the job. init_from (a job id) continues that job's policy from its checkpoint at init_step (default: its
-    final one) instead of the base policy."""
+    """Start a job from {name, team, env, config: {...}, budget_usd, device, devices, node, pool, init_from,
+    init_step}; 201 with the job. init_from (a job id) continues that job's policy from its checkpoint at
+    init_step (default: its final one) instead of the base policy. devices (default 1), node and pool say
+    where it may run: a job no live jobs worker can run is refused (400) naming what they have."""
     try:
         body = json_object(request.body)
     except InputError as err:
         return _bad(err.field, err.message)
-    accepted = ("name", "team", "env", "config", "budget_usd", "device", "init_from", "init_step")
+    accepted = ("name", "team", "env", "config", "budget_usd", "device", "devices", "node", "pool", "init_from",
+                "init_step")
     unknown = sorted(set(body) - set(accepted))
     if unknown:
         return _bad(unknown[0], f"unknown field {unknown[0]!r}; accepted fields are {', '.join(accepted)}")
     try:
         job = Job.start(
             name=body.get("name"), team=body.get("team"), env=body.get("env"), config=body.get("config"),
-            budget_usd=body.get("budget_usd"), device=body.get("device", "auto"), created_by=request.user,
+            budget_usd=body.get("budget_usd"), device=body.get("device", "auto"), devices=body.get("devices", 1),
+            node=body.get("node", ""), pool=body.get("pool", ""), created_by=request.user,
             init_from=body.get("init_from"), init_step=body.get("init_step"),
         )
     except InputError as err:
@@ -181,3 +184,17 @@ def _samples(request, job_id):
 
 
 job_samples = _methods(GET=_samples)
+
+
+# -- /api/workers -------------------------------------------------------------------------
+
+
+@require_role("viewer")
+def _workers(request):
+    """The live jobs workers and what each has (node, pool, cores, GPUs, devices): where a job can go."""
+    from trainer.workers import live_jobs_workers
+
+    return JsonResponse({"workers": [w.to_dict() for w in live_jobs_workers()]})
+
+
+workers = _methods(GET=_workers)

@@ -1,16 +1,29 @@
-"""Which devices the jobs workers have, so a job asking for one nobody has is refused at start.
+"""Where a job runs: the jobs workers announce what they have, and each job goes to one that can run it.
 
-Each Celery worker writes a `Worker` row when it is ready (the devices torch sees in it, the
-queues it consumes), refreshes it every Worker.REPORT_EVERY_S from a thread of its main process
-and at every job it runs, and deletes it when it shuts down (signals wired in trainer/tasks.py).
-`device_refusal` is the rule `Job.start` asks: a device no live jobs worker has is refused with
-the devices they do have; with no worker reported at all, a job is accepted and waits in the queue.
+Each jobs worker writes a `Worker` row when it is ready (its node, its team pool, the cores it may use,
+its GPUs and the devices torch sees, the queues it consumes), refreshes it every Worker.REPORT_EVERY_S
+from a thread of its main process and at every job it runs, and deletes it when it shuts down (signals
+wired in trainer/tasks.py).
+
+A jobs worker consumes its own queue, named as the worker (`jobs@<node>`), and, unless it serves a team
+pool, the shared queue `jobs`. `place` decides where a job goes:
+
+- a job that asks for nothing in particular (device auto or cpu, one device, any node, no pool) goes
+  to the shared queue: whichever shared worker is free first takes it;
+- a job that asks for a device kind, several devices, a node or a pool goes to the own queue of the
+  least busy live worker that has all of it;
+- a job that no live worker can run is refused at once, naming what the workers have (with no jobs
+  worker reported at all, only the first kind is accepted: it waits for one in the shared queue).
 """
+
+import os
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.utils import timezone
 
 from trainer.models import Worker
+from yardstick.inputs import InputError
 
 
 class DeviceUnavailable(RuntimeError):
@@ -18,8 +31,21 @@ class DeviceUnavailable(RuntimeError):
 
 
 def jobs_queue():
-    """The queue run_job is routed to (settings.CELERY_TASK_ROUTES)."""
+    """The shared queue run_job is routed to (settings.CELERY_TASK_ROUTES)."""
     return settings.CELERY_TASK_ROUTES.get("trainer.tasks.run_job", {}).get("queue", "jobs")
+
+
+def worker_name(node):
+    """A node's jobs worker's Celery name, which is also the name of its own queue."""
+    return f"{jobs_queue()}@{node}"
+
+
+def is_jobs_worker(worker):
+    return jobs_queue() in worker.queues or worker.name in worker.queues
+
+
+def live_jobs_workers(now=None):
+    return [w for w in Worker.live(now=now) if is_jobs_worker(w)]
 
 
 def local_devices():
@@ -33,6 +59,39 @@ def local_devices():
     return ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
 
 
+def local_cores():
+    """The CPU cores this process may use."""
+    return len(os.sched_getaffinity(0))
+
+
+def local_gpus():
+    """[{"index", "uuid", "name", "memory_mib"}] of this machine's NVIDIA GPUs, from NVML (which, unlike
+    torch's device properties, does not initialise CUDA in a process that forks); [] without NVML.
+    The index is NVML's, which is CUDA's unless CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER reorder them."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no library: a machine without NVIDIA GPUs
+        return []
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            gpus.append({"index": index, "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
+                         "name": _text(pynvml.nvmlDeviceGetName(handle)),
+                         "memory_mib": pynvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20})
+        return gpus
+    except pynvml.NVMLError:
+        return []
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def has_device(devices, requested):
     """Whether a node with `devices` can run a job asking for `requested` (auto runs anywhere)."""
     if requested in ("auto", "cpu"):
@@ -42,37 +101,121 @@ def has_device(devices, requested):
     return requested in devices
 
 
-def device_refusal(requested, runs_here=False):
-    """Why a job asking for `requested` cannot run, for people; "" when it can (or nobody can tell yet).
+def capacity(worker, requested):
+    """How many of the `requested` kind of device a job may use at once on `worker`: cores for cpu
+    (one process each), GPUs for cuda, 1 or 0 for one named GPU; auto is cuda where there are GPUs."""
+    gpus = sum(d.startswith("cuda:") for d in worker.devices)
+    if requested == "auto":
+        requested = "cuda" if gpus else "cpu"
+    if requested == "cpu":
+        return max(worker.cores, 1)
+    if requested == "cuda":
+        return gpus
+    return int(requested in worker.devices)
 
-    runs_here: the job runs in this process (`manage.py train`): ask torch here, not the workers.
-    """
-    if has_device([], requested):
-        return ""
-    if runs_here:
-        devices = local_devices()
-        if has_device(devices, requested):
-            return ""
-        return (f"device {requested} is not on this machine: torch sees {', '.join(devices)} "
+
+def offer(worker):
+    """What a worker has, for people: "jobs@gpu-a on gpu-a: 16 cores, 2 × NVIDIA H200 (cuda:0, cuda:1), shared"."""
+    gpus = [d for d in worker.devices if d.startswith("cuda:")]
+    names = sorted({g.get("name", "") for g in worker.gpus} - {""})
+    kit = [f"{worker.cores} cores"] if worker.cores else []
+    if gpus:
+        kit.append(f"{len(gpus)} × {' / '.join(names) or 'CUDA GPU'} ({', '.join(gpus)})")
+    kit = ", ".join(kit) or "cpu"
+    return f"{worker.name} on {worker.host}: {kit}, {'pool ' + worker.team if worker.team else 'shared'}"
+
+
+@dataclass(frozen=True)
+class Placement:
+    queue: str  # where run_job is sent
+    worker: str  # the worker chosen, "" for the shared queue
+
+
+def constrained(device="auto", devices=1, node="", pool=""):
+    """Whether a job asks for more than any worker has (then it needs a chosen worker)."""
+    return device not in ("auto", "cpu") or devices > 1 or bool(node) or bool(pool)
+
+
+def place(device="auto", devices=1, node="", pool="", now=None):
+    """The Placement of a job asking for `devices` × `device` (on `node`, in `pool`): see the module
+    docstring. Raise InputError naming the field nobody can meet (pool, node, device or devices) and
+    what the live jobs workers have."""
+    workers = live_jobs_workers(now)
+    want = f"{devices} × {device}" if devices > 1 else f"device {device}"
+    if not workers:
+        if not constrained(device, devices, node, pool):
+            return Placement(jobs_queue(), "")
+        field = "pool" if pool else "node" if node else "devices" if devices > 1 else "device"
+        raise InputError(field, f"no jobs worker has reported, so nobody can run {want}{_where(node, pool)}: "
+                                "start one on a node (`manage.py up --role jobs,collector`), or use device auto "
+                                "without node or pool to wait in the shared queue")
+    have = "; ".join(offer(w) for w in workers)
+    candidates = workers
+    for field, keep in (("pool", lambda w: w.team == pool), ("node", lambda w: not node or w.host == node),
+                        ("device", lambda w: capacity(w, device) >= 1),
+                        ("devices", lambda w: capacity(w, device) >= devices)):
+        kept = [w for w in candidates if keep(w)]
+        if not kept:
+            raise InputError(field, f"{_refused(field, want, node, pool)}: workers have {have}; "
+                                    f"{_instead(field)}")
+        candidates = kept
+    if not constrained(device, devices, node, pool):
+        return Placement(jobs_queue(), "")
+    from trainer.models import ACTIVE, Job, Status
+
+    busy = {w.name: Job.objects.filter(placed_on=w.name, status__in=[Status.QUEUED, *ACTIVE]).count()
+            for w in candidates}
+    chosen = min(candidates, key=lambda w: (busy[w.name], w.name))
+    return Placement(chosen.name, chosen.name)
+
+
+def _where(node, pool):
+    return (f" on node {node}" if node else "") + (f" in pool {pool}" if pool else "")
+
+
+def _refused(field, want, node, pool):
+    if field == "pool":
+        return f"no jobs worker serves pool {pool}" if pool else "every jobs worker serves a team pool"
+    if field == "node":
+        return f"no jobs worker is on node {node}{_where('', pool)}"
+    if field == "device":
+        return f"device {want.rpartition(' ')[2]} is not on any jobs worker{_where(node, pool)}"
+    return f"no jobs worker{_where(node, pool)} has {want}"
+
+
+def _instead(field):
+    return {"pool": "use one of their pools, or none for the shared workers",
+            "node": "use one of their nodes, or none for any",
+            "device": "use auto or one of those",
+            "devices": "ask for at most what one worker has"}[field]
+
+
+def device_refusal(requested, devices=1):
+    """Why `manage.py train` (which trains in its own process) cannot run `devices` × `requested` here,
+    for people; "" when it can."""
+    here = local_devices()
+    if not has_device(here, requested):
+        return (f"device {requested} is not on this machine: torch sees {', '.join(here)} "
                 f"({settings.YARDSTICK_NODE}); use auto or one of those")
-    workers = list(Worker.live(jobs_queue()))
-    if not workers or any(has_device(w.devices, requested) for w in workers):
-        return ""  # no worker has reported yet: the job waits in the queue for one
-    have = "; ".join(f"{', '.join(w.devices)} ({w.host})" for w in workers)
-    return f"device {requested} is not on any jobs worker: workers have {have}; use auto or one of those"
+    me = Worker(name="here", devices=here, cores=local_cores())
+    if capacity(me, requested) < devices:
+        return (f"{devices} × {requested} is more than this machine has: {capacity(me, requested)} "
+                f"({settings.YARDSTICK_NODE}: {', '.join(here)}, {local_cores()} cores)")
+    return ""
 
 
 # -- the worker's side ----------------------------------------------------------------
 
 
 def report(name, queues):
-    """Write this worker's row now."""
-    return Worker.report(name, settings.YARDSTICK_NODE, queues, local_devices())
+    """Write this worker's row now: what it has, where, for whom."""
+    return Worker.report(name, settings.YARDSTICK_NODE, queues, local_devices(), team=settings.YARDSTICK_POOL,
+                         cores=local_cores(), gpus=local_gpus())
 
 
 def refresh(name):
     """Mark this worker seen now, from the process about to run a job (its devices may have changed)."""
-    Worker.objects.filter(name=name).update(seen_at=timezone.now(), devices=local_devices())
+    Worker.objects.filter(name=name).update(seen_at=timezone.now(), devices=local_devices(), cores=local_cores())
 
 
 def forget(name):

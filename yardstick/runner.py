@@ -71,15 +71,20 @@ def check_roles(settings, roles):
 
 def children_for(settings, roles, host, port):
     """The children `up` starts for `roles`, in start order (none is started here)."""
+    from trainer.workers import jobs_queue, worker_name
+
     py = sys.executable
     manage = str(settings.BASE_DIR / "manage.py")
+    own = worker_name(settings.YARDSTICK_NODE)
+    jobs_queues = [own] if settings.YARDSTICK_POOL else [jobs_queue(), own]
     children = {
         "web": Child("web", [py, "-m", "daphne", "-b", host, "-p", str(port), "yardstick.asgi:application"]),
         "worker": Child("worker", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", "default",
                                    "-n", "default@%h", "--concurrency", "1", "--loglevel", "INFO"]),
-        # Training: one task per slot, fetched one at a time, acknowledged when done.
-        "jobs": Child("jobs", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs",
-                               "-n", "jobs@%h", "--concurrency", "1", "--prefetch-multiplier", "1",
+        # Training: one task per slot, fetched one at a time, acknowledged when done. Named after the node;
+        # its own queue carries that name (jobs placed on it), the shared one any job (trainer/workers.py).
+        "jobs": Child("jobs", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", ",".join(jobs_queues),
+                               "-n", own, "--concurrency", "1", "--prefetch-multiplier", "1",
                                "--loglevel", "INFO"]),
         "beat": Child("beat", [py, "-m", "celery", "-A", "yardstick", "beat", "--loglevel", "INFO",
                                "-s", str(settings.DATA_DIR / "celerybeat-schedule")]),

@@ -167,6 +167,12 @@ def _node():
 
 # This machine's name in telemetry and in training stints (one name, so they meet).
 YARDSTICK_NODE = _node()
+# The team pool this node's jobs worker serves: it then runs only jobs that ask for that pool (and takes
+# nothing from the shared queue). Empty: a shared worker.
+YARDSTICK_POOL = os.environ.get("YARDSTICK_POOL", "").strip()
+if any(c.isspace() for c in YARDSTICK_POOL) or len(YARDSTICK_POOL) > 100:
+    raise ImproperlyConfigured(f"YARDSTICK_POOL must be a team name without spaces (at most 100 characters), "
+                               f"got {YARDSTICK_POOL!r}")
 # What `up`'s collector reads: host (this machine's CPU, works anywhere) or nvml (its NVIDIA GPUs).
 COLLECTOR_SOURCE = os.environ.get("YARDSTICK_COLLECTOR_SOURCE", "").strip() or "host"
 if COLLECTOR_SOURCE not in ("host", "nvml"):

@@ -58,12 +58,17 @@ def test_a_viewer_cannot_start(viewer_client):
 def test_a_device_no_jobs_worker_has_is_named_on_the_form_with_what_they_have(operator_client):
     from trainer.models import Worker
 
-    Worker.report("jobs@host-a", "host-a", ["jobs"], ["cpu"])
+    Worker.report("jobs@host-a", "host-a", ["jobs"], ["cpu"], cores=2)
     resp = operator_client.post("/jobs/start", {"preset": "smoke", "name": "gpu run", "team": "research",
-                                                "env": "arithmetic", "device": "cuda"})
+                                                "env": "arithmetic", "device": "cuda", "devices": "x",
+                                                "node": "host-z"})
     assert resp.status_code == 400
     assert resp.context["form_errors"] == {
-        "device": "device cuda is not on any jobs worker: workers have cpu (host-a); use auto or one of those"}
+        "devices": "devices must be a whole number from 1 to 64, got 'x'",
+        "node": "no jobs worker is on node host-z: workers have jobs@host-a on host-a: 2 cores, shared; use one "
+                "of their nodes, or none for any",
+        "device": "device cuda is not on any jobs worker: workers have jobs@host-a on host-a: 2 cores, shared; use "
+                  "auto or one of those"}
     assert Job.objects.count() == 0
 
 

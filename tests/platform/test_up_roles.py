@@ -48,8 +48,14 @@ def test_a_gpu_node_starts_a_jobs_worker_and_a_collector_under_its_node_name(set
 
     assert [c.name for c in children] == ["jobs", "collector"]
     jobs, collector = children
-    assert jobs.argv[jobs.argv.index("-Q") + 1] == "jobs"
+    # The shared queue and its own, which carries the node name, as does the worker.
+    assert jobs.argv[jobs.argv.index("-Q") + 1] == "jobs,jobs@gpu-node-7"
+    assert jobs.argv[jobs.argv.index("-n") + 1] == "jobs@gpu-node-7"
     assert collector.argv[-5:] == ["collect", "--source", "nvml", "--node", "gpu-node-7"]
+
+    settings.YARDSTICK_POOL = "research"  # a team's pool: its own queue only, nothing from the shared one
+    jobs = children_for(settings, ("jobs",), "127.0.0.1", 8000)[0]
+    assert jobs.argv[jobs.argv.index("-Q") + 1] == "jobs@gpu-node-7"
 
 
 def test_every_role_is_the_default_and_each_starts_its_own_child(settings):

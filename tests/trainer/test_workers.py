@@ -1,4 +1,5 @@
-"""Jobs workers report their devices; a job asking for a device none of them has is refused at start."""
+"""Jobs workers announce what they have; each job goes only to one that can run it, and one that nobody can
+run is refused at start, naming what the workers have."""
 
 import json
 import os
@@ -7,6 +8,8 @@ import socket
 from datetime import timedelta
 
 import pytest
+import redis
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
@@ -16,41 +19,158 @@ from trainer.models import Job, Worker
 from trainer.workers import local_devices
 
 
-def post_job(client, device):
+def post_job(client, device="auto", **where):
     return client.post("/api/jobs", json.dumps({"name": "gpu run", "team": "research", "env": "arithmetic",
-                                                 "config": {**TINY, "steps": 2}, "device": device}),
+                                                 "config": {**TINY, "steps": 2}, "device": device, **where}),
                        content_type="application/json")
 
 
+def queued_in(queue):
+    """run_job messages waiting in `queue`, read from the broker (kombu's Redis transport: one list per queue)."""
+    return redis.Redis.from_url(settings.REDIS_URL).llen(queue)
+
+
+def fleet():
+    """Three live jobs workers: a shared CPU node, a shared node with two GPUs, a CPU node of research's pool."""
+    Worker.report("jobs@cpu-a", "cpu-a", ["jobs", "jobs@cpu-a"], ["cpu"], cores=2)
+    Worker.report("jobs@gpu-b", "gpu-b", ["jobs", "jobs@gpu-b"], ["cpu", "cuda:0", "cuda:1"], cores=16,
+                  gpus=[{"index": i, "uuid": f"GPU-b{i}", "name": "NVIDIA H200", "memory_mib": 143771} for i in (0, 1)])
+    Worker.report("jobs@res-c", "res-c", ["jobs@res-c"], ["cpu"], team="research", cores=4)
+
+
 def test_a_device_no_jobs_worker_has_is_refused_naming_what_the_workers_have(db, client, operator):
-    Worker.report("jobs@host-a", "host-a", ["jobs"], ["cpu"])
-    Worker.report("jobs@host-b", "host-b", ["jobs"], ["cpu", "cuda:0"])
+    Worker.report("jobs@host-a", "host-a", ["jobs"], ["cpu"], cores=2)
+    Worker.report("jobs@host-b", "host-b", ["jobs"], ["cpu", "cuda:0"], cores=8)
     client.force_login(operator)
 
     resp = post_job(client, "cuda:1")
     assert resp.status_code == 400
     assert resp.json() == {"field": "device", "error": "device cuda:1 is not on any jobs worker: workers have "
-                                                       "cpu (host-a); cpu, cuda:0 (host-b); use auto or one of those"}
+                                                       "jobs@host-a on host-a: 2 cores, shared; jobs@host-b on host-b: "
+                                                       "8 cores, 1 × CUDA GPU (cuda:0), shared; use auto or one of those"}
     assert Job.objects.count() == 0
     assert post_job(client, "cuda").status_code == 201, "host-b has a GPU"
     assert post_job(client, "cuda:0").status_code == 201
 
 
-def test_a_cpu_only_fleet_refuses_cuda_in_the_words_of_the_issue(db, client, operator):
-    Worker.report("jobs@host-a", "host-a", ["jobs"], ["cpu"])
+def test_each_job_goes_only_to_a_worker_that_has_what_it_asks_for(db, client, operator,
+                                                                   django_capture_on_commit_callbacks):
+    fleet()
     client.force_login(operator)
-    resp = post_job(client, "cuda")
-    assert resp.json()["error"].startswith("device cuda is not on any jobs worker: workers have cpu (host-a)")
-    assert post_job(client, "auto").status_code == 201 and post_job(client, "cpu").status_code == 201
+    queues = ("jobs", "jobs@gpu-b", "jobs@cpu-a", "jobs@res-c")
+    before = {q: queued_in(q) for q in queues}  # the broker outlives tests: count what this one adds
+    with django_capture_on_commit_callbacks(execute=True):
+        anywhere = post_job(client).json()
+        two_gpus = post_job(client, "cuda", devices=2).json()
+        on_a = post_job(client, node="cpu-a").json()
+        pooled = post_job(client, pool="research").json()
+        two_cpus = post_job(client, "cpu", devices=2, pool="research").json()
+    # Nothing in particular: the shared queue, which only the shared workers consume.
+    assert anywhere["placed_on"] == ""
+    assert (two_gpus["placed_on"], two_gpus["devices"]) == ("jobs@gpu-b", 2)
+    assert on_a["placed_on"] == "jobs@cpu-a"
+    assert pooled["placed_on"] == two_cpus["placed_on"] == "jobs@res-c"
+    assert [queued_in(q) - before[q] for q in queues] == [1, 1, 1, 2]
 
 
-def test_with_no_live_jobs_worker_reported_a_gpu_job_is_accepted_and_waits_in_the_queue(db, client, operator):
+def test_a_job_nobody_can_run_is_refused_at_once_naming_the_field_and_what_there_is(db, client, operator):
+    fleet()
+    client.force_login(operator)
+    cases = {
+        "devices": (post_job(client, "cuda", devices=3), "no jobs worker has 3 × cuda: workers have "),
+        "node": (post_job(client, node="gpu-z"), "no jobs worker is on node gpu-z: workers have "),
+        "pool": (post_job(client, pool="infra"), "no jobs worker serves pool infra: workers have "),
+    }
+    for field, (resp, start) in cases.items():
+        assert resp.status_code == 400 and resp.json()["field"] == field, resp.json()
+        assert resp.json()["error"].startswith(start)
+        assert "jobs@gpu-b on gpu-b: 16 cores, 2 × NVIDIA H200 (cuda:0, cuda:1), shared" in resp.json()["error"]
+        assert "jobs@res-c on res-c: 4 cores, pool research" in resp.json()["error"]
+    # research's pool has no GPU; 5 CPU processes are more than its 4 cores.
+    assert post_job(client, "cuda", pool="research").json()["error"].startswith(
+        "device cuda is not on any jobs worker in pool research")
+    assert post_job(client, "cpu", devices=5, pool="research").json()["field"] == "devices"
+    assert Job.objects.count() == 0
+
+
+def test_bad_placement_fields_are_named_and_store_nothing(db, client, operator):
+    fleet()
+    client.force_login(operator)
+    for where, field in (({"devices": "2"}, "devices"), ({"devices": 0}, "devices"), ({"devices": True}, "devices"),
+                         ({"node": "two words"}, "node"), ({"pool": 7}, "pool")):
+        resp = post_job(client, "auto", **where)
+        assert resp.status_code == 400 and resp.json()["field"] == field, (where, resp.json())
+    resp = post_job(client, "cuda:0", devices=2)
+    assert resp.json() == {"field": "devices", "error": "devices 2 needs device auto, cpu or cuda (one process "
+                                                        "per device); cuda:0 names one GPU"}
+    assert Job.objects.count() == 0
+
+
+def test_with_no_live_jobs_worker_only_a_job_any_worker_could_run_waits_in_the_queue(db, client, operator):
     long_gone = timezone.now() - timedelta(seconds=Worker.STALE_S + 1)
     Worker.objects.create(name="jobs@old", host="old", queues=["jobs"], devices=["cpu"], seen_at=long_gone)
     Worker.report("default@host-a", "host-a", ["default"], ["cpu"])  # not a jobs worker
     client.force_login(operator)
-    resp = post_job(client, "cuda")
-    assert resp.status_code == 201 and resp.json()["status"] == "queued"
+    resp = post_job(client, "auto")
+    assert resp.status_code == 201 and resp.json()["status"] == "queued" and resp.json()["placed_on"] == ""
+    refused = post_job(client, "cuda")
+    assert refused.json()["error"].startswith("no jobs worker has reported, so nobody can run device cuda: start one")
+    assert Job.objects.count() == 1
+
+
+def test_the_least_busy_capable_worker_is_chosen(db, client, operator):
+    fleet()
+    Worker.report("jobs@gpu-d", "gpu-d", ["jobs", "jobs@gpu-d"], ["cpu", "cuda:0"], cores=8)
+    client.force_login(operator)
+    first, second, third = (post_job(client, "cuda").json()["placed_on"] for _ in range(3))
+    assert {first, second} == {"jobs@gpu-b", "jobs@gpu-d"} and third == first
+
+
+def test_resume_places_the_job_again_and_is_refused_while_nobody_can_run_it(db, client, operator):
+    fleet()
+    client.force_login(operator)
+    job = Job.objects.get(pk=post_job(client, "cuda", devices=2).json()["id"])
+    job.request_stop(by="test")
+    job.refresh_from_db()
+    assert job.status == "stopped"
+    Worker.objects.filter(name="jobs@gpu-b").update(seen_at=timezone.now() - timedelta(seconds=Worker.STALE_S + 1))
+    resp = client.post(f"/api/jobs/{job.pk}/resume")
+    assert resp.status_code == 409
+    assert resp.json()["error"].startswith(f"job {job.pk} cannot be resumed now: device cuda is not on any jobs "
+                                           "worker: workers have jobs@cpu-a on cpu-a")
+    job.refresh_from_db()
+    assert job.status == "stopped"
+    Worker.report("jobs@gpu-e", "gpu-e", ["jobs", "jobs@gpu-e"], ["cpu", "cuda:0", "cuda:1"], cores=8)
+    assert client.post(f"/api/jobs/{job.pk}/resume").status_code == 200
+    job.refresh_from_db()
+    assert (job.status, job.placed_on) == ("queued", "jobs@gpu-e")
+
+
+def test_a_queued_job_whose_worker_went_away_is_sent_to_another_that_can_run_it(db, client, operator,
+                                                                               django_capture_on_commit_callbacks):
+    fleet()
+    client.force_login(operator)
+    before = queued_in("jobs@gpu-f")
+    job_id = post_job(client, "cuda").json()["id"]
+    Worker.report("jobs@gpu-f", "gpu-f", ["jobs", "jobs@gpu-f"], ["cpu", "cuda:0"], cores=8)
+    assert Job.replace_orphans() == [], "its worker is alive: it stays"
+    Worker.objects.filter(name="jobs@gpu-b").update(seen_at=timezone.now() - timedelta(seconds=Worker.STALE_S + 1))
+    with django_capture_on_commit_callbacks(execute=True):
+        moved = Job.replace_orphans()
+    assert [j.pk for j in moved] == [job_id] and Job.objects.get(pk=job_id).placed_on == "jobs@gpu-f"
+    assert queued_in("jobs@gpu-f") - before == 1
+
+
+def test_the_workers_api_and_the_start_form_show_where_jobs_can_run(db, client, operator):
+    fleet()
+    client.force_login(operator)
+    workers = client.get("/api/workers").json()["workers"]
+    assert [(w["name"], w["node"], w["pool"], w["cores"]) for w in workers] == [
+        ("jobs@cpu-a", "cpu-a", "", 2), ("jobs@gpu-b", "gpu-b", "", 16), ("jobs@res-c", "res-c", "research", 4)]
+    assert [g["uuid"] for g in workers[1]["gpus"]] == ["GPU-b0", "GPU-b1"]
+    page = client.get("/jobs/").content.decode()
+    assert '<option>gpu-b</option>' in page and '<option>research</option>' in page
+    assert "NVIDIA H200 <code" in page and "<td>research</td>" in page
 
 
 def test_manage_py_train_checks_the_device_against_what_torch_sees_here(db, data_dir):
@@ -70,6 +190,7 @@ def test_a_celery_worker_reports_its_queues_and_devices_when_ready_and_is_forgot
         row = wait_for(lambda: Worker.objects.filter(name=name).first(), timeout_s=90,
                        what=f"the worker to report itself (log: {tmp_path / 'worker.log'})")
         assert (row.host, row.queues, row.devices) == (socket.gethostname(), ["jobs"], local_devices())
+        assert (row.team, row.cores, row.gpus) == ("", len(os.sched_getaffinity(0)), [])  # no NVIDIA GPU here
         assert list(Worker.live("jobs")) == [row]
         os.killpg(worker.pid, signal.SIGTERM)
         worker.wait(timeout=60)
