@@ -117,12 +117,14 @@ class HostSource:
 
 
 def host_uuid(node):
-    """A stable id for this machine's CPU: from /etc/machine-id, else from the node name."""
+    """A stable id for this node's CPU: from /etc/machine-id and the node name (two node names on one
+    machine, as in a test of two nodes, are two devices, each charged for its own node's jobs)."""
     try:
-        seed = Path("/etc/machine-id").read_text().strip()
+        machine = Path("/etc/machine-id").read_text().strip()
     except OSError:
-        seed = ""
-    return "CPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, seed or node or socket.gethostname()))
+        machine = ""
+    node = node or socket.gethostname()
+    return "CPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"{machine}/{node}" if machine else node))
 
 
 def cpu_model():
