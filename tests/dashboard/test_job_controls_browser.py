@@ -138,3 +138,36 @@ def test_the_start_form_marks_required_fields_labels_hyperparameters_and_shows_w
     assert page.locator("#f-name").get_attribute("aria-required") == "true"
     assert page.evaluate("document.getElementById('f-team').required") is True
     assert "group_size" in page.inner_text('.field:has(#f-group_size) .hint'), "the field's name stays visible"
+
+
+def test_the_start_form_shows_where_jobs_can_run_and_places_the_job_on_the_node_picked(  # noqa: F811
+        live_server, page, transactional_db, django_user_model, output_dir, request):
+    from trainer.models import Worker
+
+    purge_jobs_queue()
+    Worker.report("jobs@cpu-a", "cpu-a", ["jobs", "jobs@cpu-a"], ["cpu"], cores=2)
+    Worker.report("jobs@gpu-b", "gpu-b", ["jobs", "jobs@gpu-b"], ["cpu", "cuda:0", "cuda:1"], cores=16,
+                  gpus=[{"index": i, "uuid": f"GPU-b{i}", "name": "NVIDIA H200", "memory_mib": 143771} for i in (0, 1)])
+    user_in_role(django_user_model, "otto", "operator")
+    log_in(page, live_server.url, "otto", "/jobs/")
+    page.click("details#start summary")
+    rows = page.locator("#workers tbody tr")
+    assert rows.count() == 2 and "NVIDIA H200 #0, NVIDIA H200 #1" in rows.nth(1).inner_text()
+
+    page.fill("#f-name", "two gpus on b")
+    page.fill("#f-team", "research")
+    page.select_option("#f-preset", "smoke")
+    page.select_option("#f-node", "cpu-a")
+    page.fill("#f-device", "cuda")
+    page.fill("#f-devices", "2")
+    page.click("#start-submit")
+    # cpu-a has no GPU: the form comes back naming the device, and nothing is started.
+    assert "device cuda is not on any jobs worker on node cpu-a" in page.inner_text("#e-device")
+    shot(page, output_dir, request, "refused")
+    assert Job.objects.count() == 0
+
+    page.select_option("#f-node", "gpu-b")
+    page.click("#start-submit")
+    page.wait_for_url("**/jobs/*")
+    job = Job.objects.get()
+    assert (job.node, job.device, job.devices, job.placed_on) == ("gpu-b", "cuda", 2, "jobs@gpu-b")
