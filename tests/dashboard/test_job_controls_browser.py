@@ -171,3 +171,4 @@ def test_the_start_form_shows_where_jobs_can_run_and_places_the_job_on_the_node_
     page.wait_for_url("**/jobs/*")
     job = Job.objects.get()
     assert (job.node, job.device, job.devices, job.placed_on) == ("gpu-b", "cuda", 2, "jobs@gpu-b")
+    assert page.inner_text("#asked-for") == "Asked for 2 × cuda on node gpu-b; sent to jobs@gpu-b."
