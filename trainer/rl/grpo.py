@@ -3,6 +3,9 @@
 Shapes: P prompts, G completions per prompt, B = P * G rows, T token positions.
 Per-token tensors are (B, T); `mask` (B, T) marks the tokens the policy sampled
 (not the prompt, not tool results, not padding) and every mean is over those.
+When a minibatch is spread over several processes, `tokens` is the minibatch's
+sampled-token count over all of them: each process's mean is then its share of
+the whole minibatch's mean, and the shares add up to it.
 """
 
 from __future__ import annotations
@@ -59,10 +62,15 @@ def clipped_surrogate(
     return loss, active
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Return the mean of x over the positions where mask is true (0 when there are none)."""
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
+    """Return the mean of x over the positions where mask is true (0 when there are none).
+
+    With `tokens` (a count of masked positions, this mask's and others'), return the sum over this
+    mask divided by that count: this mask's share of the mean over all of them.
+    """
     mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp(min=1)
+    count = mask.sum() if tokens is None else tokens.to(x.dtype)
+    return (x * mask).sum() / count.clamp(min=1)
 
 
 def grpo_loss(
@@ -74,19 +82,22 @@ def grpo_loss(
     *,
     clip_eps: float,
     kl_coef: float,
+    tokens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Return the scalar loss and its parts (detached) for one minibatch.
 
     loss = mean over sampled tokens of [clipped surrogate + kl_coef * k3 KL to the reference].
     Every sampled token in the minibatch weighs the same, so long completions
     are not diluted (the token-level mean of DAPO rather than GRPO's per-sequence mean).
+    With `tokens` (the minibatch's sampled tokens on every process), the loss and its parts are
+    this process's shares (see `masked_mean`).
     """
     surrogate, active = clipped_surrogate(logp, old_logp, advantages, clip_eps)  # (B, T)
     kl = kl_k3(logp, ref_logp)  # (B, T)
-    loss = masked_mean(surrogate + kl_coef * kl, mask)
+    loss = masked_mean(surrogate + kl_coef * kl, mask, tokens)
     stats = {
-        "policy_loss": masked_mean(surrogate, mask).detach(),
-        "kl": masked_mean(kl, mask).detach(),
-        "clip_ratio": masked_mean(active.float(), mask).detach(),
+        "policy_loss": masked_mean(surrogate, mask, tokens).detach(),
+        "kl": masked_mean(kl, mask, tokens).detach(),
+        "clip_ratio": masked_mean(active.float(), mask, tokens).detach(),
     }
     return loss, stats
