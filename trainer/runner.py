@@ -18,6 +18,13 @@ topic "jobs" (kind "phase"). Every way
 out ends the stint; an exception ends the job as failed with its text. A
 worker killed outright can do neither: `fail_crashed_jobs` finds its job by
 its stale heartbeat (see trainer/tasks.py).
+
+A job with `devices` N > 1 trains as N processes under torch.distributed
+(trainer/rl/distributed.py): this process is rank 0 and does all the database
+work; ranks 1..N-1 are subprocesses it starts (a Celery pool process is
+daemonic: multiprocessing may not start children there), each with a stint of
+its own, on cuda:0..N-1 or N times this node's cpu. They stop at the same step
+as rank 0, which writes the checkpoint; a rank that dies fails the job naming it.
 """
 
 import logging
@@ -41,6 +48,9 @@ from yardstick.live import publish
 log = logging.getLogger(__name__)
 
 HEARTBEAT_LIMIT_DEFAULT_S = 120
+# How long a rank of a job on several devices may wait for the others (rank 0 evaluating, say) before the
+# job fails; a rank that dies is seen at once.
+DDP_TIMEOUT_DEFAULT_S = 300
 CHECKPOINT_GLOB = "step-*.pt"
 # How the phase of a base-policy build begins (the job page tells it by this).
 BUILD_PHASE = "building the base policy"
@@ -71,6 +81,11 @@ def models_dir():
 def heartbeat_limit_s():
     """A heartbeat older than this means the worker is gone."""
     return float(getattr(settings, "YARDSTICK_JOB_HEARTBEAT_LIMIT_S", HEARTBEAT_LIMIT_DEFAULT_S))
+
+
+def ddp_timeout_s():
+    """The process group's timeout for a job on several devices."""
+    return float(getattr(settings, "YARDSTICK_DDP_TIMEOUT_S", DDP_TIMEOUT_DEFAULT_S))
 
 
 def checkpoint_path(job, step):
@@ -112,6 +127,33 @@ def resolve_device(requested):
             "use auto, cpu" + (f" or cuda:0..cuda:{count - 1}" if count else "")
         )
     return f"cuda:{index}"
+
+
+def resolve_devices(requested, count):
+    """Return the torch device of each of a job's `count` ranks: [resolve_device(requested)] for one;
+    for more, cuda:0..count-1 (auto with CUDA, or cuda) or count times cpu (one process per core).
+
+    Raise DeviceUnavailable naming what this node has when it has fewer than `count`.
+    """
+    if count == 1:
+        return [resolve_device(requested)]
+    import torch
+
+    if requested not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"devices {count} needs device auto, cpu or cuda (one process per device), got {requested!r}")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == "cpu" or (requested == "auto" and not gpus):
+        cores = len(os.sched_getaffinity(0))
+        if count > cores:
+            raise DeviceUnavailable(
+                f"{count} × cpu was requested but {settings.YARDSTICK_NODE} lets this worker use {cores} CPU core(s), "
+                f"one per process; use devices 1..{cores}")
+        return ["cpu"] * count
+    if count > gpus:
+        raise DeviceUnavailable(
+            f"{count} × cuda was requested but {settings.YARDSTICK_NODE} has {gpus} CUDA device(s); use "
+            + (f"devices 1..{gpus} or " if gpus else "") + "device cpu")
+    return [f"cuda:{rank}" for rank in range(count)]
 
 
 def device_identity(device):
@@ -232,37 +274,30 @@ def run(job_id, progress=None):
         log.info("job %s is %s, not queued; another worker has it or it was cancelled", job_id, job.status)
         return job
 
-    stint = None
+    stints = []  # rank 0's, then (on several devices) the other ranks'
     beat = None
     try:
-        device = resolve_device(job.device)
-        uuid, name = device_identity(device)
-        stint = Stint.objects.create(
-            job=job, node=settings.YARDSTICK_NODE, device=uuid, device_name=name, pid=os.getpid(),
-            first_step=job.steps_done,
-        )
+        devices = resolve_devices(job.device, job.devices)
+        stints.append(_open_stint(job, devices[0], os.getpid()))
         job.announce_stints()  # "Where it ran" shows this stint from now (the claim's status event had none)
         limit = heartbeat_limit_s()
         beat = Heartbeat(job, interval_s=max(0.5, min(30.0, limit / 4))).start()
-        outcome = _train(job, device, stint, progress)
+        outcome = _train(job, devices, stints, progress)
     except LostJob as err:
         log.warning("job %s: %s; this worker lets it go", job_id, err)
-        if stint is not None:
-            stint.end("lost", _steps_done(job))
+        _end_stints(stints, "lost", _steps_done(job))
     except BaseException as err:  # KeyboardInterrupt in `manage.py train` too: the job must not stay running
         log.exception("job %s failed", job_id)
         with transaction.atomic():
-            if stint is not None:
-                stint.end(Status.FAILED, _steps_done(job))
+            _end_stints(stints, Status.FAILED, _steps_done(job))
             # A missing device is missing again on a resume: say so, and offer no Resume.
             job.finish(Status.FAILED, error=_error_text(err), not_resumable_reason=(
-                f"its device {job.device} is not on the worker that ran it; start a new job with a device "
-                "the workers have (auto runs anywhere)" if isinstance(err, DeviceUnavailable) else ""))
+                _missing_devices(job) if isinstance(err, DeviceUnavailable) else ""))
         if not isinstance(err, Exception):
             raise
     else:
         with transaction.atomic():
-            stint.end(outcome.status, _steps_done(job))
+            _end_stints(stints, outcome.status, _steps_done(job))
             if not job.finish(outcome.status, outcome.reason):
                 log.warning("job %s was ended by another party before it could end as %s", job_id, outcome.status)
     finally:
@@ -274,6 +309,33 @@ def run(job_id, progress=None):
     return job
 
 
+def _open_stint(job, device, pid):
+    """A stint of `job` on this node's `device` for process `pid` (rank 0: this one), starting now.
+
+    The ranks of a job on N CPUs all name this node's "cpu", which the cost engine reads as the
+    node's one host device: it charges a job the union of its stints on a device, so the host is
+    charged once for the job while any rank runs, not N times (the host's price and power cover
+    all its cores). On GPUs each rank's stint names its own GPU, and each GPU is charged.
+    """
+    uuid, name = device_identity(device)
+    return Stint.objects.create(job=job, node=settings.YARDSTICK_NODE, device=uuid, device_name=name, pid=pid,
+                                first_step=job.steps_done)
+
+
+def _end_stints(stints, reason, steps_done):
+    for stint in stints:
+        stint.end(reason, steps_done)
+
+
+def _missing_devices(job):
+    """Why a job whose devices this worker lacks is not offered a resume."""
+    if job.devices > 1:
+        return (f"{job.devices} × {job.device} is more than the worker that ran it has; start a new job with "
+                "devices the workers have")
+    return (f"its device {job.device} is not on the worker that ran it; start a new job with a device "
+            "the workers have (auto runs anywhere)")
+
+
 def _tell_run_ended(job):
     """Send trainer.signals.run_ended; a receiver's error is logged, the job's end stands."""
     for receiver, result in run_ended.send_robust(sender=Job, job=job):
@@ -282,22 +344,23 @@ def _tell_run_ended(job):
                       result, exc_info=result)
 
 
-def _train(job, device, stint, progress):
-    """The loop. Return the Outcome; raise LostJob when someone else ended the job."""
+def _train(job, devices, stints, progress):
+    """Build the trainer (on several devices: start the other ranks too) and run the loop.
+    Return the Outcome; raise LostJob when someone else ended the job."""
     import torch
 
     from trainer.rl import Trainer, TrainConfig
 
     config = TrainConfig.from_dict(job.config)
-    torch.set_num_threads(torch_threads(config))
+    threads = torch_threads(config)
+    torch.set_num_threads(threads)
 
-    # -- build: from the newest checkpoint, or fresh from the base policy ------------
+    # -- where it starts: the newest checkpoint, another job's policy, or the base policy --
     resume_from = latest_checkpoint(job)
     built = None
     if resume_from is not None:
-        _set_phase(job, f"loading the checkpoint {resume_from.name}")
-        trainer = Trainer.from_checkpoint(resume_from, models_dir(), device)
-        log.info("job %s resumes from %s (step %s)", job.pk, resume_from.name, trainer.step)
+        origin = {"checkpoint": str(resume_from), "base_dir": str(models_dir())}
+        phase = f"loading the checkpoint {resume_from.name}"
     elif job.init_step is not None:
         if job.init_from_id is None:  # SET_NULL: never train from the base policy in its place
             raise LookupError("the job it continues was deleted, and its checkpoint with it; start a new job")
@@ -306,15 +369,38 @@ def _train(job, device, stint, progress):
         if not source.exists():
             raise FileNotFoundError(f"job {job.init_from_id} no longer keeps its checkpoint at step {job.init_step} "
                                     f"({source.name}); start a new job from one it keeps")
-        _set_phase(job, f"loading job {job.init_from_id}'s policy (checkpoint at step {job.init_step})")
-        trainer = Trainer.from_policy(config, source, device)
+        origin = {"policy": str(source), "config": config.to_dict()}
+        phase = f"loading job {job.init_from_id}'s policy (checkpoint at step {job.init_step})"
     else:
         try:
-            built = _build_base(job, config, device)
+            built = _build_base(job, config, devices[0])
         except _StopRequested as stop:
             return stop.outcome
-        _set_phase(job, "loading the base policy")
-        trainer = Trainer(config, models_dir(), device)
+        origin = {"config": config.to_dict(), "base_dir": str(models_dir())}
+        phase = "loading the base policy"
+
+    # -- build: here, and on several devices in every rank -----------------------------
+    if len(devices) == 1:
+        _set_phase(job, phase)
+        trainer = Trainer.from_origin(origin, devices[0])
+        return _steps(job, trainer, config, resume_from, built, stints, progress)
+    from trainer.rl.distributed import Leader
+
+    if devices[0] == "cpu":
+        threads = max(1, threads // len(devices))  # the ranks share this node's cores
+    _set_phase(job, f"{phase} on {len(devices)} devices")
+    with Leader(devices, origin, threads=threads, timeout_s=ddp_timeout_s()) as leader:
+        stints.extend(_open_stint(job, device, pid) for device, pid in zip(devices[1:], leader.pids))
+        job.announce_stints()
+        leader.join(Trainer.from_origin(origin, devices[0], leader.ranks))
+        torch.set_num_threads(threads)
+        return _steps(job, leader, config, resume_from, built, stints, progress)
+
+
+def _steps(job, trainer, config, resume_from, built, stints, progress):
+    """The loop, from the baseline (a fresh start) or the checkpoint's step. Return the Outcome."""
+    if resume_from is not None:
+        log.info("job %s resumes from %s (step %s)", job.pk, resume_from.name, trainer.step)
     # Rows past the checkpoint belong to steps that will run again (after a crash);
     # a fresh start (no checkpoint) runs the baseline again too.
     keep_through = trainer.step if resume_from is not None else -1
@@ -322,7 +408,7 @@ def _train(job, device, stint, progress):
         Step.objects.filter(job=job, step__gt=keep_through).delete()
         Sample.objects.filter(job=job, step__gt=keep_through).delete()
         _update_active(job, steps_done=trainer.step)
-        Stint.objects.filter(pk=stint.pk).update(first_step=trainer.step)
+        Stint.objects.filter(pk__in=[stint.pk for stint in stints]).update(first_step=trainer.step)
         # Pages drop the re-run steps' old points (publish waits for this commit).
         publish(f"job.{job.pk}", "rewind", {"job": job.pk, "through": keep_through})
 

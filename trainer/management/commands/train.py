@@ -19,8 +19,8 @@ from trainer.models import Job, Status, Step
 from yardstick.inputs import InputError
 
 # Fields of Job.start and the flags that set them, for error messages.
-FLAGS = {"env": "--env", "name": "--name", "team": "--team", "device": "--device", "budget_usd": "--budget-usd",
-         "config": "--config", "config.steps": "--steps", "config.seed": "--seed"}
+FLAGS = {"env": "--env", "name": "--name", "team": "--team", "device": "--device", "devices": "--devices",
+         "budget_usd": "--budget-usd", "config": "--config", "config.steps": "--steps", "config.seed": "--seed"}
 
 
 class Command(BaseCommand):
@@ -33,6 +33,9 @@ class Command(BaseCommand):
         parser.add_argument("--name", help="job name (default: '<env> seed <seed>')")
         parser.add_argument("--team", default="cli", help="team charged for it (default: cli)")
         parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+        parser.add_argument("--devices", type=int, default=1,
+                            help="train on this many devices of that kind, one process each (default 1): "
+                                 "cuda:0..N-1, or N CPU cores")
         parser.add_argument("--budget-usd", dest="budget_usd", help="stop at this spend (dollars)")
         parser.add_argument(
             "--config", action="append", default=[], metavar="JSON|KEY=VALUE",
@@ -52,8 +55,8 @@ class Command(BaseCommand):
         name = opts["name"] or f"{opts['env']} seed {config.get('seed', 0)}"
         try:
             job = Job.start(name=name, team=opts["team"], env=opts["env"], config=config,
-                            budget_usd=opts["budget_usd"], device=opts["device"], enqueue=False,
-                            runs_here=True)
+                            budget_usd=opts["budget_usd"], device=opts["device"], devices=opts["devices"],
+                            enqueue=False, runs_here=True)
         except InputError as err:
             flag = FLAGS.get(err.field) or f"--config {err.field.removeprefix('config.')}"
             raise CommandError(f"{flag}: {err.message}") from None
