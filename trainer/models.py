@@ -174,6 +174,9 @@ class Job(models.Model):
         if not isinstance(device, str) or not DEVICE_RE.fullmatch(device):  # fullmatch: "$" lets "cuda:1\n" through
             raise InputError("device", f"device must be {DEVICE_ACCEPTED}, got {device!r}")
         devices, node, pool = _devices(devices, device), _name_field("node", node, 255), _name_field("pool", pool, TEAM_MAX)
+        if cfg.prompts_per_step < devices:  # each device takes whole prompt groups
+            raise InputError("config.prompts_per_step", f"config.prompts_per_step must be at least devices ({devices}): "
+                                                        f"each device takes whole prompt groups; got {cfg.prompts_per_step}")
         if runs_here:
             refusal = device_refusal(device, devices)
             if refusal:

@@ -51,9 +51,10 @@ def fail_job_of_lost_worker(sender=None, task_id=None, exception=None, args=None
     job = Job.objects.filter(pk=job_id).first()
     if job is None:
         return
-    # The open stint names the pool process that ran it; WorkerLostError says how it ended. A pid
-    # still alive is not the process that died (the job runs elsewhere after a redelivery).
-    stint = job.stints.filter(ended_at__isnull=True).order_by("-started_at").first()
+    # The job's first open stint (rank 0's, on a job of several devices) names the pool process that ran
+    # it; WorkerLostError says how it ended. A pid still alive is not the process that died (the job runs
+    # elsewhere after a redelivery).
+    stint = job.stints.filter(ended_at__isnull=True).order_by("started_at", "id").first()
     # billiard's text ends with its pool-internal " Job: <index>.", which means nothing to people.
     cause = str(exception).partition(" Job:")[0].rstrip(". ")
     if stint is not None and not psutil.pid_exists(stint.pid) and job.fail_worker_lost(stint.pid, f"Celery: {cause}"):

@@ -6,7 +6,7 @@ import pytest
 
 from tests.trainer.helpers import STEP_KEYS
 from trainer import runner
-from trainer.models import Job, Sample, StatusChange, Step, Stint
+from trainer.models import Job, Sample, StatusChange, Step, Stint, Worker
 
 
 def history(job):
@@ -118,7 +118,8 @@ def test_an_error_fails_the_job_with_its_text_and_ends_the_stint(make_job):
 
 
 def test_a_job_asking_for_a_missing_gpu_fails_naming_what_the_node_has_and_offers_no_resume(make_job):
-    # cuda:99 is missing on any node (no worker has reported, so the start accepts it).
+    # A worker said it had cuda:99 (so the start accepts the job), but the node that runs it has none.
+    Worker.report("jobs@gpu-z", "gpu-z", ["jobs", "jobs@gpu-z"], ["cpu", "cuda:99"])
     job = Job.start(name="gpu", team="t", env="arithmetic", config={"steps": 1}, device="cuda:99", enqueue=False)
     job = runner.run(job.pk)
     assert job.status == "failed"
@@ -133,6 +134,7 @@ def test_a_job_asking_for_a_missing_gpu_fails_naming_what_the_node_has_and_offer
 def test_the_failure_for_a_missing_device_is_announced_with_no_resume(transactional_db, make_job):
     from tests.live_events import run_collecting
 
+    Worker.report("jobs@gpu-z", "gpu-z", ["jobs", "jobs@gpu-z"], ["cpu", "cuda:99"])
     job = Job.start(name="gpu", team="t", env="arithmetic", config={"steps": 1}, device="cuda:99", enqueue=False)
     _, events = run_collecting(lambda: runner.run(job.pk), ["jobs"])
     failed = [e for e in events if e.get("kind") == "status" and e["data"]["status"] == "failed"]

@@ -35,7 +35,7 @@ def fleet():
     Worker.report("jobs@cpu-a", "cpu-a", ["jobs", "jobs@cpu-a"], ["cpu"], cores=2)
     Worker.report("jobs@gpu-b", "gpu-b", ["jobs", "jobs@gpu-b"], ["cpu", "cuda:0", "cuda:1"], cores=16,
                   gpus=[{"index": i, "uuid": f"GPU-b{i}", "name": "NVIDIA H200", "memory_mib": 143771} for i in (0, 1)])
-    Worker.report("jobs@res-c", "res-c", ["jobs@res-c"], ["cpu"], team="research", cores=4)
+    Worker.report("jobs@res-c", "res-c", ["jobs@res-c"], ["cpu"], team="research", cores=3)
 
 
 def test_a_device_no_jobs_worker_has_is_refused_naming_what_the_workers_have(db, client, operator):
@@ -85,11 +85,11 @@ def test_a_job_nobody_can_run_is_refused_at_once_naming_the_field_and_what_there
         assert resp.status_code == 400 and resp.json()["field"] == field, resp.json()
         assert resp.json()["error"].startswith(start)
         assert "jobs@gpu-b on gpu-b: 16 cores, 2 × NVIDIA H200 (cuda:0, cuda:1), shared" in resp.json()["error"]
-        assert "jobs@res-c on res-c: 4 cores, pool research" in resp.json()["error"]
-    # research's pool has no GPU; 5 CPU processes are more than its 4 cores.
+        assert "jobs@res-c on res-c: 3 cores, pool research" in resp.json()["error"]
+    # research's pool has no GPU; 4 CPU processes are more than its 3 cores.
     assert post_job(client, "cuda", pool="research").json()["error"].startswith(
         "device cuda is not on any jobs worker in pool research")
-    assert post_job(client, "cpu", devices=5, pool="research").json()["field"] == "devices"
+    assert post_job(client, "cpu", devices=4, pool="research").json()["field"] == "devices"
     assert Job.objects.count() == 0
 
 
@@ -103,6 +103,11 @@ def test_bad_placement_fields_are_named_and_store_nothing(db, client, operator):
     resp = post_job(client, "cuda:0", devices=2)
     assert resp.json() == {"field": "devices", "error": "devices 2 needs device auto, cpu or cuda (one process "
                                                         "per device); cuda:0 names one GPU"}
+    resp = client.post("/api/jobs", json.dumps({"name": "x", "team": "t", "env": "arithmetic", "devices": 2,
+                                                 "config": {**TINY, "prompts_per_step": 1}}),
+                       content_type="application/json")
+    assert resp.json() == {"field": "config.prompts_per_step", "error": "config.prompts_per_step must be at least "
+                           "devices (2): each device takes whole prompt groups; got 1"}
     assert Job.objects.count() == 0
 
 
@@ -166,7 +171,7 @@ def test_the_workers_api_and_the_start_form_show_where_jobs_can_run(db, client, 
     client.force_login(operator)
     workers = client.get("/api/workers").json()["workers"]
     assert [(w["name"], w["node"], w["pool"], w["cores"]) for w in workers] == [
-        ("jobs@cpu-a", "cpu-a", "", 2), ("jobs@gpu-b", "gpu-b", "", 16), ("jobs@res-c", "res-c", "research", 4)]
+        ("jobs@cpu-a", "cpu-a", "", 2), ("jobs@gpu-b", "gpu-b", "", 16), ("jobs@res-c", "res-c", "research", 3)]
     assert [g["uuid"] for g in workers[1]["gpus"]] == ["GPU-b0", "GPU-b1"]
     page = client.get("/jobs/").content.decode()
     assert '<option>gpu-b</option>' in page and '<option>research</option>' in page
