@@ -167,6 +167,12 @@ def _node():
 
 # This machine's name in telemetry and in training stints (one name, so they meet).
 YARDSTICK_NODE = _node()
+# A token Prometheus may send (Authorization: Bearer) to scrape /metrics without a user's API token;
+# unset: /metrics takes API tokens (viewer role) only.
+METRICS_TOKEN = os.environ.get("YARDSTICK_METRICS_TOKEN", "")
+if METRICS_TOKEN and len(METRICS_TOKEN) < 24:
+    raise ImproperlyConfigured("YARDSTICK_METRICS_TOKEN must be at least 24 characters (a random secret), "
+                               f"got {len(METRICS_TOKEN)}")
 # The team pool this node's jobs worker serves: it then runs only jobs that ask for that pool (and takes
 # nothing from the shared queue). Empty: a shared worker.
 YARDSTICK_POOL = os.environ.get("YARDSTICK_POOL", "").strip()
@@ -217,6 +223,8 @@ INSTALLED_APPS = [
     "dashboard.apps.DashboardConfig",
     "tracking.apps.TrackingConfig",
     "campaigns.apps.CampaignsConfig",
+    "alerts.apps.AlertsConfig",
+    "exporter.apps.ExporterConfig",
 ]
 
 MIDDLEWARE = [

@@ -23,4 +23,6 @@ urlpatterns = [
     path("", include("trainer.urls")),
     path("", include("costs.urls")),
     path("", include("campaigns.urls")),
+    path("", include("alerts.urls")),
+    path("", include("exporter.urls")),
 ]
