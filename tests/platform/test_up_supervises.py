@@ -1,66 +1,23 @@
-"""`manage.py up` owns the embedded servers of its data dir: it restarts one that died, on the same
-data, and /healthz recovers; a command run meanwhile never starts or stops one.
+"""`manage.py up` owns the embedded servers of its data dir: a command run meanwhile waits for them and
+never starts or stops one, and says which `up` owns them when they stay down.
 
-A real `up` subprocess with its own embedded PostgreSQL and Redis; the servers
-are killed with SIGKILL, the way a crash or the OOM killer ends them.
+The test plays the `up` (it takes the data dir's lock and starts the servers itself); a real `up`
+restarting the servers it owns after a SIGKILL is walked in test_up.py.
 """
 
 import os
-import re
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.conftest import ROOT, free_port
-from tests.platform.up_process import Up, processes_using
-from tests.waiting import wait_for
+from tests.conftest import ROOT
 from yardstick.embedded import EmbeddedPostgres, EmbeddedRedis, ServiceError
 from yardstick.runner import DataDirLock
 from yardstick.services import wait_for_servers_of_up
 
 pytestmark = pytest.mark.slow
-
-
-def test_up_restarts_a_killed_embedded_redis_and_postgres_and_healthz_recovers(service_dir):
-    data_dir = service_dir / "data"
-    up = Up(data_dir, free_port())
-    try:
-        up.wait_for_line(r"Yardstick is at http://")
-        up.healthy()
-        children_started = [line for line in up.lines if re.search(r"started (web|worker|jobs|beat|collector) ", line)]
-
-        redis_pid = int((data_dir / "redis" / "redis.pid").read_text())
-        os.kill(redis_pid, signal.SIGKILL)
-        killed_at = time.monotonic()
-        up.wait_for_line(r"redis exited with code -9; restarting in 1 s")
-        new_redis = int(up.wait_for_line(r"started redis again on its data \(pid (\d+)\)").group(1))
-        assert new_redis != redis_pid
-        up.healthy()
-        redis_recovery_s = time.monotonic() - killed_at
-
-        pg_pid = int((data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
-        os.kill(pg_pid, signal.SIGKILL)
-        killed_at = time.monotonic()
-        up.wait_for_line(r"postgres stopped \(no postmaster on its data dir\); restarting in 1 s")
-        new_pg = int(up.wait_for_line(r"started postgres again on its data \(pid (\d+)\)", timeout=120).group(1))
-        assert new_pg != pg_pid
-        assert int((data_dir / "postgres" / "postmaster.pid").read_text().split()[0]) == new_pg
-        up.healthy()
-        pg_recovery_s = time.monotonic() - killed_at
-
-        # The healthy children reconnected by themselves: none was restarted.
-        assert [line for line in up.lines if re.search(r"started (web|worker|jobs|beat|collector) ", line)] \
-            == children_started
-        assert not any(re.search(r"(web|worker|jobs|beat|collector) exited", line) for line in up.lines)
-        print(f"recovery after SIGKILL: redis {redis_recovery_s:.1f} s, postgres {pg_recovery_s:.1f} s")
-    finally:
-        code = up.stop()
-    assert code == 0
-    assert "stopped" in up.lines[-1]
-    wait_for(lambda: processes_using(data_dir) == [], 10, "every server of up to be gone (none may outlive it)")
 
 
 def test_a_command_run_while_up_holds_the_data_dir_waits_for_its_servers_and_leaves_them_running(service_dir):
