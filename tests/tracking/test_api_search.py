@@ -18,21 +18,26 @@ def three_runs(mlflow_client):
     return mlflow_client, exp, ids
 
 
-@pytest.mark.parametrize("filter_string, names", [
-    ("", ["c", "b", "a"]),
-    ("metrics.reward > 0.3", ["c", "b"]),
-    ("metrics.reward >= 0.5 AND params.lr = '1e-5'", ["c"]),
-    ("metrics.reward = 0.45", []),  # the latest value counts, not an earlier step's
-    ("tags.stage != 'dev'", ["c", "b"]),
-    ("tags.`mlflow.runName` LIKE 'b%'", ["b"]),
-    ("attributes.status = 'FAILED'", ["a"]),
-    ("attribute.run_name IN ('a', 'c')", ["c", "a"]),
-    ("attributes.start_time < 2500 and params.lr ILIKE '1E-%'", ["b", "a"]),
-    ("status NOT IN ('FAILED')", ["c", "b"]),
-])
-def test_it_filters_runs_by_attribute_tag_param_and_metric(three_runs, filter_string, names):
+# Each filter string and the runs it finds, newest first. The three runs are made once for all of them
+# (over the API: a few seconds), and every filter's result is compared, so a failure lists each wrong one.
+FILTERS = {
+    "": ["c", "b", "a"],
+    "metrics.reward > 0.3": ["c", "b"],
+    "metrics.reward >= 0.5 AND params.lr = '1e-5'": ["c"],
+    "metrics.reward = 0.45": [],  # the latest value counts, not an earlier step's
+    "tags.stage != 'dev'": ["c", "b"],
+    "tags.`mlflow.runName` LIKE 'b%'": ["b"],
+    "attributes.status = 'FAILED'": ["a"],
+    "attribute.run_name IN ('a', 'c')": ["c", "a"],
+    "attributes.start_time < 2500 and params.lr ILIKE '1E-%'": ["b", "a"],
+    "status NOT IN ('FAILED')": ["c", "b"],
+}
+
+
+def test_it_filters_runs_by_attribute_tag_param_and_metric(three_runs):
     client, exp, ids = three_runs
-    assert [r.info.run_name for r in client.search_runs([exp], filter_string)] == names
+    found = {f: [r.info.run_name for r in client.search_runs([exp], f)] for f in FILTERS}
+    assert found == FILTERS
 
 
 def test_it_orders_and_pages_runs(three_runs):
@@ -56,18 +61,24 @@ def test_deleted_runs_show_only_when_asked(three_runs):
     assert len(client.search_runs([exp], run_view_type=ViewType.ALL)) == 3
 
 
-@pytest.mark.parametrize("filter_string, says", [
-    ("metrics.reward > 'high'", "expected a number"),
-    ("metrics.reward LIKE '%'", "compares numbers"),
-    ("reward > 1", "not an identifier"),
-    ("metrics.reward > 1 OR metrics.reward < 0", "only AND joins"),
-    ("params.lr = ", "has no value"),
-])
-def test_a_bad_filter_is_invalid_parameter_value_naming_the_part(three_runs, filter_string, says):
+# Each bad filter string and what the error says about it.
+BAD_FILTERS = {
+    "metrics.reward > 'high'": "expected a number",
+    "metrics.reward LIKE '%'": "compares numbers",
+    "reward > 1": "not an identifier",
+    "metrics.reward > 1 OR metrics.reward < 0": "only AND joins",
+    "params.lr = ": "has no value",
+}
+
+
+def test_a_bad_filter_is_invalid_parameter_value_naming_the_part(three_runs):
     client, exp, ids = three_runs
-    with pytest.raises(MlflowException) as err:
-        client.search_runs([exp], filter_string)
-    assert err.value.error_code == "INVALID_PARAMETER_VALUE" and says in err.value.message
+    refused = {}
+    for filter_string, says in BAD_FILTERS.items():
+        with pytest.raises(MlflowException) as err:
+            client.search_runs([exp], filter_string)
+        refused[filter_string] = (err.value.error_code, says if says in err.value.message else err.value.message)
+    assert refused == {f: ("INVALID_PARAMETER_VALUE", says) for f, says in BAD_FILTERS.items()}
 
 
 def test_it_searches_experiments_by_name_and_tag(mlflow_client):
