@@ -132,6 +132,8 @@ CELERY_BEAT_SCHEDULE = {
     "tracking-mark-stale-runs": {"task": "tracking.tasks.mark_stale_runs", "schedule": 60.0},
     "tracking-match-runs": {"task": "tracking.tasks.match_runs", "schedule": 30.0},
     "campaigns-join-tagged-runs": {"task": "campaigns.tasks.join_tagged_runs", "schedule": 30.0},
+    "alerts-evaluate": {"task": "alerts.tasks.evaluate", "schedule": 30.0},
+    "alerts-deliver": {"task": "alerts.tasks.deliver", "schedule": 15.0},
 }
 
 CHANNEL_LAYERS = {
@@ -199,6 +201,22 @@ YARDSTICK_JOB_TORCH_THREADS = envint("YARDSTICK_JOB_TORCH_THREADS", 0, minimum=0
 # Artifacts a run uploads (tracking/artifacts.py): the largest file, and what one run may keep in all.
 ARTIFACT_MAX_MB = envint("YARDSTICK_ARTIFACT_MAX_MB", 5, minimum=1)
 RUN_ARTIFACTS_MAX_MB = envint("YARDSTICK_RUN_ARTIFACTS_MAX_MB", 50, minimum=1)
+
+# Alert notifications by email (alerts/delivery.py), through Django's SMTP backend.
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "").strip() or "localhost"
+if any(c.isspace() or c in "/:@" for c in EMAIL_HOST):
+    raise ImproperlyConfigured(f"EMAIL_HOST must be a host name or address (no scheme, port or spaces), "
+                               f"got {EMAIL_HOST!r}")
+EMAIL_PORT = envint("EMAIL_PORT", 25, minimum=1)
+if EMAIL_PORT > 65535:
+    raise ImproperlyConfigured(f"EMAIL_PORT must be from 1 to 65535, got {EMAIL_PORT}")
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "").strip() or "yardstick@localhost"
+if "@" not in DEFAULT_FROM_EMAIL or any(c.isspace() for c in DEFAULT_FROM_EMAIL.split("<")[-1]):
+    raise ImproperlyConfigured(f"DEFAULT_FROM_EMAIL must be an email address, got {DEFAULT_FROM_EMAIL!r}")
 
 # Telemetry retention in days (None keeps it forever).
 TELEMETRY_RAW_DAYS = envint("YARDSTICK_RAW_DAYS", 7, minimum=1)
