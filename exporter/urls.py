@@ -1,1 +1,7 @@
-urlpatterns = []
+from django.urls import path
+
+from exporter import views
+
+urlpatterns = [
+    path("metrics", views.metrics_view, name="metrics"),
+]
