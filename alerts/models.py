@@ -289,17 +289,18 @@ class AlertRule(models.Model):
 
     def describe(self):
         """The rule's condition in words, for the page and notifications."""
-        spec, t, d = self.spec, self.threshold, self.duration
-        text = {
-            "gpu_idle": f"a GPU idle for more than {d} min",
-            "node_stale": f"a node stale for more than {d} min",
-            "idle_spend": f"idle spend above ${t:g}/h per team (over {d} min)",
-            "job_failed": "a job failed",
-            "budget": f"a job at {t:g}% of its budget",
-            "reward_drop": f"reward mean {t:g} below its best for {d} steps",
-            "kl_high": f"KL above {t:g} for {d} steps",
-            "entropy_low": f"entropy below {t:g} for {d} steps",
-        }.get(self.kind, spec.label)
+        t, d = self.threshold, self.duration
+        words = {
+            "gpu_idle": lambda: f"a GPU idle for more than {d} min",
+            "node_stale": lambda: f"a node stale for more than {d} min",
+            "idle_spend": lambda: f"idle spend above ${t:g}/h per team (over {d} min)",
+            "job_failed": lambda: "a job failed",
+            "budget": lambda: f"a job at {t:g}% of its budget",
+            "reward_drop": lambda: f"reward mean {t:g} below its best for {d} steps",
+            "kl_high": lambda: f"KL above {t:g} for {d} steps",
+            "entropy_low": lambda: f"entropy below {t:g} for {d} steps",
+        }
+        text = words[self.kind]()
         return text + (f" ({self.scope})" if self.scope else "")
 
     def to_dict(self):
