@@ -13,7 +13,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv browser bench clean-test which-python
+.PHONY: run test venv browser prometheus bench clean-test which-python
 
 run: $(STAMP)
 	$(PY) manage.py up $(ARGS)
@@ -22,7 +22,7 @@ run: $(STAMP)
 # (tests/parallel.py); TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) browser
+test: $(STAMP) browser prometheus
 	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} $(PY) -m pytest -p tests.parallel -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 venv: $(STAMP)
@@ -48,6 +48,17 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else \
 	    echo "The browser tests need Chromium: run 'sudo apt-get install chromium' (Debian/Ubuntu) or set CHROMIUM=/path/to/chrome"; exit 1; \
+	  fi; }
+
+# The exporter's test has the real Prometheus scrape /metrics: Debian's package (its own download of a
+# release needs the open internet). Install it when missing.
+prometheus:
+	@test -x /usr/bin/prometheus || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing Debian's prometheus for the exporter's test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else \
+	    echo "The exporter's test needs Prometheus at /usr/bin/prometheus: run 'sudo apt-get install prometheus' (Debian/Ubuntu)"; exit 1; \
 	  fi; }
 
 bench: $(STAMP)
