@@ -71,7 +71,8 @@ ack_api = _methods(POST=_ack)
 
 @require_role("operator")
 def _silence(request, alert_id):
-    """{"minutes": 1..10080}: nothing is sent about the alert (or its rule's next firings for its subject) until then."""
+    """{"minutes": 1..10080}: nothing is sent about the alert, or its rule's next firings for its subject,
+    until then."""
     alert = Alert.objects.select_related("rule").filter(pk=alert_id).first()
     if alert is None:
         return _missing("alert", alert_id)
@@ -81,7 +82,8 @@ def _silence(request, alert_id):
         if unknown:
             raise InputError(unknown[0], f"unknown field {unknown[0]!r}; the accepted field is minutes")
         if "minutes" not in body:
-            raise InputError("minutes", f"minutes is required: a whole number of minutes from 1 to {SILENCE_MAX_MIN}")
+            raise InputError("minutes",
+                             f"minutes is required: a whole number of minutes from 1 to {SILENCE_MAX_MIN}")
         alert.silence(body["minutes"], by=request.user.username)
     except InputError as err:
         return _bad(err.field, err.message)
