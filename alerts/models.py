@@ -263,7 +263,8 @@ class AlertRule(models.Model):
         if "channels" not in fields:
             return [] if creating else None
         ids = fields["channels"]
-        if not isinstance(ids, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+        if not isinstance(ids, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 < i < 2 ** 63
+                                            for i in ids):
             raise InputError("channels", f"channels must be a list of channel ids, got {ids!r}")
         found = {c.pk: c for c in Channel.objects.filter(pk__in=ids)}
         missing = [i for i in ids if i not in found]
@@ -282,7 +283,8 @@ class AlertRule(models.Model):
         accepted = " or ".join(f"{p}:<{'id' if p == 'job' else 'name'}>" for p in self.spec.scopes)
         prefix, _, value = scope.partition(":")
         value = value.strip()
-        if prefix not in self.spec.scopes or not value or (prefix == "job" and not value.isdigit()):
+        if prefix not in self.spec.scopes or not value or (prefix == "job" and not (value.isdigit()
+                                                                                   and len(value) <= 12)):
             raise InputError("scope", f"scope of a {self.kind} rule must be empty (everything) or {accepted}, "
                                       f"got {scope!r}")
         return f"{prefix}:{int(value) if prefix == 'job' else value}"

@@ -55,6 +55,8 @@ def test_an_admin_creates_changes_lists_and_deletes_a_rule(call, admin_user, vie
     ({"name": "x", "kind": "idle_spend", "threshold": 5, "scope": "node:gpu-a"}, "scope", "team:<name>"),
     ({"name": "x", "kind": "budget", "threshold": 80, "scope": "job:abc"}, "scope", "job:<id>"),
     ({"name": "x", "kind": "budget", "threshold": 80, "channels": [99]}, "channels", "no channel 99"),
+    ({"name": "x", "kind": "budget", "threshold": 80, "channels": [10 ** 30]}, "channels", "list of channel ids"),
+    ({"name": "x", "kind": "budget", "threshold": 80, "scope": "job:" + "9" * 30}, "scope", "job:<id>"),
     ({"name": "x", "kind": "budget", "threshold": 80, "enabled": "yes"}, "enabled", "true or false"),
     ({"name": "", "kind": "budget", "threshold": 80}, "name", "1 to 200 characters"),
     ({"kind": "budget", "threshold": 80}, "name", "name is required"),
