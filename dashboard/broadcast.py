@@ -20,6 +20,7 @@ with prices read at most once a minute.
 """
 
 import asyncio
+import json
 import logging
 import time
 
@@ -37,6 +38,7 @@ POLL_S = 0.5
 RETRY_MAX_S = 5.0  # the longest wait between reads while the database is failing
 READ_TIMEOUT_S = 10.0  # a read with no answer by then counts as failed (a hung server)
 PRICES_EVERY_S = 60.0
+SEND_FAILED = 4410  # the close code of a socket an event could not be sent to (e.g. over the size limit)
 FIELDS = ("util_pct", "sm_active_pct", "power_w", "temp_c", "mem_used_mib")
 CARDS = ("busy", "idle", "stale", "devices")  # of fleet_cards, beside the burn rate (the event's power_kw is apart)
 
@@ -140,13 +142,24 @@ class Broadcaster:
 
     async def _tell(self, consumer, data):
         topics = sorted(self.subscribers.get(consumer, ()))
-        if not topics:
-            return
+        if topics:
+            await self._send(consumer, json.dumps({"topic": topics[0], "kind": "reading", "data": data}))
+
+    async def _send(self, consumer, text):
+        """Send one encoded event. A send that fails (a closed socket, a frame over the server's size
+        limit) drops the subscriber and closes its socket: its page then says it is not live and
+        reconnects, rather than showing "live" while nothing more arrives."""
         try:
-            await consumer.send_json({"topic": topics[0], "kind": "reading", "data": data})
-        except Exception as err:  # noqa: BLE001 - a closed socket: drop it
-            log.info("dropping a live subscriber: %s", err)
+            await consumer.send(text_data=text)
+        except Exception as err:  # noqa: BLE001
+            log.warning("dropping a live subscriber: %s", _first_line(err))
             self.unsubscribe(consumer)
+            try:
+                await consumer.close(code=SEND_FAILED)
+            except Exception:  # noqa: BLE001 - already closed
+                pass
+            return False
+        return True
 
     def _read(self):
         """The rows, and the price book when it is older than PRICES_EVERY_S (sync: runs in a thread)."""
@@ -170,16 +183,20 @@ class Broadcaster:
         if not send or fleet is None:
             return
         self.shown, self.shown_stale = fleet["cards"], fleet["stale"]
+        # Each event is encoded once, whatever the number of viewers who get it.
+        encoded = {}
+
+        def text(topic):
+            if topic not in encoded:
+                data = fleet if topic == "fleet" else nodes[int(topic[5:])]
+                encoded[topic] = json.dumps({"topic": topic, "kind": "samples", "data": data})
+            return encoded[topic]
+
         for consumer, topics in list(self.subscribers.items()):
-            try:
-                if "fleet" in topics:
-                    await consumer.send_json({"topic": "fleet", "kind": "samples", "data": fleet})
-                for topic in topics:
-                    if topic.startswith("node.") and int(topic[5:]) in nodes:
-                        await consumer.send_json({"topic": topic, "kind": "samples", "data": nodes[int(topic[5:])]})
-            except Exception as err:  # noqa: BLE001 - a closed socket: drop it
-                log.info("dropping a live subscriber: %s", err)
-                self.unsubscribe(consumer)
+            for topic in sorted(topics):
+                if topic == "fleet" or (topic.startswith("node.") and int(topic[5:]) in nodes):
+                    if not await self._send(consumer, text(topic)):
+                        break
 
 
 def _first_line(err):

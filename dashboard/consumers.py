@@ -17,6 +17,7 @@ TOPICS = [
     (re.compile(r"^job\.\d{1,12}$"), "viewer"),
     (re.compile(r"^node\.\d{1,12}$"), "viewer"),
     (re.compile(r"^campaign\.\d{1,12}$"), "viewer"),
+    (re.compile(r"^alerts$"), "viewer"),
 ]
 # Fed by the telemetry broadcaster in this process rather than by publishers.
 TELEMETRY = re.compile(r"^(fleet|node\.\d+)$")

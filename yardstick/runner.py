@@ -34,6 +34,7 @@ BACKOFF_MAX_S = 30.0
 STABLE_AFTER_S = 60.0  # a child that ran this long gets its back-off reset
 STOP_GRACE_S = 30.0  # a training step must end and write its checkpoint
 ROLES = ("web", "worker", "beat", "collector", "jobs")
+WS_MAX_MESSAGE_BYTES = 32 * 2**20
 
 
 class RoleError(ValueError):
@@ -78,7 +79,10 @@ def children_for(settings, roles, host, port):
     own = worker_name(settings.YARDSTICK_NODE)
     jobs_queues = [own] if settings.YARDSTICK_POOL else [jobs_queue(), own]
     children = {
-        "web": Child("web", [py, "-m", "daphne", "-b", host, "-p", str(port), "yardstick.asgi:application"]),
+        # A fleet event names every device that changed: past ~4,000 devices it outgrows Daphne's
+        # default 1 MiB WebSocket message limit, which the broadcaster's sends are held to as well.
+        "web": Child("web", [py, "-m", "daphne", "-b", host, "-p", str(port), "--websocket-max-message-size",
+                             str(WS_MAX_MESSAGE_BYTES), "yardstick.asgi:application"]),
         "worker": Child("worker", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", "default",
                                    "-n", "default@%h", "--concurrency", "1", "--loglevel", "INFO"]),
         # Training: one task per slot, fetched one at a time, acknowledged when done. Named after the node;

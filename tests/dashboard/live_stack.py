@@ -50,13 +50,14 @@ def _http_ok(url):
 
 
 class LiveStack:
-    def __init__(self, tmp, worker=True, database=None):
+    def __init__(self, tmp, worker=True, database=None, daphne_args=()):
         from django.conf import settings
 
         from yardstick.embedded import EmbeddedRedis
 
         self.tmp = tmp
         self.worker = worker
+        self.daphne_args = list(daphne_args)
         self.services = ROOT / "var" / "test-services" / uuid.uuid4().hex[:12]
         self.services.mkdir(parents=True)
         self.redis = EmbeddedRedis(self.services) if worker else None
@@ -77,7 +78,7 @@ class LiveStack:
             tiny_models(self.data_dir / "models")
             self.redis.start(daemonize=True)
         self._spawn("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                               "yardstick.asgi:application"])
+                               *self.daphne_args, "yardstick.asgi:application"])
         if self.worker:
             self._spawn("worker", [sys.executable, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs,default",
                                    "-P", "solo", "-n", f"dashboard-test-{os.getpid()}@%h", "--without-heartbeat",

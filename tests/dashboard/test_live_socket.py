@@ -25,7 +25,7 @@ def communicator(user, topics):
 
 
 def test_every_topic_family_needs_a_role_and_unknown_ones_are_refused(viewer, outsider):
-    assert required_role("job.12") == "viewer" and required_role("node.3") == "viewer"
+    assert required_role("job.12") == "viewer" and required_role("node.3") == "viewer" and required_role("alerts") == "viewer"
     assert required_role("secrets") is None and required_role("job.abc") is None
     assert allowed_topics(viewer, ["fleet", "job.1", "admin", "node.x"]) == (["fleet", "job.1"], ["admin", "node.x"])
     assert allowed_topics(outsider, ["fleet"]) == ([], ["fleet"])
@@ -191,3 +191,30 @@ def test_a_consumer_that_crashes_leaves_its_groups_and_the_broadcaster(transacti
     asyncio.run(scenario())
     assert members.zcard(key) == 0, "its group no longer holds it"
     assert not broadcast.broadcaster.subscribers, "the telemetry poller reads for no one"
+
+
+@pytest.mark.browser
+def test_a_fleet_event_too_big_to_send_closes_the_socket_and_the_page_stops_saying_live(  # noqa: F811
+        transactional_db, tmp_path, page, django_user_model):
+    from tests.dashboard.live_stack import LiveStack
+
+    # Daphne holds the broadcaster's sends to its message limit: one of 2 kB, and 40 devices whose new
+    # samples make a fleet event of several kB, stand in for a fleet past the limit `up` sets.
+    stack = LiveStack(tmp_path, worker=False, daphne_args=["--websocket-max-message-size", "2048"]).start()
+    try:
+        n = b.node("gpu-a")
+        devices = [b.device(n, i) for i in range(40)]
+        for d in devices:
+            b.latest(d, 10, 100)
+        user_in_role(django_user_model, "vera", "viewer", subprocess=True)
+        log_in(page, stack.url, "vera", "/")
+        page.wait_for_function("document.getElementById('live-state').dataset.state === 'live'")
+        for d in devices:
+            b.latest(d, 90, 600)
+        # Not "live" while nothing more can arrive: the server closed the socket, the page reconnects.
+        page.wait_for_function("document.getElementById('live-state').dataset.state === 'reconnecting'",
+                               timeout=15000)
+        log = stack.log("daphne").read_text()
+        assert "dropping a live subscriber" in log and "Traceback" not in log
+    finally:
+        stack.stop()

@@ -62,7 +62,8 @@ def test_every_role_is_the_default_and_each_starts_its_own_child(settings):
     children = children_for(settings, ROLES, "0.0.0.0", 9000)
 
     assert [c.name for c in children] == ["web", "worker", "jobs", "beat", "collector"]
-    assert children[0].argv[-5:] == ["-b", "0.0.0.0", "-p", "9000", "yardstick.asgi:application"]
+    assert children[0].argv[-7:] == ["-b", "0.0.0.0", "-p", "9000", "--websocket-max-message-size",
+                                     str(32 * 2**20), "yardstick.asgi:application"]
     assert children[1].argv[children[1].argv.index("-Q") + 1] == "default"
     assert "beat" in children[3].argv
     assert children[4].argv[-4:-2] == ["--source", "host"]  # the default: this machine's CPU, anywhere
