@@ -22,6 +22,14 @@ id) and `team`.
 Cardinality stays bounded: a device is one series per figure, and a job is
 exported while it is queued or active and for FINISHED_JOB_KEPT_S after it ended
 (then its series end, and Prometheus marks them stale).
+
+The text is written here (`Family`), not by prometheus_client's generate_latest:
+that one validates and escapes every label of every sample, about 400 ms for the
+19,000 series of 1,000 devices and 1,000 jobs on a 2-core machine, twice the
+scrape's whole budget; here a device's or a job's labels are escaped once and
+shared by its series (bench/metrics_scrape.py). Values are formatted by
+prometheus_client's floatToGoString, and the tests read the text back with its
+parser.
 """
 
 import logging
@@ -31,8 +39,8 @@ from datetime import timezone as dt_timezone
 from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.utils import floatToGoString
 
 from collector import store
 from collector.models import Device
@@ -54,6 +62,9 @@ FINISHED_JOB_KEPT_S = 24 * 3600
 # Today's spend by team reads every allocation of the day (about 1.4 million at 1,000 devices by its end);
 # attribution writes them once a minute, so a fresher figure would not be newer.
 TEAM_SPEND_CACHE_S = 60
+# Jobs' money (cost, IPD, cost per 1M tokens) for the same reason: the cost changes only when attribution runs.
+# 1,000 jobs' money costs a scrape about 250 ms, more than its budget; a job new since is computed at once.
+MONEY_CACHE_S = 60
 
 MIB = 1024 * 1024
 DEVICE_LABELS = ("node", "device", "model", "simulated", "power_estimated")
@@ -62,24 +73,59 @@ STATES = ("busy", "idle", "stale")
 
 
 def render(now=None):
-    """The exposition text of everything below (Prometheus text format 0.0.4), as bytes."""
-    return generate_latest(Snapshot(now or timezone.now()))
+    """The exposition text of the fleet, devices, jobs and teams at `now` (Prometheus text format 0.0.4), as bytes."""
+    now = now or timezone.now()
+    parts = []
+    for families in (device_families(store.latest_rows(), now), job_families(exported_jobs(now), now),
+                     spend_families(now)):
+        for family in families:
+            parts.extend(family.lines())
+    return "".join(parts).encode()
+
+
+class Family:
+    """One metric family of the exposition: its name, type ("gauge" or "counter": the samples are then
+    named NAME_total), help and samples, each a label text (`labels`) and a value."""
+
+    def __init__(self, name, kind, help_text, value=None):
+        self.name = name + "_total" if kind == "counter" else name
+        self.kind, self.help = kind, help_text.replace("\\", "\\\\").replace("\n", "\\n")
+        self.samples = [] if value is None else [("", value)]
+
+    def add(self, label_text, value):
+        if value is not None:
+            self.samples.append((label_text, value))
+
+    def lines(self):
+        yield f"# HELP {self.name} {self.help}\n# TYPE {self.name} {self.kind}\n"
+        for label_text, value in self.samples:
+            yield f"{self.name}{label_text} {_number(value)}\n"
+
+
+def labels(names, values):
+    """The label text of a sample, '{name="value",...}', the values escaped as the text format wants."""
+    return "{" + ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values)) + "}"
+
+
+def more_labels(label_text, names, values):
+    """`label_text` (of `labels`) with more labels after its own."""
+    return label_text[:-1] + "," + labels(names, values)[1:]
+
+
+def _escape(value):
+    text = str(value)
+    if "\\" in text or "\n" in text or '"' in text:  # rare: most values are names and numbers
+        return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return text
+
+
+def _number(value):
+    """A sample's value as the text format writes it; ints as they are, the rest as prometheus_client does."""
+    return str(value) if type(value) is int else floatToGoString(value)
 
 
 def _flag(value):
     return "true" if value else "false"
-
-
-class Snapshot:
-    """One scrape: `collect()` yields the metric families of the fleet, devices, jobs and teams at `now`."""
-
-    def __init__(self, now):
-        self.now = now
-
-    def collect(self):
-        yield from device_families(store.latest_rows(), self.now)
-        yield from job_families(exported_jobs(self.now))
-        yield from spend_families(self.now)
 
 
 # -- devices and the fleet ------------------------------------------------------------------------------
@@ -91,149 +137,164 @@ def device_families(rows, now, book=None):
     states = [Device.state_of(r["latest"], r["interval_s"], now) for r in devices]
     cards = fleet_cards(devices, states, now, book or PriceBook())
 
-    info = InfoMetricFamily("yardstick_device", "A device Yardstick collects from (one series each, value 1)",
-                            labels=DEVICE_LABELS + ("uuid", "source"))
-    stale = GaugeMetricFamily("yardstick_device_stale",
-                              "1 when the device's newest sample is older than 3 of its node's intervals (or it has "
-                              "none): the pages show it stale and leave it out of the fleet's power", labels=DEVICE_LABELS)
-    age = GaugeMetricFamily("yardstick_device_sample_age_seconds", "Seconds since the device's newest sample",
-                            labels=DEVICE_LABELS)
-    power = GaugeMetricFamily("yardstick_device_power_watts",
-                              "Power draw of the newest sample (estimated where power_estimated=\"true\")",
-                              labels=DEVICE_LABELS)
-    util = GaugeMetricFamily("yardstick_device_utilization_ratio", "Utilization of the newest sample, 0 to 1",
-                             labels=DEVICE_LABELS)
-    mem_used = GaugeMetricFamily("yardstick_device_memory_used_bytes", "Memory in use, newest sample",
-                                 labels=DEVICE_LABELS)
-    mem_total = GaugeMetricFamily("yardstick_device_memory_total_bytes", "The device's memory", labels=DEVICE_LABELS)
-    temp = GaugeMetricFamily("yardstick_device_temperature_celsius", "Temperature of the newest sample",
-                             labels=DEVICE_LABELS)
+    info = Family("yardstick_device_info", "gauge", "A device Yardstick collects from (one series each, value 1)")
+    stale = Family("yardstick_device_stale", "gauge",
+                   "1 when the device's newest sample is older than 3 of its node's intervals (or it has none): "
+                   "the pages show it stale and leave it out of the fleet's power")
+    age = Family("yardstick_device_sample_age_seconds", "gauge", "Seconds since the device's newest sample")
+    power = Family("yardstick_device_power_watts", "gauge",
+                   'Power draw of the newest sample (estimated where power_estimated="true")')
+    util = Family("yardstick_device_utilization_ratio", "gauge", "Utilization of the newest sample, 0 to 1")
+    mem_used = Family("yardstick_device_memory_used_bytes", "gauge", "Memory in use, newest sample")
+    mem_total = Family("yardstick_device_memory_total_bytes", "gauge", "The device's memory")
+    temp = Family("yardstick_device_temperature_celsius", "gauge", "Temperature of the newest sample")
     # The driver's own energy counter as the agent stores it (NVML's, in joules); it resets when the driver
     # reloads, which Prometheus's rate() and increase() expect of a counter. No counter, no series: never a 0.
-    energy = CounterMetricFamily("yardstick_device_energy_joules", "The device's energy counter (NVML), joules",
-                                 labels=DEVICE_LABELS)
+    energy = Family("yardstick_device_energy_joules", "counter", "The device's energy counter (NVML), joules")
 
     for row, state in zip(devices, states):
-        labels = [row["node"], str(row["index"]), row["model"], _flag(row["simulated"]), _flag(row["power_estimated"])]
-        info.add_metric(labels + [row["uuid"], row["source"]], {})
-        stale.add_metric(labels, float(state == "stale"))
-        if row["mem_total_mib"] is not None:
-            mem_total.add_metric(labels, row["mem_total_mib"] * MIB)
+        values = (row["node"], row["index"], row["model"], _flag(row["simulated"]), _flag(row["power_estimated"]))
+        own = labels(DEVICE_LABELS, values)
+        info.add(more_labels(own, ("uuid", "source"), (row["uuid"], row["source"])), 1)
+        stale.add(own, float(state == "stale"))
+        mem_total.add(own, row["mem_total_mib"] and row["mem_total_mib"] * MIB)
         latest = row["latest"]
         if latest is None:
             continue
-        age.add_metric(labels, (now - latest["ts"]).total_seconds())
-        for family, value, scale in ((power, latest["power_w"], 1), (util, latest["util_pct"], 0.01),
-                                     (mem_used, latest["mem_used_mib"], MIB), (temp, latest["temp_c"], 1)):
-            if value is not None:
-                family.add_metric(labels, value * scale)
-        if latest["energy_j"] is not None:
-            energy.add_metric(labels, latest["energy_j"])
+        age.add(own, (now - latest["ts"]).total_seconds())
+        power.add(own, latest["power_w"])
+        util.add(own, latest["util_pct"] and latest["util_pct"] / 100)
+        mem_used.add(own, latest["mem_used_mib"] and latest["mem_used_mib"] * MIB)
+        temp.add(own, latest["temp_c"])
+        energy.add(own, latest["energy_j"])
 
-    by_state = GaugeMetricFamily("yardstick_fleet_devices", "Devices by state, as the fleet page's cards count them",
-                                 labels=("state",))
+    by_state = Family("yardstick_fleet_devices", "gauge", "Devices by state, as the fleet page's cards count them")
     for state in STATES:
-        by_state.add_metric([state], cards[state])
-    yield from (info, stale, age, power, util, mem_used, mem_total, temp, energy, by_state)
-    yield GaugeMetricFamily("yardstick_fleet_power_watts", "Power of the fresh devices (the fleet page's card)",
-                            value=cards["power_kw"] * 1000)
-    yield GaugeMetricFamily("yardstick_fleet_burn_rate_dollars_per_hour",
-                            "What the fresh devices cost per hour at today's prices (the fleet page's card)",
-                            value=float(cards["burn_usd_per_h"]))
+        by_state.add(labels(("state",), (state,)), cards[state])
+    return [info, stale, age, power, util, mem_used, mem_total, temp, energy, by_state,
+            Family("yardstick_fleet_power_watts", "gauge", "Power of the fresh devices (the fleet page's card)",
+                   value=cards["power_kw"] * 1000),
+            Family("yardstick_fleet_burn_rate_dollars_per_hour", "gauge",
+                   "What the fresh devices cost per hour at today's prices (the fleet page's card)",
+                   value=cards["burn_usd_per_h"])]
 
 
 # -- jobs -----------------------------------------------------------------------------------------------
 
 
+# A job's fields the scrape reads: plain values, not model instances (1,000 Jobs with their whole config
+# cost a scrape about 30 ms); "config__steps" is Job.steps_total's figure, read without the rest of the config.
+JOB_FIELDS = ("id", "name", "team", "env", "source", "status", "steps_done", "config__steps", "latest_reward_mean",
+              "latest_pass1", "baseline_pass1")
+
+
 def exported_jobs(now):
-    """The jobs /metrics exports: every job not ended, and each ended one for FINISHED_JOB_KEPT_S after its end."""
+    """The jobs /metrics exports, as dicts of JOB_FIELDS: every job not ended, and each ended one for
+    FINISHED_JOB_KEPT_S after its end."""
     since = now - timedelta(seconds=FINISHED_JOB_KEPT_S)
-    return list(Job.objects.filter(~Q(status__in=ENDED) | Q(finished_at__gte=since))
-                .only("id", "name", "team", "env", "source", "status", "steps_done", "config", "latest_reward_mean",
-                      "latest_pass1", "baseline_pass1").order_by("id"))
+    return list(Job.objects.filter(~Q(status__in=ENDED) | Q(finished_at__gte=since)).order_by("id")
+                .values(*JOB_FIELDS))
 
 
-def _number(value):
-    """A money string of jobs_money or a float, as a float; None stays None."""
-    return None if value is None else float(value)
+# What a scrape exports of a job's money (and so keeps in the cache: a fifth of the whole, faster to read back).
+MONEY_EXPORTED = ("cost_usd", "points_per_usd", "usd_per_million_tokens")
 
 
-def job_families(jobs):
-    """The job families of `jobs`, with their money as the job page and the JSON API give it (jobs_money)."""
-    money = jobs_money([j.pk for j in jobs])
-    info = InfoMetricFamily("yardstick_job", "A job Yardstick exports (one series each, value 1)",
-                            labels=JOB_LABELS + ("name", "env", "source"))
-    status = GaugeMetricFamily("yardstick_job_status", "1 for the job's current status", labels=JOB_LABELS + ("status",))
-    steps = GaugeMetricFamily("yardstick_job_steps", "Steps done", labels=JOB_LABELS)
-    planned = GaugeMetricFamily("yardstick_job_steps_planned", "Steps the job is configured to run", labels=JOB_LABELS)
-    reward = GaugeMetricFamily("yardstick_job_reward_mean", "Mean reward of the newest step", labels=JOB_LABELS)
-    score = GaugeMetricFamily("yardstick_job_score_points", "Newest eval pass@1, points", labels=JOB_LABELS)
-    baseline = GaugeMetricFamily("yardstick_job_score_baseline_points", "Eval pass@1 before the first update, points",
-                                 labels=JOB_LABELS)
-    cost = CounterMetricFamily("yardstick_job_cost_dollars",
-                               "Dollars charged to the job so far (unrounded, as the job page)", labels=JOB_LABELS)
-    ipd = GaugeMetricFamily("yardstick_job_ipd_points_per_dollar",
-                            "Intelligence per dollar: score gained over the baseline per dollar (absent without a "
-                            "score or a cost)", labels=JOB_LABELS)
-    per_tokens = GaugeMetricFamily("yardstick_job_dollars_per_million_rollout_tokens",
-                                   "Cost per 1M rollout tokens generated (absent before any)", labels=JOB_LABELS)
+def jobs_money_cached(job_ids, now):
+    """costs.intelligence.jobs_money of `job_ids`, kept MONEY_CACHE_S in the shared cache (recomputed when a
+    job is missing from what is kept)."""
+    key = cache_keys(now.date())["jobs_money"]
+    kept = _cache_get(key) or {}
+    if not set(job_ids) <= kept.keys():
+        kept = {job_id: {k: m[k] for k in MONEY_EXPORTED} for job_id, m in jobs_money(job_ids).items()}
+        _cache_set(key, kept, MONEY_CACHE_S)
+    return kept
+
+
+def job_families(jobs, now):
+    """The job families of `jobs` (exported_jobs), with their money as the job page and the JSON API give it (jobs_money)."""
+    money = jobs_money_cached([j["id"] for j in jobs], now)
+    info = Family("yardstick_job_info", "gauge", "A job Yardstick exports (one series each, value 1)")
+    status = Family("yardstick_job_status", "gauge", "1 for the job's current status")
+    steps = Family("yardstick_job_steps", "gauge", "Steps done")
+    planned = Family("yardstick_job_steps_planned", "gauge", "Steps the job is configured to run")
+    reward = Family("yardstick_job_reward_mean", "gauge", "Mean reward of the newest step")
+    score = Family("yardstick_job_score_points", "gauge", "Newest eval pass@1, points")
+    baseline = Family("yardstick_job_score_baseline_points", "gauge", "Eval pass@1 before the first update, points")
+    cost = Family("yardstick_job_cost_dollars", "counter", "Dollars charged to the job so far (unrounded, as the job page)")
+    ipd = Family("yardstick_job_ipd_points_per_dollar", "gauge",
+                 "Intelligence per dollar: score gained over the baseline per dollar (absent without a score or a cost)")
+    per_tokens = Family("yardstick_job_dollars_per_million_rollout_tokens", "gauge",
+                        "Cost per 1M rollout tokens generated (absent before any)")
     for job in jobs:
-        labels = [str(job.pk), job.team]
-        m = money[job.pk]
-        info.add_metric(labels + [job.name, job.env, job.source], {})
-        status.add_metric(labels + [job.status], 1)
-        steps.add_metric(labels, job.steps_done)
-        planned.add_metric(labels, job.steps_total)
-        cost.add_metric(labels, float(m["cost_usd"]))
-        for family, value in ((reward, job.latest_reward_mean), (score, job.latest_pass1),
-                              (baseline, job.baseline_pass1), (ipd, m["points_per_usd"]),
-                              (per_tokens, _number(m["usd_per_million_tokens"]))):
-            if value is not None:
-                family.add_metric(labels, value)
-    yield from (info, status, steps, planned, reward, score, baseline, cost, ipd, per_tokens)
+        values = (job["id"], job["team"])
+        own = labels(JOB_LABELS, values)
+        m = money[job["id"]]
+        info.add(more_labels(own, ("name", "env", "source"), (job["name"], job["env"], job["source"])), 1)
+        status.add(more_labels(own, ("status",), (job["status"],)), 1)
+        steps.add(own, job["steps_done"])
+        planned.add(own, job["config__steps"] or 0)
+        reward.add(own, job["latest_reward_mean"])
+        score.add(own, job["latest_pass1"])
+        baseline.add(own, job["baseline_pass1"])
+        cost.add(own, m["cost_usd"])
+        ipd.add(own, m["points_per_usd"])
+        per_tokens.add(own, m["usd_per_million_tokens"])
+    return [info, status, steps, planned, reward, score, baseline, cost, ipd, per_tokens]
 
 
 # -- spend ----------------------------------------------------------------------------------------------
 
 
-def team_spend_key(day):
-    """The cache key of the teams' spend on UTC `day`."""
-    return f"exporter:team-spend:{day.isoformat()}"
+def cache_keys(day):
+    """{what: cache key} of the figures a scrape keeps in the shared cache for UTC `day`."""
+    return {what: f"exporter:{what}:{day.isoformat()}" for what in ("team_spend", "jobs_money")}
 
 
 def team_spend_today(now):
     """{team: (spend, idle spend)} in Decimal dollars over today (UTC) so far: the total and idle cells of the
-    cost report's rows by team, to the cent as the Costs page shows them; kept TEAM_SPEND_CACHE_S in the shared cache."""
-    key = team_spend_key(now.date())
-    try:
-        value = cache.get(key)
-    except Exception as err:  # a scrape must be answered without Redis: it computes the figure instead
-        log.warning("team spend not read from the cache: %s", err)
-        value = None
-    if value is not None:
-        return value
-    start = datetime.combine(now.date(), time(0), tzinfo=dt_timezone.utc)
-    built = report.build(report.Period(start, now), "team")
-    value = {row["team"]: (row["total_usd"], row["idle_usd"]) for row in built.rows}
-    try:
-        cache.set(key, value, TEAM_SPEND_CACHE_S)
-    except Exception as err:
-        log.warning("team spend not stored in the cache: %s", err)
+    cost report's rows by team, to the cent as the Costs page shows them; kept TEAM_SPEND_CACHE_S in the
+    shared cache."""
+    key = cache_keys(now.date())["team_spend"]
+    value = _cache_get(key)
+    if value is None:
+        start = datetime.combine(now.date(), time(0), tzinfo=dt_timezone.utc)
+        built = report.build(report.Period(start, now), "team")
+        value = {row["team"]: (row["total_usd"], row["idle_usd"]) for row in built.rows}
+        _cache_set(key, value, TEAM_SPEND_CACHE_S)
     return value
 
 
 def spend_families(now):
     """Today's spend per team and the fleet's (the fleet page's "today" card)."""
-    spend = GaugeMetricFamily("yardstick_team_spend_today_dollars",
-                              "Dollars a team's jobs and idle devices cost today (UTC) so far", labels=("team",))
-    idle = GaugeMetricFamily("yardstick_team_idle_spend_today_dollars",
-                             "Dollars of the team's devices standing idle today (UTC) so far", labels=("team",))
+    spend = Family("yardstick_team_spend_today_dollars", "gauge",
+                   "Dollars a team's jobs and idle devices cost today (UTC) so far")
+    idle = Family("yardstick_team_idle_spend_today_dollars", "gauge",
+                  "Dollars of the team's devices standing idle today (UTC) so far")
     for team, (total, idle_usd) in sorted(team_spend_today(now).items()):
-        spend.add_metric([team], float(total))
-        idle.add_metric([team], float(idle_usd))
+        own = labels(("team",), (team,))
+        spend.add(own, total)
+        idle.add(own, idle_usd)
     fleet = fleet_ipd_today(now)
-    yield from (spend, idle)
-    yield GaugeMetricFamily("yardstick_fleet_spend_today_dollars", "The fleet's cost today (UTC) so far",
-                            value=float(fleet["fleet_usd"]))
-    yield GaugeMetricFamily("yardstick_fleet_idle_spend_today_dollars",
-                            "What the fleet's idle devices cost today (UTC) so far", value=float(fleet["idle_usd"]))
+    return [spend, idle,
+            Family("yardstick_fleet_spend_today_dollars", "gauge", "The fleet's cost today (UTC) so far",
+                   value=fleet["fleet_usd"]),
+            Family("yardstick_fleet_idle_spend_today_dollars", "gauge",
+                   "What the fleet's idle devices cost today (UTC) so far", value=fleet["idle_usd"])]
+
+
+def _cache_get(key):
+    """The shared cache's value for `key`, or None when it has none or cannot be reached (a scrape is answered
+    without Redis: it computes the figure instead)."""
+    try:
+        return cache.get(key)
+    except Exception as err:
+        log.warning("%s not read from the cache: %s", key, err)
+        return None
+
+
+def _cache_set(key, value, ttl_s):
+    try:
+        cache.set(key, value, ttl_s)
+    except Exception as err:
+        log.warning("%s not stored in the cache: %s", key, err)

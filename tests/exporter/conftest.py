@@ -50,15 +50,15 @@ def scrape_token(settings):
 
 @pytest.fixture(autouse=True)
 def no_spend_left_by_earlier_tests(request):
-    """Today's spend by team and the fleet's wait in the shared Redis cache for a minute or more: start
-    without them, so a scrape computes this test's."""
+    """Today's spend (the teams' and the fleet's) and the jobs' money wait in the shared Redis cache for a minute or
+    more: start without them, so a scrape computes this test's."""
     if {"db", "transactional_db"} & set(request.fixturenames):
         from django.core.cache import cache
         from django.utils import timezone
 
         from costs.live import fleet_today_key
-        from exporter.metrics import team_spend_key
+        from exporter.metrics import cache_keys
 
         request.getfixturevalue("embedded_services")
         today = timezone.now().date()
-        cache.delete_many([fleet_today_key(today), team_spend_key(today)])
+        cache.delete_many([fleet_today_key(today), *cache_keys(today).values()])

@@ -162,6 +162,15 @@ def test_job_figures_are_the_job_apis(client, scene, scrape_token, viewer, api_t
     assert one(got["yardstick_job_info"], name="grpo", env="arithmetic", **labels) == 1
 
 
+def test_label_values_are_escaped_so_a_parser_reads_them_back(client, db, scrape_token):
+    from tests.dashboard import builders as b
+
+    name = 'say "hi" \\ then\nstop'
+    job = b.job(name=name, team='r&d "core"')
+    info = families(scrape(client, scrape_token))["yardstick_job_info"]
+    assert one(info, job=str(job.pk), name=name, team='r&d "core"') == 1
+
+
 def test_an_ended_job_is_kept_a_day_then_dropped(client, db, scrape_token):
     from exporter.metrics import FINISHED_JOB_KEPT_S
 
