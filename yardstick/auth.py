@@ -11,6 +11,7 @@ Operators and admins may write runs too; viewers may read them.
 """
 
 import functools
+import hmac
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -26,6 +27,10 @@ TRACKING_WRITERS = (REPORTER, "operator", "admin")
 
 # The MLflow-compatible APIs (tracking/): the only paths a reporter may reach; errors there in MLflow's shape.
 TRACKING_PREFIXES = ("/api/2.0/mlflow/", "/api/2.0/mlflow-artifacts/", "/api/3.0/mlflow/", "/ajax-api/")
+
+# The Prometheus endpoint (exporter/): beside API tokens it takes settings.METRICS_TOKEN, a scrape token
+# that is no user's and opens nothing else.
+METRICS_PATH = "/metrics"
 
 # Paths anyone may open: the health check, the login page, static files.
 PUBLIC_PREFIXES = ("/healthz", "/accounts/login/", "/static/")
@@ -53,7 +58,13 @@ def has_role(user, role):
 
 
 def is_api(request):
-    return request.path.startswith("/api/")
+    return request.path.startswith("/api/") or request.path == METRICS_PATH
+
+
+def is_metrics_scrape(request, token):
+    """Whether `token` is settings.METRICS_TOKEN sent to METRICS_PATH (never when no scrape token is set)."""
+    return (request.path == METRICS_PATH and bool(settings.METRICS_TOKEN)
+            and hmac.compare_digest(token.encode(), settings.METRICS_TOKEN.encode()))
 
 
 def is_tracking(request):
@@ -115,6 +126,10 @@ class TokenAuthMiddleware:
             scheme, _, token = header.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
                 return _unauthenticated(request, "Authorization must be 'Bearer <token>'")
+            if is_metrics_scrape(request, token.strip()):
+                request.metrics_scrape = True  # no user: exporter.views serves it /metrics, and nothing else does
+                request._dont_enforce_csrf_checks = True
+                return self.get_response(request)
             user = ApiToken.authenticate(token.strip())
             if user is None:
                 return _unauthenticated(request, "invalid or revoked API token")
@@ -130,7 +145,7 @@ class LoginRequiredMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        if request.path.startswith(PUBLIC_PREFIXES):
+        if request.path.startswith(PUBLIC_PREFIXES) or getattr(request, "metrics_scrape", False):
             return self.get_response(request)
         if request.user.is_authenticated:
             if role_of(request.user) == REPORTER and not is_tracking(request):
