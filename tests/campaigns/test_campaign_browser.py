@@ -31,10 +31,10 @@ def test_the_loop_continue_and_the_live_page(live_stack, page, transactional_db,
 
     otto = user_in_role(django_user_model, "otto", "operator", subprocess=True)
     base = live_stack.url
-    # Runs of 6 tiny steps: Stop most often finds the second one queued or running (else it stops the loop only).
+    # Runs of 12 tiny steps: Stop most often finds the second one queued or running (else it stops the loop only).
     cid = create_over_the_api(base, api_token(otto), {
         "name": "agentic", "team": "research", "envs": ["arithmetic", "toolcalc"],
-        "run_config": {**TINY, "steps": 6, "eval_every": 3, "checkpoint_every": 3}, "eval_size": 8,
+        "run_config": {**TINY, "steps": 12, "eval_every": 4, "checkpoint_every": 4}, "eval_size": 8,
         "device": "cpu"})
     log_in(page, base, "otto", f"/campaigns/{cid}")
     page.wait_for_selector('#live-state[data-state="live"]')

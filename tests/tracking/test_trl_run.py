@@ -86,9 +86,6 @@ def test_it_charts_a_real_trl_grpo_run_matches_its_process_to_the_host_and_stops
     from tracking.models import Run
 
     logs = (trl_training.log, host_agent.log)
-    # The operator logs in while the script is still loading its libraries (the longest wait of the test).
-    user_in_role(django_user_model, "otto", "operator")
-    log_in(page, live_server.url, "otto", "/jobs/")
 
     def run():
         return Run.objects.select_related("job", "experiment").filter(experiment__name=EXPERIMENT).first()
@@ -116,7 +113,8 @@ def test_it_charts_a_real_trl_grpo_run_matches_its_process_to_the_host_and_stops
     assert (stint.node, stint.device, stint.pid, stint.ended_at) == (socket.gethostname(), "cpu", trl_training.pid,
                                                                      None)
 
-    page.goto(f"{live_server.url}/jobs/{job_id}?live=0")
+    user_in_role(django_user_model, "otto", "operator")
+    log_in(page, live_server.url, "otto", f"/jobs/{job_id}?live=0")
     assert int(page.inner_text("#steps-done")) >= 2
     assert "external · trl" in page.inner_text("main")
     stints = page.inner_text("#stints-body")
