@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from tests.dashboard import builders as b
 from tests.fuzz.params import CONFIG_FIELDS, MEANS_SOMETHING, PARAMS
 
-OUR_APPS = ("campaigns", "collector", "costs", "trainer", "tracking", "yardstick")
+OUR_APPS = ("alerts", "campaigns", "collector", "costs", "trainer", "tracking", "yardstick")
 # A modest number keeps the suite fast; YARDSTICK_FUZZ_EXAMPLES=500 looks harder (derandomized: same examples each run).
 EXAMPLES = int(os.environ.get("YARDSTICK_FUZZ_EXAMPLES", "12"))
 
@@ -110,7 +110,10 @@ def world(db, admin_user):
     b.device(node, 0)
     job = b.job(name="fuzzed", status="failed", created_by=admin_user)
     b.steps(job, 3)
-    return [job.pk]
+    from alerts.models import AlertRule
+
+    rule = AlertRule.create({"name": "fuzzed", "kind": "job_failed"}, by=admin_user)
+    return [job.pk, rule.pk]
 
 
 def test_the_parameter_list_names_every_url_of_the_conf():
@@ -146,7 +149,8 @@ def test_it_never_answers_5xx_and_a_refusal_stores_nothing(client, admin_user, w
         if method == "GET":
             resp = client.get(url, data)
         elif kind == "json":
-            resp = client.post(url, data, content_type="application/json")
+            send = {"POST": client.post, "PATCH": client.patch, "DELETE": client.delete}[method]
+            resp = send(url, data, content_type="application/json")
         else:
             resp = client.post(url, data)
         meant = resp.status_code in MEANS_SOMETHING.get(name, ())  # /healthz's 503: a part is down

@@ -1,25 +1,20 @@
 """Two ranks on CPU (gloo) update the policy as one process does on the combined batch.
 
-The ranks are forked from the test process (torch is already imported there, so a rank
-starts in a fraction of a second) and joined through a TCPStore on 127.0.0.1, as the job
-runner's ranks are. Both paths are given the same rollouts: each rank its share (whole
+The ranks are processes started fresh (spawned: a fork of a process whose torch threads are
+running can hang in the child), joined through a TCPStore on 127.0.0.1, as the job runner's
+ranks are. Both paths are given the same rollouts: each rank its share (whole
 prompt groups), one process all of them. Tolerance: 1e-5 on every weight after the step's
 six AdamW updates (measured: about 1e-7, the order of float32 sums); 1e-6 on the gradient.
 """
 
 import dataclasses
-import io
-import multiprocessing
-import traceback
-from datetime import timedelta
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from tests.rl.conftest import tiny_config
+from tests.rl.ranks import run_ranks
 from trainer.rl import Trainer
-from trainer.rl.distributed import HOST, Ranks
 from trainer.rl.rollout import Rollout
 
 WEIGHT_TOLERANCE = 1e-5
@@ -27,46 +22,6 @@ GRAD_TOLERANCE = 1e-6
 # B = 4 prompts x 4 = 16 rows in minibatches of 6, 6 and 4, two epochs: six updates, each minibatch
 # drawn over both ranks' rows by the shared permutation.
 CONFIG = dict(prompts_per_step=4, group_size=4, minibatch_size=6, inner_epochs=2, torch_threads=1)
-
-
-def run_ranks(world, work, *args, timeout_s=120):
-    """Run work(ranks, *args) in `world` forked processes joined as one run on CPU (gloo); return
-    their results in rank order (anything torch.save keeps)."""
-    store = dist.TCPStore(HOST, 0, world, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s))
-    context = multiprocessing.get_context("fork")
-    results = context.Queue()
-    processes = [context.Process(target=_rank, args=(rank, world, store.port, work, args, results, timeout_s),
-                                 daemon=True) for rank in range(world)]
-    for process in processes:
-        process.start()
-    try:
-        got = {}
-        for _ in range(world):
-            rank, payload = results.get(timeout=timeout_s)
-            if isinstance(payload, str):
-                raise AssertionError(f"rank {rank} failed:\n{payload}")
-            got[rank] = torch.load(io.BytesIO(payload), weights_only=False)
-        return [got[rank] for rank in range(world)]
-    finally:
-        for process in processes:
-            process.join(timeout=10)
-            if process.is_alive():
-                process.kill()
-
-
-def _rank(rank, world, port, work, args, results, timeout_s):
-    ranks = Ranks(rank, world, "cpu")
-    try:
-        torch.set_num_threads(1)
-        store = dist.TCPStore(HOST, port, world, is_master=False, timeout=timedelta(seconds=timeout_s))
-        ranks.join(store, timeout_s)
-        buffer = io.BytesIO()
-        torch.save(work(ranks, *args), buffer)  # bytes: tensors in the queue would be shared memory of a gone process
-        results.put((rank, buffer.getvalue()))
-    except BaseException:
-        results.put((rank, traceback.format_exc()))
-    finally:
-        ranks.leave()
 
 
 def share_of(batch, ranks, group_size):
@@ -109,6 +64,15 @@ def after_update(trainer, batch):
     }
 
 
+def update_on_each_rank(ranks, batches, prompt_state, base_dir):
+    out = {}
+    for variant, batch in batches.items():
+        trainer = Trainer(tiny_config(**CONFIG), base_dir, ranks=ranks)
+        trainer.prompt_generator.set_state(prompt_state)
+        out[variant] = after_update(trainer, share_of(batch, ranks, CONFIG["group_size"]))
+    return out
+
+
 @pytest.fixture(scope="module")
 def updates(tiny_base_dir):
     """{variant: (the one-process update, [rank 0's, rank 1's])} from the same rollouts."""
@@ -119,15 +83,7 @@ def updates(tiny_base_dir):
         trainer.prompt_generator.set_state(prompt_state)  # where collect() left it: the same minibatch order
         one[variant] = after_update(trainer, batch)
 
-    def update_on_each_rank(ranks):
-        out = {}
-        for variant, batch in batches.items():
-            trainer = Trainer(tiny_config(**CONFIG), tiny_base_dir, ranks=ranks)
-            trainer.prompt_generator.set_state(prompt_state)
-            out[variant] = after_update(trainer, share_of(batch, ranks, CONFIG["group_size"]))
-        return out
-
-    per_rank = run_ranks(2, update_on_each_rank)
+    per_rank = run_ranks(2, update_on_each_rank, batches, prompt_state, tiny_base_dir)
     return {variant: (one[variant], [r[variant] for r in per_rank]) for variant in batches}
 
 

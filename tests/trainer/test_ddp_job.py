@@ -12,11 +12,10 @@ import torch
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from tests.rl.test_distributed import run_ranks
+from tests.rl.ranks import run_ranks, train
 from tests.trainer.helpers import TINY
 from trainer import runner
 from trainer.models import Job, Step, Stint, Worker
-from trainer.rl import TrainConfig, Trainer
 
 CONFIG = {**TINY, "steps": 4, "seed": 3}
 
@@ -35,14 +34,8 @@ def start(devices=2, **config):
 
 
 def uninterrupted(models_dir, steps):
-    """The policy and each step's metrics of a 2-rank run of CONFIG that nothing interrupts (forked ranks)."""
-
-    def train(ranks):
-        trainer = Trainer(TrainConfig.from_dict(CONFIG), models_dir, ranks=ranks)
-        metrics = [trainer.train_step().metrics for _ in range(steps)]
-        return {"model": trainer.policy.state_dict(), "metrics": metrics}
-
-    return run_ranks(2, train)[0]
+    """The policy and each step's metrics of a 2-rank run of CONFIG that nothing interrupts."""
+    return run_ranks(2, train, CONFIG, models_dir, steps)[0]
 
 
 def comparable(metrics):
