@@ -89,6 +89,7 @@ class Api:
 def test_a_job_asked_for_a_node_runs_there_names_it_and_is_charged_to_its_device(pg_dsn, tmp_path, operator,
                                                                                  api_token):
     from collector import store
+    from collector.models import LatestSample
     from costs.attribution import attribute_window
 
     models = tmp_path / "models"
@@ -112,6 +113,9 @@ def test_a_job_asked_for_a_node_runs_there_names_it_and_is_charged_to_its_device
             return listed if {"jobs@plane", "jobs@node-b"} <= set(listed) else None
 
         seen = wait_for(workers, 120, "both jobs workers to report", every_s=0.5, logs=logs)
+        # node-b's device has telemetry before its job starts: the cost engine charges time it measured.
+        wait_for(lambda: LatestSample.objects.filter(device__node__name="node-b").exists(), 60,
+                 "node-b's collector to report", every_s=0.5, logs=logs)
         assert (seen["jobs@node-b"]["node"], seen["jobs@node-b"]["queues"]) == ("node-b", ["jobs", "jobs@node-b"])
         assert (seen["jobs@plane"]["node"], seen["jobs@plane"]["queues"]) == ("plane", ["jobs", "jobs@plane"])
 
