@@ -11,8 +11,8 @@ REDIS_URL are ignored), as processes of their own:
   delivery thread, binary COPY through collector/agent/writer.py, spool) over
   a `sim` source of --gpus-per-agent GPUs, 8 a node, one tick a second;
 - web: Daphne with the arguments `up` gives it (yardstick.runner.children_for);
-  --ws-max-message-mb raises its WebSocket message limit (1 MiB by default,
-  which a fleet event of some 4,000 devices outgrows);
+  --ws-max-message-mb sets its WebSocket message limit (`up` sets 32 MiB;
+  Daphne's own default, 1 MiB, a fleet event of some 4,000 devices outgrows);
 - viewers: --viewers logged-in viewers of the fleet page: one real Chromium
   (Debian's, through Playwright) and the rest WebSocket clients (autobahn on
   asyncio) that subscribe as fleet.js does (`/ws/live?topics=fleet,costs`)
