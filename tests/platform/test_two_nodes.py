@@ -16,7 +16,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -89,7 +89,7 @@ class Api:
 def test_a_job_asked_for_a_node_runs_there_names_it_and_is_charged_to_its_device(pg_dsn, tmp_path, operator,
                                                                                  api_token):
     from collector import store
-    from collector.models import LatestSample
+    from collector.models import LatestSample, Sample
     from costs.attribution import attribute_window
 
     models = tmp_path / "models"
@@ -136,6 +136,10 @@ def test_a_job_asked_for_a_node_runs_there_names_it_and_is_charged_to_its_device
         assert [s["node"] for s in done["stints"]] == ["node-b"]
         assert "trainer.tasks.run_job[" in node_log.read_text(), "node-b's worker ran it"
         assert "trainer.tasks.run_job[" not in plane_log.read_text(), "the plane's worker did not"
+        # The minutes it ran in are measured before node-b stops: its collector writes a sample after the end.
+        ended_at = datetime.fromisoformat(done["stints"][0]["ended_at"])
+        wait_for(lambda: Sample.objects.filter(device__node__name="node-b", ts__gt=ended_at).exists(), 60,
+                 "node-b's collector to report after the job ended", every_s=0.5, logs=logs)
     finally:
         codes = [stop(p) for p in procs]
     assert codes == [0, 0], [p.read_text()[-3000:] for p in logs]
