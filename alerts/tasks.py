@@ -4,13 +4,15 @@ from celery import shared_task
 
 from alerts.delivery import send_due
 from alerts.evaluate import evaluate as evaluate_rules
+from alerts.stoploss import check as check_stop_losses
 
 
 @shared_task(name="alerts.tasks.evaluate", ignore_result=True)
 def evaluate():
-    """Evaluate every rule, then send what that queued; return the evaluation's summary."""
+    """Evaluate every rule, then send what that queued, then the jobs' stop-losses; return the summary."""
     summary = evaluate_rules()
     summary["sent"] = send_due()
+    summary["stop_losses"] = check_stop_losses()
     return summary
 
 

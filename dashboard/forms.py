@@ -41,10 +41,27 @@ FORM_CONFIG = [
     ("kl_coef", "float", "KL penalty coefficient"),
     ("eval_every", "int", "Evaluate every N steps"),
 ]
+# The stop-loss's fields (trainer/stoploss.py), posted as "stop_loss.<key>" by the Start form and the job page.
+STOP_LOSS_FIELDS = [
+    ("usd", "Last $", "dollars of spend the rule looks back over"),
+    ("points", "Bought at least (points)", "score points those dollars must buy"),
+    ("reward_drop", "Reward drop", "reward mean this far below its best…"),
+    ("kl_max", "KL above", "…or KL above this…"),
+    ("entropy_min", "Entropy below", "…or entropy below this…"),
+    ("steps", "For steps", "…for this many steps (default 5)"),
+]
 TOP_FIELDS = ("name", "team", "env", "budget_usd", "device", "devices", "node", "pool")
 # Values the trainer certainly accepts, used only to probe the other fields (never saved).
 _GOOD = {"name": "probe", "team": "probe", "env": "arithmetic", "budget_usd": None, "device": "auto", "devices": 1,
          "node": "", "pool": ""}
+
+
+def stop_loss_input(data):
+    """The stop-loss object the API would receive from posted "stop_loss.<key>" fields (None when all are empty);
+    the trainer validates it (trainer.stoploss.parse)."""
+    given = {key: data.get(f"stop_loss.{key}", "").strip() for key, _, _ in STOP_LOSS_FIELDS}
+    given = {k: v for k, v in given.items() if v}
+    return given or None
 
 
 def _number(raw, kind):
@@ -96,6 +113,7 @@ class StartForm:
             "device": (self.data.get("device") or "auto").strip(),
             "devices": _number(self.data.get("devices", ""), "int") or 1,
             "node": self.data.get("node", "").strip(), "pool": self.data.get("pool", "").strip(),
+            "stop_loss": stop_loss_input(self.data),
         }
 
     def save(self, user):
@@ -118,6 +136,8 @@ def _all_errors(args, first):
         field = list(errors)[-1]
         if field in _GOOD:
             probe[field] = _GOOD[field]
+        elif field.split(".")[0] == "stop_loss":
+            probe["stop_loss"] = None  # the stop-loss is checked whole: one complaint about it is enough
         elif field.startswith("config.") and field[7:] in probe["config"]:
             del probe["config"][field[7:]]  # the trainer's default for that field
         else:

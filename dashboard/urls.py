@@ -17,6 +17,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/stop", views.stop_job, name="job-stop"),
     path("jobs/<int:job_id>/resume", views.resume_job, name="job-resume"),
     path("jobs/<int:job_id>/score-key", views.set_score_key, name="job-score-key"),
+    path("jobs/<int:job_id>/stop-loss", views.set_stop_loss, name="job-stop-loss"),
     path("compare", views.compare_page, name="compare"),
     path("costs/", views.costs_page, name="costs"),
 ]

@@ -24,10 +24,11 @@ from collector.models import Node
 from costs import report
 from costs.intelligence import base_build, job_intelligence, score_cost_curve
 from dashboard import figures, health, readings
-from dashboard.forms import FORM_CONFIG, PRESETS, StartForm
+from dashboard.forms import FORM_CONFIG, PRESETS, STOP_LOSS_FIELDS, StartForm, stop_loss_input
 from dashboard.timerange import RANGES, from_request
 from tracking import store as tracking_store
 from tracking.models import SCORE_KEY_TAG, TrackingError
+from trainer import stoploss
 from trainer.models import CONTROLS, Job, Status, Step, status_filter
 from trainer.workers import live_jobs_workers
 from yardstick.auth import require_role, role_of
@@ -162,12 +163,17 @@ def _jobs_context(request, form=None, status=None):
         "rows": readings.jobs_table(status=status), "status_filter": status, "statuses": Status.values,
         "form_values": form.initial(), "form_errors": errors, "presets": PRESETS, "envs": ENV_NAMES,
         "config_fields": [{"name": n, "kind": k, "label": label} for n, k, label in FORM_CONFIG],
+        "stop_loss_fields": _stop_loss_fields(),
         "presets_json": _json({k: {"env": env, "config": cfg} for k, (_, env, cfg) in PRESETS.items()}),
         "topics": "jobs,costs",
         "spark_max": readings.SPARK_POINTS,
         "workers": workers, "worker_nodes": sorted({w.host for w in workers}),
         "worker_pools": sorted({w.team for w in workers} - {""}),
     }
+
+
+def _stop_loss_fields():
+    return [{"name": f"stop_loss.{key}", "label": label, "hint": hint} for key, label, hint in STOP_LOSS_FIELDS]
 
 
 @require_GET
@@ -252,7 +258,25 @@ def job_page(request, job_id):
         "topics": f"job.{job.pk},jobs,costs" if live else "",
         "external": external, "logged_figs": [{"group": g, "key": k} for g, k, _ in logged],
         "derived_keys_json": _json(readings.derived_metric_keys() if external else []),
+        "stop_loss_fields": _stop_loss_fields(), "stop_loss_text": stoploss.describe(job.stop_loss),
+        "stop_loss_values": {f"stop_loss.{k}": v for k, v in job.stop_loss.items()},
     })
+
+
+@require_POST
+@require_role("operator")
+def set_stop_loss(request, job_id):
+    """The job page's stop-loss form: set the rule (all fields empty, or Remove, takes it off)."""
+    job = get_object_or_404(Job, pk=job_id)
+    raw = None if "remove" in request.POST else stop_loss_input(request.POST)
+    try:
+        rule = job.set_stop_loss(raw)
+    except InputError as err:
+        messages.error(request, f"Stop-loss not changed: {err.message}.")
+    else:
+        messages.success(request, f"Job {job.pk}: {stoploss.describe(rule)}." if rule else
+                         f"Job {job.pk} has no stop-loss now.")
+    return redirect(f"/jobs/{job.pk}#stop-loss")
 
 
 @require_POST

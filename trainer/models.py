@@ -32,6 +32,7 @@ from django.db.models import DateTimeField, F, Q, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
+from trainer import stoploss
 from yardstick.inputs import InputError
 from yardstick.live import publish
 
@@ -128,6 +129,11 @@ class Job(models.Model):
                             help_text="run only on this team's pool of workers; empty: the shared workers")
     placed_on = models.CharField(max_length=255, blank=True, default="",
                                  help_text="the jobs worker it was last sent to; empty: the shared queue")
+    # The rule that stops a run which stopped buying intelligence (trainer/stoploss.py); {} for none.
+    stop_loss = models.JSONField(default=dict, blank=True)
+    # What the stop-loss found when it stopped the job (alerts/stoploss.py: reason, window, the money it
+    # saved as projected then); {} while it has not fired since the last resume.
+    stop_loss_outcome = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-id"]
@@ -140,7 +146,7 @@ class Job(models.Model):
 
     @classmethod
     def start(cls, *, name, team, env, config=None, budget_usd=None, device="auto", devices=1, node="", pool="",
-              created_by=None, enqueue=True, runs_here=False, init_from=None, init_step=None):
+              created_by=None, enqueue=True, runs_here=False, init_from=None, init_step=None, stop_loss=None):
         """Validate the input, create a queued job and (after commit) enqueue its task.
 
         Raise InputError naming the first bad field; nothing is created then.
@@ -150,6 +156,7 @@ class Job(models.Model):
         `runs_here` checks the device against what torch sees in this process instead of
         what the jobs workers report. `devices`, `node` and `pool` say where it may run: it is
         placed on a jobs worker that has them all (trainer.workers.place), or refused.
+        `stop_loss`: the rule that stops it once it stops buying intelligence (trainer/stoploss.py).
         """
         from trainer.rl.config import ConfigError, TrainConfig
         from trainer.workers import device_refusal, place
@@ -171,6 +178,7 @@ class Job(models.Model):
         except TypeError as err:  # a dataclass refusing something from_dict let through
             raise InputError("config", f"config is not usable: {err}") from None
         budget = _budget(budget_usd)
+        stop_rule = stoploss.parse(stop_loss)
         if not isinstance(device, str) or not DEVICE_RE.fullmatch(device):  # fullmatch: "$" lets "cuda:1\n" through
             raise InputError("device", f"device must be {DEVICE_ACCEPTED}, got {device!r}")
         devices, node, pool = _devices(devices, device), _name_field("node", node, 255), _name_field("pool", pool, TEAM_MAX)
@@ -191,6 +199,7 @@ class Job(models.Model):
                 name=name, team=team, env=env, config=cfg.to_dict(), budget_usd=budget,
                 device=device, devices=devices, node=node, pool=pool, created_by=created_by, init_from=source,
                 init_step=init_step, placed_on=placement.worker if placement else "",
+                stop_loss={**stop_rule, "from_step": 0} if stop_rule else {},
             )
             change = StatusChange.objects.create(job=job, from_status="", to_status=Status.QUEUED, at=job.created_at,
                                                  reason=f"created by {created_by}" if created_by else "created")
@@ -232,6 +241,8 @@ class Job(models.Model):
             # StopCallback's stop (and the callback then sets it KILLED); the job stopped either way.
             to = Status.STOPPED
             reason = f"stopped as asked ({reason})"
+        if to == Status.STOPPED and self.stop_reason:
+            reason = f"{self.stop_reason} ({reason})"
         fields = dict(finished_at=now, error=reason if to == Status.FAILED else "", stop_requested=False,
                       budget_stop_requested=False, phase="")
         if self._transition(ACTIVE, to, reason, **fields) is not None:
@@ -344,11 +355,12 @@ class Job(models.Model):
             finished_at=None, error="",
         ) is not None
 
-    def request_stop(self, by=None):
+    def request_stop(self, by=None, reason=""):
         """Ask the job to stop; the caller never waits for the worker.
 
         Queued: cancelled at once (→ stopped). Running: → stopping; the worker sees
         it at the next step boundary, writes a checkpoint and ends as stopped.
+        `reason` (the stop-loss gives one) is kept and ends the final status change.
         Return True when the job is now stopped or stopping, False when it had
         already ended (see `status`).
         """
@@ -356,9 +368,32 @@ class Job(models.Model):
         if self._transition([Status.QUEUED], Status.STOPPED, f"cancelled before it started{who}",
                             finished_at=timezone.now()):
             return True
-        if self._transition([Status.RUNNING], Status.STOPPING, f"stop requested{who}", stop_requested=True):
+        if self._transition([Status.RUNNING], Status.STOPPING, reason or f"stop requested{who}", stop_requested=True,
+                            stop_reason=reason):
             return True
         return self.status == Status.STOPPING
+
+    def stop_for_loss(self, outcome):
+        """The stop-loss fired (alerts/stoploss.py): keep what it found and stop the running job at its next
+        step boundary, or through the tracking callback for an external run. Return True when this call
+        stopped it (False: it was no longer running, or the rule fired already)."""
+        with transaction.atomic():
+            claimed = Job.objects.filter(pk=self.pk, status=Status.RUNNING, stop_loss_outcome={}).update(
+                stop_loss_outcome=outcome)
+            if not claimed:
+                return False
+            self.stop_loss_outcome = outcome
+            return self.request_stop(by="stop-loss", reason=outcome["reason"])
+
+    def set_stop_loss(self, raw):
+        """Replace the job's stop-loss from raw input (None or {} removes it); InputError, nothing changed.
+        A rule set on a running job judges the whole run so far; one set after it fired starts afresh."""
+        rule = stoploss.parse(raw)
+        self.stop_loss = {**rule, "from_step": 0} if rule else {}
+        if self.status not in (Status.STOPPING, *ENDED):
+            self.stop_loss_outcome = {}
+        Job.objects.filter(pk=self.pk).update(stop_loss=self.stop_loss, stop_loss_outcome=self.stop_loss_outcome)
+        return self.stop_loss
 
     def request_budget_stop(self, reason="spend reached the budget"):
         """End the job as budget_exhausted: at once when queued, else at its next step boundary
@@ -386,9 +421,12 @@ class Job(models.Model):
         who = f" by {by}" if by else ""
         with transaction.atomic():
             # The error text stays in the history (the reason of the → failed change).
+            # A stop-loss judges the resumed run from where it resumes: it spends the window again first.
+            rule = {**self.stop_loss, "from_step": self.checkpoint_step or 0} if self.stop_loss else {}
             old = self._transition(RESUMABLE, Status.QUEUED, f"resumed{who}", where=Q(not_resumable_reason=""),
                                    stop_requested=False, budget_stop_requested=False, stop_reason="",
-                                   finished_at=None, error="", placed_on=placement.worker)
+                                   finished_at=None, error="", placed_on=placement.worker, stop_loss=rule,
+                                   stop_loss_outcome={})
             if old is None:
                 return False
             self._enqueue(placement.queue)
@@ -568,6 +606,9 @@ class Job(models.Model):
             "can_continue": self.can_continue,
             "init_from": self.init_from_id,
             "init_step": self.init_step,
+            "stop_loss": self.stop_loss,
+            "stop_loss_text": stoploss.describe(self.stop_loss),
+            "stop_loss_outcome": self.stop_loss_outcome,
             "created_by": self.created_by.username if self.created_by_id else None,
             "created_at": _iso(self.created_at),
             "started_at": _iso(self.started_at),

@@ -436,7 +436,8 @@ def _steps(job, trainer, config, resume_from, built, stints, progress):
             return Outcome(Status.BUDGET_EXHAUSTED, f"{reason}; checkpoint at step {trainer.step}")
         if flags["stop_requested"] or flags["status"] == Status.STOPPING:
             _checkpoint_if_new(job, trainer, config)
-            return Outcome(Status.STOPPED, f"stopped at step {trainer.step}")
+            said = f"{flags['stop_reason']}; " if flags["stop_reason"] else ""  # the stop-loss says why
+            return Outcome(Status.STOPPED, f"{said}stopped at step {trainer.step}")
 
         # -- rollout → reward → advantages → update -----------------------------------
         started = time.perf_counter()

@@ -6,6 +6,7 @@ urlpatterns = [
     path("api/jobs", views.jobs, name="api-jobs"),
     path("api/jobs/<int:job_id>", views.job_detail, name="api-job"),
     path("api/jobs/<int:job_id>/stop", views.stop_job, name="api-job-stop"),
+    path("api/jobs/<int:job_id>/stop-loss", views.stop_loss, name="api-job-stop-loss"),
     path("api/jobs/<int:job_id>/resume", views.resume_job, name="api-job-resume"),
     path("api/jobs/<int:job_id>/steps", views.job_steps, name="api-job-steps"),
     path("api/jobs/<int:job_id>/samples", views.job_samples, name="api-job-samples"),

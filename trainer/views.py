@@ -78,7 +78,7 @@ def list_jobs(request):
 @require_role("operator")
 def create_job(request):
     """Start a job from {name, team, env, config: {...}, budget_usd, device, devices, node, pool, init_from,
-    init_step}; 201 with the job. init_from (a job id) continues that job's policy from its checkpoint at
+    init_step, stop_loss}; 201 with the job. init_from (a job id) continues that job's policy from its checkpoint at
     init_step (default: its final one) instead of the base policy. devices (default 1), node and pool say
     where it may run: a job no live jobs worker can run is refused (400) naming what they have."""
     try:
@@ -86,7 +86,7 @@ def create_job(request):
     except InputError as err:
         return _bad(err.field, err.message)
     accepted = ("name", "team", "env", "config", "budget_usd", "device", "devices", "node", "pool", "init_from",
-                "init_step")
+                "init_step", "stop_loss")
     unknown = sorted(set(body) - set(accepted))
     if unknown:
         return _bad(unknown[0], f"unknown field {unknown[0]!r}; accepted fields are {', '.join(accepted)}")
@@ -95,7 +95,7 @@ def create_job(request):
             name=body.get("name"), team=body.get("team"), env=body.get("env"), config=body.get("config"),
             budget_usd=body.get("budget_usd"), device=body.get("device", "auto"), devices=body.get("devices", 1),
             node=body.get("node", ""), pool=body.get("pool", ""), created_by=request.user,
-            init_from=body.get("init_from"), init_step=body.get("init_step"),
+            init_from=body.get("init_from"), init_step=body.get("init_step"), stop_loss=body.get("stop_loss"),
         )
     except InputError as err:
         return _bad(err.field, err.message)
@@ -121,6 +121,34 @@ def _job_detail(request, job_id):
 
 
 job_detail = _methods(GET=_job_detail)
+
+
+# -- /api/jobs/<id>/stop-loss -------------------------------------------------------------------
+
+
+@require_role("operator")
+def _put_stop_loss(request, job_id):
+    """Set the job's stop-loss (trainer/stoploss.py; {} removes it): the job with it, or 400 naming the field."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return _missing(job_id)
+    try:
+        job.set_stop_loss(json_object(request.body))
+    except InputError as err:
+        return _bad(err.field, err.message)
+    return JsonResponse(job.to_dict())
+
+
+@require_role("operator")
+def _delete_stop_loss(request, job_id):
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return _missing(job_id)
+    job.set_stop_loss(None)
+    return JsonResponse(job.to_dict())
+
+
+stop_loss = _methods(PUT=_put_stop_loss, DELETE=_delete_stop_loss)
 
 
 def _control(action):
