@@ -115,7 +115,7 @@ def _saved(job, outcome):
         projection = "no projection: the run has no configured step count" if left is None else \
             "no projection: no cost measured between those steps yet"
     else:
-        projection = (f"estimated: the {left} steps left of {job.steps_total} at this run's own "
-                      f"{usd_text(per_step)} per step (steps {a} to {b})")
+        projection = (f"projected from this run's own curve: the {left} steps left of {job.steps_total} at "
+                      f"{usd_text(per_step)} per step, its cost per step from step {a} to {b}")
     return {"usd_per_step": exact_usd(per_step), "steps_left": left, "saved_usd": exact_usd(saved),
             "projection": projection, "steps_done": job.steps_done}

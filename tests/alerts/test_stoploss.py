@@ -94,7 +94,8 @@ def test_the_last_dollars_buying_too_few_points_stop_the_job_with_the_reason_and
     assert out["window"] == {"from_step": 10, "to_step": 30, "usd": "6.00", "points": pytest.approx(0.6)}
     # $6.00 / 20 steps = $0.30 a step, times the 70 steps of 100 it did not run.
     assert (out["usd_per_step"], out["steps_left"], out["saved_usd"]) == ("0.30", 70, "21.00")
-    assert out["projection"] == "estimated: the 70 steps left of 100 at this run's own $0.30 per step (steps 10 to 30)"
+    assert out["projection"] == ("projected from this run's own curve: the 70 steps left of 100 at $0.30 per step, "
+                                 "its cost per step from step 10 to 30")
     assert job.status_changes.last().reason == out["reason"]
     assert evaluate.check(now=T0 + timedelta(minutes=10)) == [], "it fires once"
 

@@ -8,6 +8,8 @@ are fuzzed all the same).
 """
 
 RANGE = ["range", "from", "to", "live"]
+STOP_LOSS_FORM = ["stop_loss.usd", "stop_loss.points", "stop_loss.reward_drop", "stop_loss.kl_max",
+                  "stop_loss.entropy_min", "stop_loss.steps"]
 MLFLOW_GET = {
     "mlflow-experiments-get": ["experiment_id"],
     "mlflow-experiments-get-by-name": ["experiment_name"],
@@ -52,20 +54,23 @@ PARAMS = {
     "node-owner": [("POST", "form", ["team"])],
     "jobs": [("GET", "query", ["status"])],
     "job-start": [("POST", "form", ["preset", "name", "team", "env", "budget_usd", "device", "devices", "node", "pool", "steps",
-                                    "prompts_per_step", "group_size", "lr", "kl_coef", "eval_every"])],
+                                    "prompts_per_step", "group_size", "lr", "kl_coef", "eval_every", *STOP_LOSS_FORM])],
     "job": [("GET", "query", ["step", "live"])],
     "job-stop": [("POST", "form", ["next"])],
     "job-resume": [("POST", "form", ["next"])],
     "job-score-key": [("POST", "form", ["score_key"])],
+    "job-stop-loss": [("POST", "form", [*STOP_LOSS_FORM, "remove"])],
     "compare": [("GET", "query", ["jobs", "pick", "x"])],
     "costs": [("GET", "query", ["from", "to", "group"])],
     "api-fleet": [("GET", "query", [])],
     "api-device-samples": [("GET", "query", ["resolution", "from", "to"])],
     "api-jobs": [("GET", "query", ["status", "team", "limit"]),
                  ("POST", "json", ["name", "team", "env", "config", "budget_usd", "device", "devices", "node", "pool",
-                                   "init_from", "init_step"])],
+                                   "init_from", "init_step", "stop_loss"])],
     "api-job": [("GET", "query", [])],
     "api-job-stop": [("POST", "json", [])],
+    "api-job-stop-loss": [("PUT", "json", ["usd", "points", "reward_drop", "kl_max", "entropy_min", "steps"]),
+                          ("DELETE", "json", [])],
     "api-job-resume": [("POST", "json", [])],
     "api-job-steps": [("GET", "query", ["after", "limit"])],
     "api-job-samples": [("GET", "query", ["step"])],

@@ -149,7 +149,7 @@ def test_it_never_answers_5xx_and_a_refusal_stores_nothing(client, admin_user, w
         if method == "GET":
             resp = client.get(url, data)
         elif kind == "json":
-            send = {"POST": client.post, "PATCH": client.patch, "DELETE": client.delete}[method]
+            send = {"POST": client.post, "PUT": client.put, "PATCH": client.patch, "DELETE": client.delete}[method]
             resp = send(url, data, content_type="application/json")
         else:
             resp = client.post(url, data)
