@@ -192,7 +192,7 @@ def create_campaign(request):
     run_config = {}
     try:
         if post.get("steps", "").strip():
-            if not post["steps"].strip().isdigit():
+            if not post["steps"].strip().isdigit() or len(post["steps"].strip()) > 9:
                 raise InputError("steps",
                                  f"steps must be a whole number of GRPO updates per run, got {post['steps']!r}")
             run_config["steps"] = int(post["steps"])

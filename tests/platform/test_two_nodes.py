@@ -16,7 +16,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -24,6 +24,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from tests.conftest import ROOT, database_url
+from tests.costs.cost_builders import set_prices
 from tests.platform.up_process import processes_using
 from tests.trainer.helpers import TINY, purge_jobs_queue
 from tests.waiting import wait_for
@@ -92,6 +93,8 @@ def test_a_job_asked_for_a_node_runs_there_names_it_and_is_charged_to_its_device
     from collector.models import LatestSample, Sample
     from costs.attribution import attribute_window
 
+    # Prices of its own: an earlier transactional test's flush empties the price book the migration filled.
+    set_prices(("*", "3.60", "0.10", "1", date(2020, 1, 1)))
     models = tmp_path / "models"
     tiny_models(models)
     plane_dir, node_dir = tmp_path / "plane", tmp_path / "node"
