@@ -100,6 +100,12 @@ class Device(models.Model):
     simulated = models.BooleanField(default=False)
     power_estimated = models.BooleanField(default=False)
     mem_total_mib = models.IntegerField(null=True)
+    # As NVML names it ("hopper", "blackwell", "rubin", ...); "" where the source does not say.
+    arch = models.TextField(blank=True, default="")
+    # MIG on (True) or off (False); None where the device has no MIG or the source does not say.
+    mig_mode = models.BooleanField(null=True)
+    # The power scopes measured beside the GPU's own: "module", "memory", "module,memory" or "".
+    power_scopes = models.TextField(blank=True, default="")
     first_seen = models.DateTimeField()
     registered_at = models.DateTimeField()
 
@@ -169,6 +175,16 @@ class _SampleFields(models.Model):
     sm_clock_mhz = models.IntegerField(null=True)
     # Share of SMs busy (GPM / DCGM PROF_SM_ACTIVE); None where the source lacks it.
     sm_active_pct = models.FloatField(null=True)
+    # What newer GPUs report (collector/agent/schema.py); None where the device or source lacks it.
+    module_power_w = models.FloatField(null=True)
+    memory_power_w = models.FloatField(null=True)
+    module_energy_j = models.FloatField(null=True)
+    tensor_active_pct = models.FloatField(null=True)
+    sm_occupancy_pct = models.FloatField(null=True)
+    nvlink_tx_bytes_s = models.FloatField(null=True)
+    nvlink_rx_bytes_s = models.FloatField(null=True)
+    clock_event_reasons = models.BigIntegerField(null=True)
+    power_limit_w = models.FloatField(null=True)
 
     class Meta:
         abstract = True
@@ -226,6 +242,16 @@ class _Rollup(models.Model):
     temp_max_c = models.FloatField(null=True)
     energy_j = models.FloatField()
     energy_from = models.TextField(choices=ENERGY_FROM)
+    tensor_active_mean_pct = models.FloatField(null=True)
+    sm_occupancy_mean_pct = models.FloatField(null=True)
+    module_power_mean_w = models.FloatField(null=True)
+    memory_power_mean_w = models.FloatField(null=True)
+    nvlink_tx_mean_bytes_s = models.FloatField(null=True)
+    nvlink_rx_mean_bytes_s = models.FloatField(null=True)
+    # Samples whose clocks power, heat, sync boost or a hardware slowdown held down (schema.THROTTLE_MASK), of
+    # the samples that reported clock event reasons at all.
+    throttled_samples = models.IntegerField(default=0)
+    reasons_samples = models.IntegerField(default=0)
 
     class Meta:
         abstract = True

@@ -60,8 +60,18 @@ _ENERGY_FROM = """
 
 _ROLLUP_COLS = (
     "device_id, bucket, samples, covered_s, util_mean_pct, util_max_pct, sm_active_mean_pct, "
-    "mem_used_max_mib, power_mean_w, power_max_w, temp_max_c, energy_j, energy_from"
+    "mem_used_max_mib, power_mean_w, power_max_w, temp_max_c, energy_j, energy_from, "
+    "tensor_active_mean_pct, sm_occupancy_mean_pct, module_power_mean_w, memory_power_mean_w, "
+    "nvlink_tx_mean_bytes_s, nvlink_rx_mean_bytes_s, throttled_samples, reasons_samples"
 )
+# The means of the newer GPUs' figures (schema._ROLLUP_EXTENDED_COLUMNS): over a minute's samples, and over an
+# hour's minutes weighted by their samples, as util_mean_pct.
+_MEANS = (("tensor_active_pct", "tensor_active_mean_pct"), ("sm_occupancy_pct", "sm_occupancy_mean_pct"),
+          ("module_power_w", "module_power_mean_w"), ("memory_power_w", "memory_power_mean_w"),
+          ("nvlink_tx_bytes_s", "nvlink_tx_mean_bytes_s"), ("nvlink_rx_bytes_s", "nvlink_rx_mean_bytes_s"))
+_MINUTE_MEANS = ", ".join(f"avg({sample})" for sample, _ in _MEANS)
+_HOUR_MEANS = ", ".join(f"sum(r.{mean} * r.samples) / nullif(sum(r.samples) FILTER (WHERE r.{mean} IS NOT NULL), 0)"
+                        for _, mean in _MEANS)
 _UPDATE_ALL = ", ".join(f"{c} = excluded.{c}" for c in _ROLLUP_COLS.split(", ")[2:])
 
 _ROLLUP_1M = f"""
@@ -75,7 +85,9 @@ win AS (
 INSERT INTO telemetry_rollup_1m ({_ROLLUP_COLS})
 SELECT device_id, date_trunc('minute', ts), count(*), sum(dt_s),
        avg(util_pct), max(util_pct), avg(sm_active_pct), max(mem_used_mib),
-       avg(power_w), max(power_w), max(temp_c), coalesce(sum(e_j), 0), {_ENERGY_FROM}
+       avg(power_w), max(power_w), max(temp_c), coalesce(sum(e_j), 0), {_ENERGY_FROM},
+       {_MINUTE_MEANS},
+       count(*) FILTER (WHERE clock_event_reasons & {schema.THROTTLE_MASK} <> 0), count(clock_event_reasons)
 FROM iv GROUP BY device_id, date_trunc('minute', ts)
 ON CONFLICT (device_id, bucket) DO UPDATE SET {_UPDATE_ALL}
 """
@@ -96,7 +108,9 @@ SELECT r.device_id, c.hour, sum(r.samples), sum(r.covered_s),
        CASE WHEN count(DISTINCT r.energy_from) FILTER (WHERE r.energy_from <> 'none') = 0 THEN 'none'
             WHEN count(DISTINCT r.energy_from) FILTER (WHERE r.energy_from <> 'none') = 1
             THEN min(r.energy_from) FILTER (WHERE r.energy_from <> 'none')
-            ELSE 'mixed' END
+            ELSE 'mixed' END,
+       {_HOUR_MEANS},
+       sum(r.throttled_samples), sum(r.reasons_samples)
 FROM claim c JOIN telemetry_rollup_1m r
   ON r.device_id = c.device_id AND r.bucket >= c.hour AND r.bucket < c.hour + interval '1 hour'
 GROUP BY r.device_id, c.hour
@@ -379,8 +393,7 @@ MAX_RANGE = {"raw": timedelta(days=1), "1m": timedelta(days=31), "1h": timedelta
 _SERIES_RAW = f"""
 WITH win AS (SELECT %s::int4 AS device_id, %s::timestamptz AS lo, %s::timestamptz AS hi),
 {_INTERVALS}
-SELECT ts, util_pct, mem_util_pct, power_w, energy_j, mem_used_mib, mem_total_mib, temp_c,
-       sm_clock_mhz, sm_active_pct, e_j, CASE WHEN e_j IS NULL THEN 'none'
+SELECT ts, {", ".join(schema.SAMPLE_FIELDS)}, e_j, CASE WHEN e_j IS NULL THEN 'none'
        WHEN e_counter THEN 'counter' ELSE 'power' END
 FROM iv ORDER BY ts
 """
@@ -397,6 +410,9 @@ _ROLLUP_FIELDS = (
     "temp_max_c",
     "energy_j",
     "energy_from",
+    *(mean for _, mean in _MEANS),
+    "throttled_samples",
+    "reasons_samples",
 )
 
 

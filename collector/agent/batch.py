@@ -11,7 +11,10 @@ spooled and written later.
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from . import schema
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_FIELDS = len(schema.SAMPLE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,12 @@ class DeviceInfo:
     # True when power (and so energy) is estimated, not measured.
     power_estimated: bool = False
     mem_total_mib: int | None = None
+    # NVML's architecture name ("hopper", "blackwell", "rubin", ...); "" where the source does not say.
+    arch: str = ""
+    # MIG mode on (True) or off (False); None where the device has no MIG or the source does not say.
+    mig_mode: bool | None = None
+    # The power scopes it measures beside the GPU's own, e.g. "module,memory"; "" for none.
+    power_scopes: str = ""
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,12 @@ class Reading:
     values: tuple  # schema.SAMPLE_FIELDS order, None where the source has no value
     holders: tuple = ()  # (Holder, ...)
 
+    def __post_init__(self):
+        # A source that reads only the first fields gives a shorter tuple: the rest are None.
+        missing = _FIELDS - len(self.values)
+        if missing > 0:
+            self.values = tuple(self.values) + (None,) * missing
+
 
 @dataclass
 class Batch:
@@ -60,6 +75,11 @@ class Batch:
     holders: list = field(default_factory=list)  # [(uuid, ts, Holder)]
     labels: dict = field(default_factory=dict)  # node labels, e.g. {"team": "rl"}
     interval_s: float = 1.0
+
+    def __post_init__(self):
+        # Rows made with the first fields only (an import, a benchmark): the rest are None.
+        if self.rows and any(len(r) < _FIELDS + 2 for r in self.rows):
+            self.rows = [(*r, *(None,) * (_FIELDS + 2 - len(r))) for r in self.rows]
 
     def to_json(self):
         """Return a JSON-ready dict; timestamps become integer microseconds since the epoch."""
@@ -76,14 +96,15 @@ class Batch:
     def from_json(cls, data):
         return cls(
             devices=[DeviceInfo(*d) for d in data["devices"]],
-            rows=[(r[0], _from_us(r[1]), *r[2:]) for r in data["rows"]],
+            rows=[(r[0], _from_us(r[1]), *r[2:]) for r in data["rows"]],  # a row spooled before fields were added: padded
             holders=[_holder_from_json(h) for h in data["holders"]],
             labels=data.get("labels", {}),
             interval_s=data.get("interval_s", 1.0),
         )
 
 
-_DEVICE_FIELDS = ("uuid", "node", "index", "model", "source", "simulated", "power_estimated", "mem_total_mib")
+_DEVICE_FIELDS = ("uuid", "node", "index", "model", "source", "simulated", "power_estimated", "mem_total_mib", "arch",
+                  "mig_mode", "power_scopes")
 
 
 def _holder_from_json(item):

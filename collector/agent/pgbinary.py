@@ -35,7 +35,8 @@ class BinaryArrayDumper(Dumper):
 
 
 # Element oid and array-module code of the types the `_MARK` arrays carry.
-ELEMENTS = {"int4": (23, "i"), "float4": (700, "f"), "float8": (701, "d"), "timestamptz": (1184, "q")}
+ELEMENTS = {"int4": (23, "i"), "int8": (20, "q"), "float4": (700, "f"), "float8": (701, "d"),
+            "timestamptz": (1184, "q")}
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 _US = timedelta(microseconds=1)
 _HEADER = struct.Struct(">5i")  # dimensions, has-nulls flag, element oid, length, lower bound

@@ -42,6 +42,16 @@ SAMPLE_FIELDS = (
     "temp_c",
     "sm_clock_mhz",
     "sm_active_pct",
+    # Added by collector migration 0004 (EXTENDED_SQL): what newer GPUs report beside the above.
+    "module_power_w",  # the whole module (GPU + CPU + memory of a superchip), NVML power scope MODULE
+    "memory_power_w",  # NVML power scope MEMORY
+    "module_energy_j",  # the module's cumulative energy counter, as reported
+    "tensor_active_pct",  # share of time any tensor core was busy (GPM ANY_TENSOR_UTIL)
+    "sm_occupancy_pct",  # active warps against the SMs' maximum (GPM SM_OCCUPANCY)
+    "nvlink_tx_bytes_s",  # NVLink data sent per second since the previous tick, all links
+    "nvlink_rx_bytes_s",
+    "clock_event_reasons",  # why clocks are held down now: NVML's clocks event reasons bitmask
+    "power_limit_w",  # the enforced power limit
 )
 # Postgres types of ("device_id", "ts") + SAMPLE_FIELDS, for binary COPY.
 SAMPLE_COPY_TYPES = (
@@ -56,6 +66,15 @@ SAMPLE_COPY_TYPES = (
     "float4",
     "int4",
     "float4",
+    "float4",
+    "float4",
+    "float8",
+    "float4",
+    "float4",
+    "float8",
+    "float8",
+    "int8",
+    "float4",
 )
 SAMPLE_COLUMNS = ("device_id", "ts") + SAMPLE_FIELDS
 
@@ -63,7 +82,20 @@ SAMPLE_COLUMNS = ("device_id", "ts") + SAMPLE_FIELDS
 # neither device time nor energy is counted across them.
 MAX_GAP_S = 300
 
-_FIELDS_DDL = """
+_EXTENDED_COLUMNS = (
+    ("module_power_w", "real"),
+    ("memory_power_w", "real"),
+    ("module_energy_j", "double precision"),
+    ("tensor_active_pct", "real"),
+    ("sm_occupancy_pct", "real"),
+    ("nvlink_tx_bytes_s", "double precision"),
+    ("nvlink_rx_bytes_s", "double precision"),
+    ("clock_event_reasons", "bigint"),
+    ("power_limit_w", "real"),
+)
+_EXTENDED_DDL = ",\n    ".join(f"{name} {kind}" for name, kind in _EXTENDED_COLUMNS)
+
+_FIELDS_DDL = f"""
     util_pct real,
     mem_util_pct real,
     power_w real,
@@ -72,10 +104,28 @@ _FIELDS_DDL = """
     mem_total_mib integer,
     temp_c real,
     sm_clock_mhz integer,
-    sm_active_pct real
+    sm_active_pct real,
+    {_EXTENDED_DDL}
 """
 
-_ROLLUP_DDL = """
+# Added by collector migration 0004 (EXTENDED_SQL). throttled_samples: samples whose clocks were held down by
+# power, heat, sync boost or a hardware slowdown (THROTTLE_MASK), not by idling or application clocks.
+_ROLLUP_EXTENDED_COLUMNS = (
+    ("tensor_active_mean_pct", "real"),
+    ("sm_occupancy_mean_pct", "real"),
+    ("module_power_mean_w", "real"),
+    ("memory_power_mean_w", "real"),
+    ("nvlink_tx_mean_bytes_s", "double precision"),
+    ("nvlink_rx_mean_bytes_s", "double precision"),
+    ("throttled_samples", "integer NOT NULL DEFAULT 0"),
+    ("reasons_samples", "integer NOT NULL DEFAULT 0"),
+)
+_ROLLUP_EXTENDED_DDL = ",\n    ".join(f"{name} {kind}" for name, kind in _ROLLUP_EXTENDED_COLUMNS)
+# NVML's clocks event reasons that slow a busy GPU down: SW power cap, HW slowdown, sync boost, SW thermal,
+# HW thermal, HW power brake (GPU idle 0x1, application clocks 0x2 and display clocks 0x100 are not).
+THROTTLE_MASK = 0x04 | 0x08 | 0x10 | 0x20 | 0x40 | 0x80
+
+_ROLLUP_DDL = f"""
     device_id integer NOT NULL,
     bucket timestamptz NOT NULL,
     samples integer NOT NULL,
@@ -89,6 +139,7 @@ _ROLLUP_DDL = """
     temp_max_c real,
     energy_j double precision NOT NULL,
     energy_from text NOT NULL CHECK (energy_from IN ('counter', 'power', 'mixed', 'none')),
+    {_ROLLUP_EXTENDED_DDL},
     PRIMARY KEY (device_id, bucket)
 """
 
@@ -194,8 +245,33 @@ DROP INDEX IF EXISTS telemetry_device_holder_launcher;
 ALTER TABLE telemetry_device_holder DROP COLUMN IF EXISTS ancestor_pids, DROP COLUMN IF EXISTS launcher_ids;
 """
 
+# Added by collector migration 0004: what newer GPUs report (module and memory power, module energy, tensor
+# activity, SM occupancy, NVLink throughput, clock event reasons, power limit) on samples and rollups, and each
+# device's architecture, MIG mode and power scopes. IF NOT EXISTS: a database made by 0001 from this file's
+# current text has the columns already. The writer's row type is made again with the new columns before `lo`.
+def _add_columns(table, columns):
+    return f"ALTER TABLE {table} " + ", ".join(f"ADD COLUMN IF NOT EXISTS {n} {k}" for n, k in columns) + ";"
+
+
+EXTENDED_SQL = "\n".join([
+    _add_columns("telemetry_sample", _EXTENDED_COLUMNS),
+    _add_columns("telemetry_latest", _EXTENDED_COLUMNS),
+    _add_columns("telemetry_rollup_1m", _ROLLUP_EXTENDED_COLUMNS),
+    _add_columns("telemetry_rollup_1h", _ROLLUP_EXTENDED_COLUMNS),
+    _add_columns("collector_device", (("arch", "text NOT NULL DEFAULT ''"), ("mig_mode", "boolean"),
+                                      ("power_scopes", "text NOT NULL DEFAULT ''"))),
+    "DROP TYPE IF EXISTS telemetry_mark;",
+    f"CREATE TYPE telemetry_mark AS (device_id integer, ts timestamptz, {_FIELDS_DDL}, lo timestamptz);",
+])
+
+# Going back from 0004: the columns stay (older code never reads them); the row type loses them again, as the
+# older writer builds it.
+_BASE_FIELDS_DDL = _FIELDS_DDL.split(",\n    module_power_w")[0]
+EXTENDED_DROP_SQL = ("DROP TYPE IF EXISTS telemetry_mark; "
+                     f"CREATE TYPE telemetry_mark AS (device_id integer, ts timestamptz, {_BASE_FIELDS_DDL}, lo timestamptz);")
+
 # The whole schema, for a database made without Django's migrations (tests, benchmarks).
-SCHEMA_SQL = CREATE_SQL + WATERMARK_SQL + LINEAGE_SQL
+SCHEMA_SQL = CREATE_SQL + WATERMARK_SQL + LINEAGE_SQL + EXTENDED_SQL
 
 DROP_SQL = """
 DROP TYPE IF EXISTS telemetry_mark;

@@ -122,12 +122,15 @@ _UPSERT_NODES = (
     "RETURNING name, id"
 )
 _UPSERT_DEVICES = (
-    "INSERT INTO collector_device (uuid, node_id, index, model, source, simulated, power_estimated, mem_total_mib) "
-    "SELECT * FROM unnest(%s::text[], %s::int8[], %s::int4[], %s::text[], %s::text[], %s::bool[], %s::bool[], %s::int4[]) "
+    "INSERT INTO collector_device (uuid, node_id, index, model, source, simulated, power_estimated, mem_total_mib, "
+    "arch, mig_mode, power_scopes) "
+    "SELECT * FROM unnest(%s::text[], %s::int8[], %s::int4[], %s::text[], %s::text[], %s::bool[], %s::bool[], %s::int4[], "
+    "%s::text[], %s::bool[], %s::text[]) "
     "ON CONFLICT (uuid) DO UPDATE SET node_id = excluded.node_id, index = excluded.index, "
     "model = excluded.model, source = excluded.source, simulated = excluded.simulated, "
     "power_estimated = excluded.power_estimated, "
-    "mem_total_mib = coalesce(excluded.mem_total_mib, collector_device.mem_total_mib), registered_at = now() "
+    "mem_total_mib = coalesce(excluded.mem_total_mib, collector_device.mem_total_mib), "
+    "arch = excluded.arch, mig_mode = excluded.mig_mode, power_scopes = excluded.power_scopes, registered_at = now() "
     "RETURNING uuid, id"
 )
 
@@ -270,6 +273,9 @@ class Writer:
                     [d.simulated for d in new],
                     [d.power_estimated for d in new],
                     [d.mem_total_mib for d in new],
+                    [d.arch for d in new],
+                    [d.mig_mode for d in new],
+                    [d.power_scopes for d in new],
                 ],
             )
             ids = dict(cur.fetchall())

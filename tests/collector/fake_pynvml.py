@@ -21,7 +21,44 @@ NVML_ERROR_UNKNOWN = 999
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
 NVML_GPM_METRIC_SM_UTIL = 2
+NVML_GPM_METRIC_SM_OCCUPANCY = 3
+NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
 NVML_GPM_METRICS_GET_VERSION = 1
+
+NVML_DEVICE_ARCH_AMPERE = 7
+NVML_DEVICE_ARCH_HOPPER = 9
+NVML_DEVICE_ARCH_BLACKWELL = 10
+NVML_DEVICE_ARCH_RUBIN = 13
+NVML_DEVICE_ARCH_UNKNOWN = 0xFFFFFFFF
+NVML_DEVICE_MIG_DISABLE = 0x0
+NVML_DEVICE_MIG_ENABLE = 0x1
+
+# Field values: ids, the power scopes, and the value types of the union they come in.
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB since driver load, all links
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_FI_DEV_POWER_INSTANT = 186  # mW
+NVML_FI_DEV_ENERGY = 191  # mJ since driver load
+NVML_POWER_SCOPE_GPU = 0
+NVML_POWER_SCOPE_MODULE = 1
+NVML_POWER_SCOPE_MEMORY = 2
+NVML_VALUE_TYPE_DOUBLE = 0
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_VALUE_TYPE_UNSIGNED_LONG = 2
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4
+NVML_VALUE_TYPE_SIGNED_INT = 5
+NVML_VALUE_TYPE_UNSIGNED_SHORT = 6
+
+# Clocks event reasons (a bitmask), as the real module names them.
+nvmlClocksEventReasonGpuIdle = 0x0000000000000001
+nvmlClocksEventReasonApplicationsClocksSetting = 0x0000000000000002
+nvmlClocksEventReasonSwPowerCap = 0x0000000000000004
+nvmlClocksEventReasonHwSlowdown = 0x0000000000000008
+nvmlClocksEventReasonSyncBoost = 0x0000000000000010
+nvmlClocksEventReasonSwThermalSlowdown = 0x0000000000000020
+nvmlClocksEventReasonHwThermalSlowdown = 0x0000000000000040
+nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x0000000000000080
+nvmlClocksEventReasonNone = 0x0000000000000000
 
 
 class NVMLError(Exception):
@@ -67,14 +104,22 @@ NVMLError_GpuIsLost = _subclass("NVMLError_GpuIsLost", NVML_ERROR_GPU_IS_LOST)
 NVMLError_Unknown = _subclass("NVMLError_Unknown", NVML_ERROR_UNKNOWN)
 
 
-class FakeGpu:
-    """One fake GPU; set a field to NOT_SUPPORTED, or `lost = True`, to make NVML raise."""
+NOT_SUPPORTED = object()
 
-    NOT_SUPPORTED = object()
+
+class FakeGpu:
+    """One fake GPU; set a field to NOT_SUPPORTED, or `lost = True`, to make NVML raise. A field value left None
+    (module power, NVLink, ...) is answered NOT_SUPPORTED in its own nvmlReturn, as a device without it does;
+    `field_values=False` makes the whole call raise, as a driver without field values does."""
+
+    NOT_SUPPORTED = NOT_SUPPORTED
 
     def __init__(self, uuid, name="NVIDIA H100 80GB HBM3", power_mw=300_000, energy_mj=5_000_000_000,
                  util_gpu=50, util_memory=20, mem_total=80 * 2**30, mem_used=10 * 2**30, temp_c=60,
-                 sm_clock_mhz=1980, processes=(), gpm_sm_util=None):
+                 sm_clock_mhz=1980, processes=(), gpm_sm_util=None, arch=NVML_DEVICE_ARCH_HOPPER,
+                 mig_mode=NOT_SUPPORTED, gpm_tensor_util=None, gpm_sm_occupancy=None, module_power_mw=None,
+                 memory_power_mw=None, module_energy_mj=None, nvlink_tx_kib=None, nvlink_rx_kib=None,
+                 clocks_event_reasons=0, power_limit_mw=700_000, field_values=True):
         self.uuid = uuid
         self.name = name
         self.power_mw = power_mw
@@ -87,8 +132,58 @@ class FakeGpu:
         self.sm_clock_mhz = sm_clock_mhz
         self.processes = list(processes)  # [(pid, used bytes or None)]
         self.gpm_sm_util = gpm_sm_util  # None: GPM unsupported (pre-Hopper)
+        self.gpm_tensor_util = gpm_tensor_util  # None with GPM: that metric unsupported
+        self.gpm_sm_occupancy = gpm_sm_occupancy
+        self.arch = arch
+        self.mig_mode = mig_mode  # NVML_DEVICE_MIG_ENABLE / _DISABLE, or NOT_SUPPORTED
+        self.module_power_mw = module_power_mw
+        self.memory_power_mw = memory_power_mw
+        self.module_energy_mj = module_energy_mj
+        self.nvlink_tx_kib = nvlink_tx_kib
+        self.nvlink_rx_kib = nvlink_rx_kib
+        self.clocks_event_reasons = clocks_event_reasons
+        self.power_limit_mw = power_limit_mw
+        self.field_values = field_values
+        self.clock_us = 1_700_000_000_000_000  # the field values' timestamps, µs; advance it between ticks
         self.lost = False
         self.fail_on_open = False
+
+    # -- profiles: what NVML 13 reports on each kind of machine ------------------------------------------
+
+    @classmethod
+    def ampere(cls, uuid, **kw):
+        """An A100: no GPM, no module or memory power scope, NVLink counters."""
+        defaults = dict(name="NVIDIA A100-SXM4-80GB", arch=NVML_DEVICE_ARCH_AMPERE, power_limit_mw=400_000,
+                        mig_mode=NVML_DEVICE_MIG_DISABLE, nvlink_tx_kib=1_000, nvlink_rx_kib=2_000)
+        return cls(uuid, **{**defaults, **kw})
+
+    @classmethod
+    def hopper(cls, uuid, **kw):
+        """An H100 SXM: GPM with tensor activity and occupancy, NVLink, no module or memory scope."""
+        defaults = dict(name="NVIDIA H100 80GB HBM3", arch=NVML_DEVICE_ARCH_HOPPER, gpm_sm_util=60.0,
+                        gpm_tensor_util=35.0, gpm_sm_occupancy=40.0, mig_mode=NVML_DEVICE_MIG_DISABLE,
+                        nvlink_tx_kib=10_000, nvlink_rx_kib=20_000)
+        return cls(uuid, **{**defaults, **kw})
+
+    @classmethod
+    def blackwell_superchip(cls, uuid, **kw):
+        """A GB200's GPU: module power and energy (the Grace CPU and memory with it) and memory power."""
+        defaults = dict(name="NVIDIA GB200", arch=NVML_DEVICE_ARCH_BLACKWELL, gpm_sm_util=70.0,
+                        gpm_tensor_util=50.0, gpm_sm_occupancy=45.0, mig_mode=NVML_DEVICE_MIG_DISABLE,
+                        power_mw=900_000, power_limit_mw=1_200_000, module_power_mw=1_150_000,
+                        memory_power_mw=90_000, module_energy_mj=9_000_000_000, nvlink_tx_kib=10_000,
+                        nvlink_rx_kib=20_000, mem_total=186 * 2**30)
+        return cls(uuid, **{**defaults, **kw})
+
+    @classmethod
+    def rubin_superchip(cls, uuid, **kw):
+        """A Vera Rubin GPU: the module scope present (GPU, Vera CPU, memory), NVLink 6, MIG capable."""
+        defaults = dict(name="NVIDIA Rubin", arch=NVML_DEVICE_ARCH_RUBIN, gpm_sm_util=75.0, gpm_tensor_util=62.0,
+                        gpm_sm_occupancy=50.0, mig_mode=NVML_DEVICE_MIG_DISABLE, power_mw=1_500_000,
+                        power_limit_mw=1_800_000, module_power_mw=1_900_000, memory_power_mw=160_000,
+                        module_energy_mj=20_000_000_000, nvlink_tx_kib=40_000, nvlink_rx_kib=80_000,
+                        mem_total=288 * 2**30)
+        return cls(uuid, **{**defaults, **kw})
 
 
 class _GpmSample:
@@ -101,6 +196,22 @@ class _Metric:
         self.metricId = 0
         self.nvmlReturn = NVML_SUCCESS
         self.value = 0.0
+
+
+class _Value:
+    """The union of a field value: every member present, as ctypes reads them (the unused ones 0)."""
+
+    def __init__(self, **members):
+        for name in ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal"):
+            setattr(self, name, members.get(name, 0))
+
+
+class _FieldValue:
+    """c_nvmlFieldValue_t: fieldId, scopeId, timestamp (µs), latencyUsec, valueType, nvmlReturn, value."""
+
+    def __init__(self, field_id, scope_id, timestamp, value_type, ret, value):
+        self.fieldId, self.scopeId, self.timestamp, self.latencyUsec = field_id, scope_id, timestamp, 0
+        self.valueType, self.nvmlReturn, self.value = value_type, ret, value
 
 
 class c_nvmlGpmMetricsGet_t:
@@ -192,24 +303,70 @@ class FakeNvml:
         return [SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
                 for pid, used in gpu.processes]
 
+    def nvmlDeviceGetArchitecture(self, device):
+        return self._gpu(device).arch
+
+    def nvmlDeviceGetMigMode(self, device):
+        mode = self._value(device, "mig_mode")
+        return [mode, mode]  # [current, pending]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return self._value(handle, "clocks_event_reasons")
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        return self._value(handle, "power_limit_mw")  # milliwatts
+
+    def nvmlDeviceGetFieldValues(self, handle, fieldIds):
+        """As the real wrapper: fieldIds are ids or (id, scope id) pairs; one answer each, with its own
+        nvmlReturn (NOT_SUPPORTED where the device lacks it)."""
+        gpu = self._gpu(handle)
+        if not gpu.field_values:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        by_key = {
+            (NVML_FI_DEV_POWER_INSTANT, NVML_POWER_SCOPE_GPU): ("power_mw", NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal"),
+            (NVML_FI_DEV_POWER_INSTANT, NVML_POWER_SCOPE_MODULE): ("module_power_mw", NVML_VALUE_TYPE_UNSIGNED_INT,
+                                                                   "uiVal"),
+            (NVML_FI_DEV_POWER_INSTANT, NVML_POWER_SCOPE_MEMORY): ("memory_power_mw", NVML_VALUE_TYPE_UNSIGNED_INT,
+                                                                   "uiVal"),
+            (NVML_FI_DEV_ENERGY, NVML_POWER_SCOPE_GPU): ("energy_mj", NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal"),
+            (NVML_FI_DEV_ENERGY, NVML_POWER_SCOPE_MODULE): ("module_energy_mj", NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                                                            "ullVal"),
+            (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 0): ("nvlink_tx_kib", NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal"),
+            (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0): ("nvlink_rx_kib", NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal"),
+        }
+        out = []
+        for field in fieldIds:
+            key = tuple(field) if isinstance(field, (tuple, list)) else (field, 0)
+            attr, value_type, member = by_key.get(key, (None, NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal"))
+            value = getattr(gpu, attr) if attr else None
+            if value is None or value is NOT_SUPPORTED:
+                out.append(_FieldValue(*key, gpu.clock_us, value_type, NVML_ERROR_NOT_SUPPORTED, _Value()))
+            else:
+                out.append(_FieldValue(*key, gpu.clock_us, value_type, NVML_SUCCESS, _Value(**{member: value})))
+        return out
+
     # -- GPM --
-    def nvmlGpmQueryDeviceSupport(self, handle):
-        return SimpleNamespace(version=1, isSupportedDevice=int(self._gpu(handle).gpm_sm_util is not None))
+    def nvmlGpmQueryDeviceSupport(self, device):
+        return SimpleNamespace(version=1, isSupportedDevice=int(self._gpu(device).gpm_sm_util is not None))
 
     def nvmlGpmSampleAlloc(self):
         return _GpmSample()
 
-    def nvmlGpmSampleFree(self, sample):
+    def nvmlGpmSampleFree(self, gpmSample):
         self.freed += 1
 
-    def nvmlGpmSampleGet(self, handle, sample):
-        sample.value = self._gpu(handle).gpm_sm_util
-        return sample
+    def nvmlGpmSampleGet(self, device, gpmSample):
+        gpu = self._gpu(device)
+        gpmSample.value = {NVML_GPM_METRIC_SM_UTIL: gpu.gpm_sm_util, NVML_GPM_METRIC_ANY_TENSOR_UTIL: gpu.gpm_tensor_util,
+                        NVML_GPM_METRIC_SM_OCCUPANCY: gpu.gpm_sm_occupancy}
+        return gpmSample
 
-    def nvmlGpmMetricsGet(self, request):
+    def nvmlGpmMetricsGet(self, metricsGet):
+        """Each metric of the second sample; one the device lacks answers NOT_SUPPORTED in its nvmlReturn."""
+        request = metricsGet
         assert request.version == NVML_GPM_METRICS_GET_VERSION
         for metric in request.metrics[: request.numMetrics]:
-            assert metric.metricId == NVML_GPM_METRIC_SM_UTIL
-            metric.value = request.sample2.value
-            metric.nvmlReturn = NVML_SUCCESS
+            value = request.sample2.value.get(metric.metricId)
+            metric.value = 0.0 if value is None else value
+            metric.nvmlReturn = NVML_ERROR_NOT_SUPPORTED if value is None else NVML_SUCCESS
         return request

@@ -23,12 +23,14 @@ def values(reading):
     return dict(zip(schema.SAMPLE_FIELDS, reading.values))
 
 
-def test_the_fake_only_uses_names_and_codes_the_real_pynvml_has():
+def test_the_fake_only_uses_names_codes_and_parameters_the_real_pynvml_has():
     for name in dir(FakeNvml):
         if name.startswith("nvml"):
             assert callable(getattr(pynvml, name, None)), name
+            fake = list(inspect.signature(getattr(FakeNvml, name)).parameters)[1:]  # without self
+            assert fake == list(inspect.signature(getattr(pynvml, name)).parameters), name
     for name, value in vars(fake_pynvml).items():
-        if name.startswith("NVML_"):
+        if name.startswith(("NVML_", "nvmlClocksEventReason")):
             if name != "NVML_ERROR_UNKNOWN":
                 assert getattr(pynvml, name) == value, name
         elif name.startswith("NVMLError_"):
@@ -49,7 +51,9 @@ def test_it_converts_milliwatts_millijoules_and_bytes():
     assert values(reading) == {
         "util_pct": 87.0, "mem_util_pct": 31.0, "power_w": 312.5, "energy_j": 7250.0,
         "mem_used_mib": 3072, "mem_total_mib": 81920, "temp_c": 65.0, "sm_clock_mhz": 1755,
-        "sm_active_pct": None,
+        "sm_active_pct": None, "module_power_w": None, "memory_power_w": None, "module_energy_j": None,
+        "tensor_active_pct": None, "sm_occupancy_pct": None, "nvlink_tx_bytes_s": None, "nvlink_rx_bytes_s": None,
+        "clock_event_reasons": 0, "power_limit_w": 700.0,
     }
     assert reading.device.uuid == "GPU-a"
     assert reading.device.model == "NVIDIA H100 80GB HBM3"
@@ -152,3 +156,87 @@ def test_each_holder_carries_its_ancestors_and_launcher_ids_read_from_the_real_p
     assert (holder.pid, holder.used_mem_mib) == (rank.pid, 1024)
     assert holder.ancestors[0] == os.getpid()
     assert holder.launcher_ids == {"TORCHELASTIC_RUN_ID": "run-9", "SLURM_JOB_ID": "77"}
+
+
+# -- what newer GPUs report: one profile each for a Hopper, a Blackwell superchip and a Rubin superchip ---------
+
+
+def two_ticks(gpu, change=None):
+    """Read twice, a second apart on the device's clock (GPM and NVLink rates need two samples)."""
+    source = NvmlSource("node-a", nvml=FakeNvml([gpu]))
+    first = values(source.read(TS)[0])
+    gpu.clock_us += 1_000_000
+    if change:
+        change(gpu)
+    reading = source.read(TS)[0]
+    return first, values(reading), reading.device
+
+
+def more_nvlink(gpu):
+    gpu.nvlink_tx_kib += 2_048  # 2 MiB sent in the second
+    gpu.nvlink_rx_kib += 1_024
+
+
+def test_a_rubin_superchip_reports_module_and_memory_power_module_energy_tensor_activity_and_nvlink():
+    first, second, device = two_ticks(FakeGpu.rubin_superchip("GPU-r"), more_nvlink)
+
+    assert (device.arch, device.mig_mode, device.power_scopes) == ("rubin", False, "module,memory")
+    assert (second["power_w"], second["module_power_w"], second["memory_power_w"]) == (1500.0, 1900.0, 160.0)
+    assert second["module_energy_j"] == 20_000_000.0  # 2e10 mJ
+    assert (second["sm_active_pct"], second["tensor_active_pct"], second["sm_occupancy_pct"]) == (75.0, 62.0, 50.0)
+    assert (second["nvlink_tx_bytes_s"], second["nvlink_rx_bytes_s"]) == (2_097_152.0, 1_048_576.0)
+    assert second["power_limit_w"] == 1800.0
+    # The first tick has no earlier sample to take GPM or NVLink rates from.
+    assert first["tensor_active_pct"] is None and first["nvlink_tx_bytes_s"] is None
+    assert first["module_power_w"] == 1900.0
+
+
+def test_a_blackwell_superchip_has_the_module_scope_and_a_power_capped_clock_shows_in_its_reasons():
+    capped = fake_pynvml.nvmlClocksEventReasonSwPowerCap | fake_pynvml.nvmlClocksEventReasonSwThermalSlowdown
+    _, second, device = two_ticks(FakeGpu.blackwell_superchip("GPU-b"),
+                                  lambda gpu: setattr(gpu, "clocks_event_reasons", capped))
+
+    assert (device.arch, device.power_scopes) == ("blackwell", "module,memory")
+    assert second["module_power_w"] == 1150.0 and second["clock_event_reasons"] == 0x24
+    assert second["clock_event_reasons"] & schema.THROTTLE_MASK
+
+
+def test_a_hopper_has_tensor_activity_and_nvlink_but_no_module_scope_and_says_so_once(caplog):
+    caplog.set_level(logging.INFO, logger="collector.agent")
+    _, second, device = two_ticks(FakeGpu.hopper("GPU-h"), more_nvlink)
+
+    assert (device.arch, device.power_scopes) == ("hopper", "")
+    assert (second["module_power_w"], second["memory_power_w"], second["module_energy_j"]) == (None, None, None)
+    assert second["tensor_active_pct"] == 35.0 and second["nvlink_tx_bytes_s"] == 2_097_152.0
+
+
+def test_an_ampere_without_gpm_or_field_values_gives_none_never_a_zero_or_an_error():
+    gpu = FakeGpu.ampere("GPU-a", field_values=False, clocks_event_reasons=FakeGpu.NOT_SUPPORTED,
+                         power_limit_mw=FakeGpu.NOT_SUPPORTED)
+    _, second, device = two_ticks(gpu)
+
+    assert (device.arch, device.mig_mode, device.power_scopes) == ("ampere", False, "")
+    new = ("module_power_w", "memory_power_w", "module_energy_j", "tensor_active_pct", "sm_occupancy_pct",
+           "nvlink_tx_bytes_s", "nvlink_rx_bytes_s", "clock_event_reasons", "power_limit_w")
+    assert {k: second[k] for k in new} == dict.fromkeys(new)
+    assert second["power_w"] == 300.0, "the fields it has still read"
+
+
+def test_a_field_that_stops_being_supported_is_dropped_and_a_counter_reset_gives_no_rate():
+    gpu = FakeGpu.rubin_superchip("GPU-r")
+    source = NvmlSource("node-a", nvml=FakeNvml([gpu]))
+    source.read(TS)
+    gpu.clock_us += 1_000_000
+    gpu.memory_power_mw = None  # the device now answers NOT_SUPPORTED for it
+    gpu.nvlink_tx_kib = 5  # the counter restarted (driver reload)
+    second = values(source.read(TS)[0])
+    assert second["memory_power_w"] is None and second["nvlink_tx_bytes_s"] is None
+    assert [name for name, _ in source.devices[0].fields] == ["module_power", "module_energy", "nvlink_tx", "nvlink_rx"]
+    gpu.clock_us += 1_000_000
+    gpu.nvlink_tx_kib += 1
+    assert values(source.read(TS)[0])["nvlink_tx_bytes_s"] == 1024.0
+
+
+def test_a_mig_enabled_gpu_says_so():
+    [reading] = NvmlSource("node-a", nvml=FakeNvml([FakeGpu.hopper("GPU-m", mig_mode=fake_pynvml.NVML_DEVICE_MIG_ENABLE)])).read(TS)
+    assert reading.device.mig_mode is True

@@ -64,8 +64,11 @@ def test_binary_arrays_of_the_mark_statement_read_back_as_the_values_sent(pg_con
 
 
 def test_a_binary_array_of_mark_rows_reads_back_as_the_rows_sent(pg_conn):
-    sent = [(7, T0, 50.0, None, 299.5, 1e9 + 0.5, 1024, None, 61.0, 1980, None, T0 - timedelta(seconds=9)),
-            (9, T0 + timedelta(microseconds=3), 0.0, None, 80.25, 2.0, 0, None, -4.0, 0, None, T0)]
+    # The newer GPUs' fields: module and memory power, module energy, tensor activity, occupancy, NVLink tx and
+    # rx, clock event reasons (int8), power limit.
+    newer = (1900.5, None, 2e10 + 0.25, 62.5, None, 2097152.0, 1048576.0, 2**40 + 36, 1800.0)
+    sent = [(7, T0, 50.0, None, 299.5, 1e9 + 0.5, 1024, None, 61.0, 1980, None, *newer, T0 - timedelta(seconds=9)),
+            (9, T0 + timedelta(microseconds=3), 0.0, None, 80.25, 2.0, 0, None, -4.0, 0, None, *newer, T0)]
     cur = psycopg.Cursor(pg_conn)
     cur.adapters.register_dumper(BinaryArray, BinaryArrayDumper)
     oid = cur.execute("SELECT 'telemetry_mark'::regtype::oid").fetchone()[0]

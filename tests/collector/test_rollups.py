@@ -107,3 +107,30 @@ def test_the_hour_bucket_sums_its_minutes(pg_conn):
     assert hour.covered_s == pytest.approx(179.0)
     assert hour.util_mean_pct == pytest.approx((120 * 10 + 60 * 90) / 180)
     assert hour.power_max_w == 400.0 and hour.energy_from == "power"
+
+
+def newer(second, tensor, reasons, module_w=1900.0, tx=2e6):
+    """A sample with the newer GPUs' fields: module and memory power, module energy, tensor activity, occupancy,
+    NVLink tx and rx, clock event reasons, power limit."""
+    return (*sample(second, 1500.0)[:11], module_w, 160.0, None, tensor, 50.0, tx, tx / 2, reasons, 1800.0)
+
+
+def test_the_newer_gpus_figures_are_averaged_and_throttled_samples_counted_per_minute_and_hour(pg_conn):
+    power_cap, idle = 0x04, 0x01
+    # Minute 0: tensor cores 60% then 20%, clocks held by the power cap for 15 of 60 samples (idle for 15 more,
+    # which is not a slowdown); minute 1: no reasons reported at all.
+    write(pg_conn, [newer(s, 60.0 if s < 30 else 20.0, power_cap if s < 15 else idle if s < 30 else 0, tx=1e6 * s)
+                    for s in range(60)]
+          + [newer(60 + s, 40.0, None, module_w=1700.0) for s in range(60)])
+
+    store.roll_up()
+
+    first, second = minute(0), minute(1)
+    assert first.tensor_active_mean_pct == pytest.approx(40.0) and first.sm_occupancy_mean_pct == 50.0
+    assert (first.throttled_samples, first.reasons_samples) == (15, 60)
+    assert first.module_power_mean_w == 1900.0 and first.memory_power_mean_w == 160.0
+    assert first.nvlink_tx_mean_bytes_s == pytest.approx(29.5e6) and first.nvlink_rx_mean_bytes_s == pytest.approx(14.75e6)
+    assert (second.throttled_samples, second.reasons_samples) == (0, 0)
+    hour = Rollup1h.objects.get(device__uuid="GPU-r", bucket=T0)
+    assert hour.tensor_active_mean_pct == pytest.approx(40.0) and hour.module_power_mean_w == pytest.approx(1800.0)
+    assert (hour.throttled_samples, hour.reasons_samples) == (15, 60)

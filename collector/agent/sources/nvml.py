@@ -8,8 +8,19 @@ counter, never as negative energy), memory bytes -> MiB.
 A field the device does not support (NVMLError_NotSupported) is None from
 then on, without asking again every tick. A device that fails outright (GPU
 lost, ...) is skipped with one message per failure streak; the others go on.
-SM activity comes from GPM (Hopper and later) as NVML_GPM_METRIC_SM_UTIL,
-the share of SMs busy between two ticks; None where GPM is unsupported.
+SM activity, tensor-core activity and SM occupancy come from GPM (Hopper and
+later) as NVML_GPM_METRIC_SM_UTIL, ANY_TENSOR_UTIL and SM_OCCUPANCY between two
+ticks; None where GPM (or that metric) is unsupported.
+
+Beside the GPU's own power, field values (one nvmlDeviceGetFieldValues call a
+tick) give module power and energy (NVML_POWER_SCOPE_MODULE: GPU, CPU and
+memory of a superchip) and memory power (scope MEMORY), in mW and mJ, and
+NVLink data sent and received (KiB counters, all links; turned into bytes per
+second between two ticks). Each field the device answers NOT_SUPPORTED for
+is dropped from the call from then on. The clocks event reasons bitmask (why
+clocks are held down: power cap, thermal, sync boost, HW slowdown) and the
+enforced power limit are read each tick; the architecture, MIG mode and the
+power scopes present once, at start.
 Holders: NVML's compute processes (host PIDs) with their ancestors and
 launcher ids (lineage.py), for matching training runs to their GPUs.
 """
@@ -23,6 +34,19 @@ from . import SourceError
 log = logging.getLogger("collector.agent")
 
 MIB = 2**20
+KIB = 1024
+
+# The field values read each tick: (name, NVML field id constant, scope constant or None). Module and memory
+# power are instant readings; the NVLink counters are cumulative KiB.
+FIELDS = (
+    ("module_power", "NVML_FI_DEV_POWER_INSTANT", "NVML_POWER_SCOPE_MODULE"),
+    ("memory_power", "NVML_FI_DEV_POWER_INSTANT", "NVML_POWER_SCOPE_MEMORY"),
+    ("module_energy", "NVML_FI_DEV_ENERGY", "NVML_POWER_SCOPE_MODULE"),
+    ("nvlink_tx", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", None),
+    ("nvlink_rx", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", None),
+)
+# GPM metrics read between two ticks, in the order of the request.
+GPM_METRICS = ("NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_ANY_TENSOR_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY")
 
 
 class _Device:
@@ -34,6 +58,8 @@ class _Device:
         self.gpm_next = None
         self.gpm_spare = None
         self.failing = False
+        self.fields = []  # [(name, (field id, scope id))] the device answered at start
+        self.counters = {}  # name -> (value, timestamp in µs) of the last NVLink counter reading
 
 
 class NvmlSource:
@@ -71,6 +97,7 @@ class NvmlSource:
     def _open(self, index):
         nv = self.nv
         handle = nv.nvmlDeviceGetHandleByIndex(index)
+        fields = self._supported_fields(handle)
         info = DeviceInfo(
             uuid=_text(nv.nvmlDeviceGetUUID(handle)),
             node=self.node,
@@ -78,8 +105,13 @@ class NvmlSource:
             model=_text(nv.nvmlDeviceGetName(handle)),
             source="nvml",
             mem_total_mib=nv.nvmlDeviceGetMemoryInfo(handle).total // MIB,
+            arch=self._arch(handle),
+            mig_mode=self._mig_mode(handle),
+            power_scopes=",".join(scope for scope in ("module", "memory")
+                                  if any(name == f"{scope}_power" for name, _ in fields)),
         )
         device = _Device(info, handle)
+        device.fields = fields
         try:
             if nv.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
                 device.gpm_prev = None
@@ -90,6 +122,35 @@ class NvmlSource:
         except nv.NVMLError:
             device.unsupported.add("gpm")
         return device
+
+    def _arch(self, handle):
+        """NVML's architecture name in lower case ("hopper", "rubin"), "" where NVML does not say."""
+        nv = self.nv
+        names = {getattr(nv, n): n.removeprefix("NVML_DEVICE_ARCH_").lower() for n in dir(nv)
+                 if n.startswith("NVML_DEVICE_ARCH_") and n != "NVML_DEVICE_ARCH_UNKNOWN"}
+        try:
+            return names.get(nv.nvmlDeviceGetArchitecture(handle), "")
+        except nv.NVMLError:
+            return ""
+
+    def _mig_mode(self, handle):
+        """MIG on or off now; None where the device has no MIG."""
+        nv = self.nv
+        try:
+            current, _pending = nv.nvmlDeviceGetMigMode(handle)
+        except nv.NVMLError:
+            return None
+        return current == nv.NVML_DEVICE_MIG_ENABLE
+
+    def _supported_fields(self, handle):
+        """The FIELDS this device answers (asked once, together): [(name, (field id, scope id))]."""
+        nv = self.nv
+        wanted = [(name, (getattr(nv, fid), getattr(nv, scope) if scope else 0)) for name, fid, scope in FIELDS]
+        try:
+            answers = nv.nvmlDeviceGetFieldValues(handle, [key for _, key in wanted])
+        except nv.NVMLError:
+            return []  # a driver without field values: none of them
+        return [(name, key) for (name, key), answer in zip(wanted, answers) if answer.nvmlReturn == nv.NVML_SUCCESS]
 
     def read(self, ts):
         readings = []
@@ -121,6 +182,10 @@ class NvmlSource:
         temp = self._field(device, "temp", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
         clock = self._field(device, "clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
         procs = self._field(device, "procs", nv.nvmlDeviceGetComputeRunningProcesses, h) or ()
+        reasons = self._field(device, "reasons", nv.nvmlDeviceGetCurrentClocksEventReasons, h)
+        limit_mw = self._field(device, "limit", nv.nvmlDeviceGetEnforcedPowerLimit, h)
+        extra = self._field_values(device)
+        sm_active, tensor_active, occupancy = self._gpm(device)
         values = (
             None if util is None else float(util.gpu),
             None if util is None else float(util.memory),
@@ -130,7 +195,16 @@ class NvmlSource:
             None if mem is None else mem.total // MIB,
             None if temp is None else float(temp),
             clock,
-            self._sm_active(device),
+            sm_active,
+            _scaled(extra.get("module_power"), 1000.0),
+            _scaled(extra.get("memory_power"), 1000.0),
+            _scaled(extra.get("module_energy"), 1000.0),
+            tensor_active,
+            occupancy,
+            extra.get("nvlink_tx"),
+            extra.get("nvlink_rx"),
+            None if reasons is None else int(reasons),
+            _scaled(limit_mw, 1000.0),
         )
         holders = tuple(
             self.lineages.holder(p.pid, None if p.usedGpuMemory is None else p.usedGpuMemory // MIB)
@@ -148,30 +222,69 @@ class NvmlSource:
             log.info("GPU %d does not support %s; recording it as empty", device.info.index, name)
             return None
 
-    def _sm_active(self, device):
-        """Share of SMs busy since the previous tick (GPM), or None."""
-        if "gpm" in device.unsupported:
+    def _field_values(self, device):
+        """{name: value} of the device's field values this tick: power in mW and energy in mJ as NVML gives
+        them, NVLink as bytes per second since the previous tick (None at the first, or after a counter reset).
+        A field answered with an error this tick is left out; one answered NOT_SUPPORTED is not asked again."""
+        if not device.fields or "fields" in device.unsupported:
+            return {}
+        nv = self.nv
+        try:
+            answers = nv.nvmlDeviceGetFieldValues(device.handle, [key for _, key in device.fields])
+        except nv.NVMLError_NotSupported:
+            device.unsupported.add("fields")
+            return {}
+        out, keep = {}, []
+        for (name, key), answer in zip(device.fields, answers):
+            if answer.nvmlReturn == nv.NVML_ERROR_NOT_SUPPORTED:
+                log.info("GPU %d does not support %s; recording it as empty", device.info.index, name)
+                continue
+            keep.append((name, key))
+            if answer.nvmlReturn != nv.NVML_SUCCESS:
+                continue
+            value = _field_value(nv, answer)
+            if name.startswith("nvlink_"):
+                value = self._rate(device, name, value, answer.timestamp)
+            out[name] = value
+        device.fields = keep
+        return out
+
+    @staticmethod
+    def _rate(device, name, kib, timestamp_us):
+        """Bytes per second of a cumulative KiB counter since its previous reading."""
+        before = device.counters.get(name)
+        device.counters[name] = (kib, timestamp_us)
+        if before is None or kib < before[0] or timestamp_us <= before[1]:
             return None
+        return (kib - before[0]) * KIB / ((timestamp_us - before[1]) / 1e6)
+
+    def _gpm(self, device):
+        """(SM activity, tensor-core activity, SM occupancy) in percent since the previous tick (GPM); each
+        None where GPM, or that metric, is unsupported, and all None at the first tick."""
+        none = (None, None, None)
+        if "gpm" in device.unsupported:
+            return none
         nv = self.nv
         try:
             nv.nvmlGpmSampleGet(device.handle, device.gpm_next)
-            value = None
+            values = none
             if device.gpm_prev is not None:
                 request = nv.c_nvmlGpmMetricsGet_t()
                 request.version = nv.NVML_GPM_METRICS_GET_VERSION
-                request.numMetrics = 1
+                request.numMetrics = len(GPM_METRICS)
                 request.sample1 = device.gpm_prev
                 request.sample2 = device.gpm_next
-                request.metrics[0].metricId = nv.NVML_GPM_METRIC_SM_UTIL
+                for i, metric in enumerate(GPM_METRICS):
+                    request.metrics[i].metricId = getattr(nv, metric)
                 nv.nvmlGpmMetricsGet(request)
-                if request.metrics[0].nvmlReturn == nv.NVML_SUCCESS:
-                    value = float(request.metrics[0].value)
+                values = tuple(float(m.value) if m.nvmlReturn == nv.NVML_SUCCESS else None
+                               for m in request.metrics[: len(GPM_METRICS)])
             # Reuse the two buffers: the newest becomes the previous.
             device.gpm_prev, device.gpm_next = device.gpm_next, (device.gpm_prev or device.gpm_spare)
-            return value
+            return values
         except nv.NVMLError_NotSupported:
             device.unsupported.add("gpm")
-            return None
+            return none
 
     def close(self):
         for device in self.devices:
@@ -185,6 +298,19 @@ class NvmlSource:
             self.nv.nvmlShutdown()
         except self.nv.NVMLError:
             pass
+
+
+def _scaled(value, divisor):
+    return None if value is None else value / divisor
+
+
+def _field_value(nv, answer):
+    """A field value's number, read from the member of its union that its valueType names."""
+    member = {nv.NVML_VALUE_TYPE_DOUBLE: "dVal", nv.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+              nv.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal", nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+              nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal", nv.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+              nv.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal"}[answer.valueType]
+    return getattr(answer.value, member)
 
 
 def _text(value):
