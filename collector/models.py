@@ -142,6 +142,7 @@ class Device(models.Model):
             "uuid": fields["uuid"], "index": fields["index"], "label": cls.label_for(fields["source"], fields["index"]),
             "model": fields["model"], "source": fields["source"], "simulated": fields["simulated"],
             "power_estimated": fields["power_estimated"], "mem_total_mib": fields["mem_total_mib"],
+            "arch": fields["arch"], "mig_mode": fields["mig_mode"], "power_scopes": fields["power_scopes"],
         }
 
     @property

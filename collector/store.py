@@ -258,10 +258,12 @@ def apply_retention(now=None):
 
 LATEST_FIELDS = LatestSample.FIELDS
 _NODE_COLUMNS = ("node_id", "node", "labels", "interval_s")
-_DEVICE_COLUMNS = ("device_id", "uuid", "index", "model", "source", "simulated", "power_estimated", "mem_total_mib")
+_DEVICE_COLUMNS = ("device_id", "uuid", "index", "model", "source", "simulated", "power_estimated", "mem_total_mib",
+                   "arch", "mig_mode", "power_scopes")
 _LATEST = f"""
 SELECT n.id, n.name, n.labels, n.interval_s, d.id, d.uuid, d.index, d.model, d.source, d.simulated,
-       d.power_estimated, d.mem_total_mib, {', '.join('l.' + f for f in LATEST_FIELDS)}
+       d.power_estimated, d.mem_total_mib, d.arch, d.mig_mode, d.power_scopes,
+       {', '.join('l.' + f for f in LATEST_FIELDS)}
 FROM collector_node n
 LEFT JOIN collector_device d ON d.node_id = n.id
 LEFT JOIN telemetry_latest l ON l.device_id = d.id

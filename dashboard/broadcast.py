@@ -40,6 +40,9 @@ READ_TIMEOUT_S = 10.0  # a read with no answer by then counts as failed (a hung 
 PRICES_EVERY_S = 60.0
 SEND_FAILED = 4410  # the close code of a socket an event could not be sent to (e.g. over the size limit)
 FIELDS = ("util_pct", "sm_active_pct", "power_w", "temp_c", "mem_used_mib")
+# A node page also draws what newer GPUs report (dashboard.figures.NODE_METRICS); the fleet page does not.
+NODE_FIELDS = FIELDS + ("tensor_active_pct", "sm_occupancy_pct", "module_power_w", "nvlink_tx_bytes_s",
+                        "nvlink_rx_bytes_s")
 CARDS = ("busy", "idle", "stale", "devices")  # of fleet_cards, beside the burn rate (the event's power_kw is apart)
 
 
@@ -69,13 +72,15 @@ def events(rows, seen, now=None, book=None, shown=None, shown_stale=None):
     stale = sorted([r["node"], r["index"]] for r, state in zip(rows, states) if state == "stale")
     if not changed and now_cards == shown and (shown_stale is None or stale == shown_stale):
         return None, {}
-    sample = lambda r: {"uuid": r["uuid"], "node": r["node"], "index": r["index"],  # noqa: E731
-                        "ts": r["latest"]["ts"].isoformat(), **{f: r["latest"][f] for f in FIELDS}}
+    def sample(r, fields=FIELDS):
+        return {"uuid": r["uuid"], "node": r["node"], "index": r["index"], "ts": r["latest"]["ts"].isoformat(),
+                **{f: r["latest"][f] for f in fields}}
+
     fleet = {"ts": now.isoformat(), "power_kw": page_cards["power_kw"], "devices": [sample(r) for r in changed],
              "cards": now_cards, "stale": stale}
     nodes = {}
     for r in changed:
-        nodes.setdefault(r["node_id"], []).append(sample(r))
+        nodes.setdefault(r["node_id"], []).append(sample(r, NODE_FIELDS))
     return fleet, {k: {"samples": v} for k, v in nodes.items()}
 
 

@@ -149,7 +149,14 @@ NODE_METRICS = [
     ("power", "Power", "W", "power_w", "power_mean_w"),
     ("temp", "Temperature", "°C", "temp_c", "temp_max_c"),
     ("mem", "Memory used", "MiB", "mem_used_mib", "mem_used_max_mib"),
+    # What newer GPUs report (collector/agent/sources/nvml.py): drawn only when a device of the node reports it.
+    ("tensor", "Tensor-core activity", "%", "tensor_active_pct", "tensor_active_mean_pct"),
+    ("occupancy", "SM occupancy", "%", "sm_occupancy_pct", "sm_occupancy_mean_pct"),
+    ("module_power", "Module power (GPU + CPU + memory)", "W", "module_power_w", "module_power_mean_w"),
+    ("nvlink_tx", "NVLink sent", "B/s", "nvlink_tx_bytes_s", "nvlink_tx_mean_bytes_s"),
+    ("nvlink_rx", "NVLink received", "B/s", "nvlink_rx_bytes_s", "nvlink_rx_mean_bytes_s"),
 ]
+NEWER = {"tensor", "occupancy", "module_power", "nvlink_tx", "nvlink_rx"}
 
 
 NOT_REPORTED = "not reported by this device"
@@ -176,6 +183,8 @@ def node_figures(series, resolution):
             name = esc(device["label"]) + (" (sim)" if device["simulated"] else "") + (
                 f" — {NOT_REPORTED}" if absent else "")
             data.append(line(name, [p["ts"] for p in points], ys, i))
+        if key in NEWER and all(all(p.get(field) is None for p in points) for _, points in series):
+            continue  # no device here reports it (older GPUs, CPUs): no empty chart about it
         suffix = {"raw": "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups"}[resolution]
         fig = {"data": data, "layout": layout(f"{title} ({suffix})", None, unit, height=260)}
         if silent and all(silent):

@@ -143,7 +143,8 @@ def node_view(node, tr):
     series = []
     for device in Device.objects.filter(node=node).select_related("latest").order_by("index"):
         latest = getattr(device, "latest", None)
-        info = {**device.to_dict(), "latest": latest and latest.to_dict()}
+        info = {**device.to_dict(), "latest": latest and latest.to_dict(),
+                "scopes_text": ", ".join(["GPU", *filter(None, device.power_scopes.split(","))])}
         series.append((info, store.device_series(device, tr.start, tr.end, tr.resolution)))
     return series
 

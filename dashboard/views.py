@@ -125,7 +125,7 @@ def _node_context(request, node, tr):
     devices = [d for d, _ in series]
     return {
         "node": node, "devices": devices, **_range_context(request, tr), "figures_json": _json(figs),
-        "fig_keys": [k for k, *_ in figures.NODE_METRICS],
+        "fig_keys": list(figs),
         "any_simulated": any(d["simulated"] for d in devices),
         "any_estimated": any(d["power_estimated"] for d in devices),
         "topics": f"node.{node.pk}" if tr.live and tr.follows_now and tr.resolution == "raw" else "",

@@ -28,7 +28,8 @@ def test_raw_points_carry_the_energy_of_their_interval(client, viewer, series):
     body = get(client, resolution="raw", **{"from": "2025-04-01T09:00:00Z", "to": "2025-04-01T09:00:05Z"}).json()
 
     assert body["device"] == {"uuid": "GPU-s", "node": "n", "index": 0, "label": "GPU 0", "model": "H100", "source": "nvml",
-                              "simulated": False, "power_estimated": False, "mem_total_mib": None}
+                              "simulated": False, "power_estimated": False, "mem_total_mib": None,
+                              "arch": "", "mig_mode": None, "power_scopes": ""}
     points = body["points"]
     assert len(points) == 5
     assert [p["energy_j"] for p in points] == [None, 200.0, 200.0, 200.0, 200.0]

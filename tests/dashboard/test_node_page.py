@@ -170,3 +170,43 @@ def test_a_node_named_with_a_slash_is_listed_linked_and_owned_like_any_other(cli
     assert resp.redirect_chain[-1][0] == "/nodes/rack-1/gpu-a"
     n.refresh_from_db()
     assert n.owner == "infra"
+
+
+def test_a_rubin_superchip_node_shows_its_architecture_scopes_tensor_activity_module_power_and_nvlink(viewer_client):
+    """Written by the real NVML source (over the fake pynvml's Rubin profile) and the agent's writer."""
+    import sys
+    from pathlib import Path
+
+    from django.db import connection
+
+    from collector.agent.batch import Batch
+    from collector.agent.sources.nvml import NvmlSource
+    from collector.agent.writer import Writer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "collector"))
+    from fake_pynvml import FakeGpu, FakeNvml
+
+    gpu = FakeGpu.rubin_superchip("GPU-vr-0")
+    source = NvmlSource("vr-node", nvml=FakeNvml([gpu]))
+    now = datetime.now(UTC).replace(microsecond=0)
+    writer = Writer(connection.connection)
+    for i in range(3):
+        readings = source.read(now)
+        writer.write(Batch([r.device for r in readings], [(r.device.uuid, now - timedelta(seconds=3 - i), *r.values)
+                                                          for r in readings]))
+        gpu.clock_us += 1_000_000
+        gpu.nvlink_tx_kib += 1024
+        gpu.nvlink_rx_kib += 512
+    b.samples(b.device(b.node("old-node"), 0, model="NVIDIA A100-SXM4-80GB"), now - timedelta(minutes=5), 10)
+
+    resp = viewer_client.get("/nodes/vr-node?range=1h")
+    html = resp.content.decode()
+    assert "rubin" in html and "power measured for: GPU, module, memory" in html
+    figs = json.loads(resp.context["figures_json"])
+    assert {"tensor", "occupancy", "module_power", "nvlink_tx", "nvlink_rx"} <= set(figs)
+    assert figs["tensor"]["data"][0]["y"] == [None, 62.0, 62.0], "GPM needs two samples"
+    assert figs["module_power"]["data"][0]["y"] == [1900.0] * 3
+    assert figs["nvlink_tx"]["data"][0]["y"] == [None, 1048576.0, 1048576.0]
+    # A node whose devices report none of it has no empty charts about it.
+    assert set(json.loads(viewer_client.get("/nodes/old-node?range=1h").context["figures_json"])) == {
+        "util", "sm", "power", "temp", "mem"}
