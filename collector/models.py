@@ -253,6 +253,8 @@ class _Rollup(models.Model):
     # the samples that reported clock event reasons at all.
     throttled_samples = models.IntegerField(default=0)
     reasons_samples = models.IntegerField(default=0)
+    # Whose energy energy_j is: device | module | mixed | none | in_module (schema._ROLLUP_EXTENDED_COLUMNS).
+    energy_scope = models.TextField(default="device")
 
     class Meta:
         abstract = True

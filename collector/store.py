@@ -27,11 +27,16 @@ log = logging.getLogger(__name__)
 GAP = f"interval '{schema.MAX_GAP_S} seconds'"
 
 # Per-interval energy and covered time for the samples of `win`, a set of
-# (device_id, lo, hi) windows; the lag reaches one gap back before `lo`.
+# (device_id, lo, hi) windows; the lag reaches one gap back before `lo`. The energy is the widest scope
+# measured: a superchip's module (its counter, else its power) where the device reports it, else the device's
+# own (counter, else power); `e_module` says which.
+_MODULE_COUNTER = "module_energy_j IS NOT NULL AND prev_me IS NOT NULL AND module_energy_j >= prev_me"
+_MODULE_POWER = "module_power_w IS NOT NULL AND prev_mp IS NOT NULL"
 _INTERVALS = f"""
 pts AS (
     SELECT s.*, win.lo,
-        lag(s.ts) OVER w AS prev_ts, lag(s.energy_j) OVER w AS prev_e, lag(s.power_w) OVER w AS prev_p
+        lag(s.ts) OVER w AS prev_ts, lag(s.energy_j) OVER w AS prev_e, lag(s.power_w) OVER w AS prev_p,
+        lag(s.module_energy_j) OVER w AS prev_me, lag(s.module_power_w) OVER w AS prev_mp
     FROM win JOIN telemetry_sample s
       ON s.device_id = win.device_id AND s.ts >= win.lo - {GAP} AND s.ts < win.hi
     WINDOW w AS (PARTITION BY s.device_id, win.lo ORDER BY s.ts)
@@ -41,12 +46,17 @@ iv AS (
         CASE WHEN prev_ts IS NOT NULL AND ts - prev_ts <= {GAP}
              THEN extract(epoch FROM ts - prev_ts)::float8 ELSE 0 END AS dt_s,
         CASE WHEN prev_ts IS NULL OR ts - prev_ts > {GAP} THEN NULL
+             WHEN {_MODULE_COUNTER} THEN module_energy_j - prev_me
+             WHEN {_MODULE_POWER} THEN (module_power_w + prev_mp) / 2.0 * extract(epoch FROM ts - prev_ts)::float8
              WHEN energy_j IS NOT NULL AND prev_e IS NOT NULL AND energy_j >= prev_e THEN energy_j - prev_e
              WHEN power_w IS NOT NULL AND prev_p IS NOT NULL
              THEN (power_w + prev_p) / 2.0 * extract(epoch FROM ts - prev_ts)::float8
         END AS e_j,
-        (prev_ts IS NOT NULL AND ts - prev_ts <= {GAP} AND energy_j IS NOT NULL
-         AND prev_e IS NOT NULL AND energy_j >= prev_e) AS e_counter
+        CASE WHEN prev_ts IS NULL OR ts - prev_ts > {GAP} THEN false
+             WHEN {_MODULE_COUNTER} THEN true
+             WHEN {_MODULE_POWER} THEN false
+             ELSE energy_j IS NOT NULL AND prev_e IS NOT NULL AND energy_j >= prev_e END AS e_counter,
+        ({_MODULE_COUNTER}) OR ({_MODULE_POWER}) AS e_module
     FROM pts WHERE ts >= lo
 )
 """
@@ -62,8 +72,18 @@ _ROLLUP_COLS = (
     "device_id, bucket, samples, covered_s, util_mean_pct, util_max_pct, sm_active_mean_pct, "
     "mem_used_max_mib, power_mean_w, power_max_w, temp_max_c, energy_j, energy_from, "
     "tensor_active_mean_pct, sm_occupancy_mean_pct, module_power_mean_w, memory_power_mean_w, "
-    "nvlink_tx_mean_bytes_s, nvlink_rx_mean_bytes_s, throttled_samples, reasons_samples"
+    "nvlink_tx_mean_bytes_s, nvlink_rx_mean_bytes_s, throttled_samples, reasons_samples, energy_scope"
 )
+_ENERGY_SCOPE = """
+    CASE WHEN count(e_j) = 0 THEN 'none'
+         WHEN bool_and(e_module) FILTER (WHERE e_j IS NOT NULL) THEN 'module'
+         WHEN NOT bool_or(e_module) FILTER (WHERE e_j IS NOT NULL) THEN 'device'
+         ELSE 'mixed' END
+"""
+# A host CPU on a node where a device measures its module (a superchip: GPU, CPU and memory) is in that
+# reading already: its own energy is charged as none, so the CPU is not counted twice.
+_IN_MODULE = ("d.source = 'host' AND EXISTS (SELECT 1 FROM collector_device g WHERE g.node_id = d.node_id "
+              "AND g.power_scopes LIKE '%%module%%')")
 # The means of the newer GPUs' figures (schema._ROLLUP_EXTENDED_COLUMNS): over a minute's samples, and over an
 # hour's minutes weighted by their samples, as util_mean_pct.
 _MEANS = (("tensor_active_pct", "tensor_active_mean_pct"), ("sm_occupancy_pct", "sm_occupancy_mean_pct"),
@@ -83,12 +103,15 @@ win AS (
 ),
 {_INTERVALS}
 INSERT INTO telemetry_rollup_1m ({_ROLLUP_COLS})
-SELECT device_id, date_trunc('minute', ts), count(*), sum(dt_s),
+SELECT iv.device_id, date_trunc('minute', ts), count(*), sum(dt_s),
        avg(util_pct), max(util_pct), avg(sm_active_pct), max(mem_used_mib),
-       avg(power_w), max(power_w), max(temp_c), coalesce(sum(e_j), 0), {_ENERGY_FROM},
+       avg(power_w), max(power_w), max(temp_c),
+       CASE WHEN bool_or(in_module) THEN 0 ELSE coalesce(sum(e_j), 0) END, {_ENERGY_FROM},
        {_MINUTE_MEANS},
-       count(*) FILTER (WHERE clock_event_reasons & {schema.THROTTLE_MASK} <> 0), count(clock_event_reasons)
-FROM iv GROUP BY device_id, date_trunc('minute', ts)
+       count(*) FILTER (WHERE clock_event_reasons & {schema.THROTTLE_MASK} <> 0), count(clock_event_reasons),
+       CASE WHEN bool_or(in_module) THEN 'in_module' ELSE {_ENERGY_SCOPE} END
+FROM iv JOIN (SELECT d.id, {_IN_MODULE} AS in_module FROM collector_device d) dev ON dev.id = iv.device_id
+GROUP BY iv.device_id, date_trunc('minute', ts)
 ON CONFLICT (device_id, bucket) DO UPDATE SET {_UPDATE_ALL}
 """
 
@@ -110,7 +133,11 @@ SELECT r.device_id, c.hour, sum(r.samples), sum(r.covered_s),
             THEN min(r.energy_from) FILTER (WHERE r.energy_from <> 'none')
             ELSE 'mixed' END,
        {_HOUR_MEANS},
-       sum(r.throttled_samples), sum(r.reasons_samples)
+       sum(r.throttled_samples), sum(r.reasons_samples),
+       CASE WHEN count(DISTINCT r.energy_scope) FILTER (WHERE r.energy_scope <> 'none') = 0 THEN 'none'
+            WHEN count(DISTINCT r.energy_scope) FILTER (WHERE r.energy_scope <> 'none') = 1
+            THEN min(r.energy_scope) FILTER (WHERE r.energy_scope <> 'none')
+            ELSE 'mixed' END
 FROM claim c JOIN telemetry_rollup_1m r
   ON r.device_id = c.device_id AND r.bucket >= c.hour AND r.bucket < c.hour + interval '1 hour'
 GROUP BY r.device_id, c.hour
@@ -348,14 +375,14 @@ def host_device_ids(node_names):
 
 
 _ROLLUP_MINUTE = ("SELECT r.device_id, r.bucket, r.samples, r.covered_s, r.energy_j, r.energy_from, "
-                  "nullif(n.labels->>'team', '') FROM {source} "
+                  "nullif(n.labels->>'team', ''), r.energy_scope FROM {source} "
                   "JOIN collector_device d ON d.id = r.device_id JOIN collector_node n ON n.id = d.node_id")
 
 
 def rollup_minutes(lo=None, hi=None, pairs=None):
     """1-minute rollups with lo <= bucket < hi, by device then minute, or those of the (device id, minute)
-    `pairs`: [(device_id, bucket, samples, covered_s, energy_j, energy_from, owner)], owner being the
-    node's team label (None without one). Cost attribution splits them among the jobs."""
+    `pairs`: [(device_id, bucket, samples, covered_s, energy_j, energy_from, owner, energy_scope)], owner being
+    the node's team label (None without one). Cost attribution splits them among the jobs."""
     with connection.cursor() as cur:
         if pairs is None:
             cur.execute(_ROLLUP_MINUTE.format(source="telemetry_rollup_1m r")
@@ -415,6 +442,7 @@ _ROLLUP_FIELDS = (
     *(mean for _, mean in _MEANS),
     "throttled_samples",
     "reasons_samples",
+    "energy_scope",
 )
 
 

@@ -143,7 +143,7 @@ def _stints(lo, hi, now):
 def _rollups(lo, hi, pairs=None):
     """Rollup minutes in [lo, hi) (or only the (device, minute) `pairs`), each with its device's node owner
     (IDLE_TEAM without one): collector.store.rollup_minutes."""
-    return [(*r[:6], r[6] or IDLE_TEAM) for r in store.rollup_minutes(lo, hi, pairs)]
+    return [(*r[:6], r[6] or IDLE_TEAM, r[7]) for r in store.rollup_minutes(lo, hi, pairs)]
 
 
 def _changed_minutes(lo, hi):
@@ -169,13 +169,13 @@ def _changed_minutes(lo, hi):
 
 
 _COPY_COLUMNS = ("device_id", "minute", "job_id", "team", "held_s", "device_s", "energy_j", "energy_from",
-                 "rollup_samples", "rollup_covered_s", "rollup_energy_j")
+                 "rollup_samples", "rollup_covered_s", "rollup_energy_j", "energy_scope")
 
 
 def _allocate(rollups, stints, teams):
     """Allocation row tuples (in _COPY_COLUMNS order) for `rollups` given `stints` ({device: [(job, start, end)]}) and `teams` ({job: team})."""
     out = []
-    for device_id, bucket, samples, covered_s, energy_j, energy_from, owner in rollups:
+    for device_id, bucket, samples, covered_s, energy_j, energy_from, owner, energy_scope in rollups:
         end_of_minute = bucket + MINUTE
         holds = defaultdict(list)
         for job_id, start, end in stints.get(device_id, ()):
@@ -183,7 +183,7 @@ def _allocate(rollups, stints, teams):
                 holds[job_id].append((_seconds(max(start, bucket) - bucket), _seconds(min(end, end_of_minute) - bucket)))
         for job_id, held_s, dev_s, joules in split_minute(covered_s, energy_j, holds):
             out.append((device_id, bucket, job_id, owner if job_id is None else teams.get(job_id, IDLE_TEAM),
-                        held_s, dev_s, joules, energy_from, samples, covered_s, energy_j))
+                        held_s, dev_s, joules, energy_from, samples, covered_s, energy_j, energy_scope))
     return out
 
 

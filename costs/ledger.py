@@ -27,6 +27,7 @@ class Usage:
     simulated: bool
     power_estimated: bool
     energy_from: frozenset  # {"counter", "power", "mixed", "none"}
+    energy_scope: frozenset  # {"device", "module", "mixed", "none", "in_module"} (collector/agent/schema.py)
     device_s: Decimal
     energy_j: Decimal
     device_usd: Decimal
@@ -55,7 +56,8 @@ def usage(start=None, end=None, job_ids=None, book=None):
         cur.execute(
             f"""
             SELECT a.device_id, (a.minute AT TIME ZONE 'UTC')::date AS day, a.job_id, a.team,
-                   array_agg(DISTINCT a.energy_from), sum(a.device_s), sum(a.energy_j)
+                   array_agg(DISTINCT a.energy_from), sum(a.device_s), sum(a.energy_j),
+                   array_agg(DISTINCT a.energy_scope)
             FROM costs_allocation a
             WHERE {' AND '.join(where)}
             GROUP BY a.device_id, day, a.job_id, a.team
@@ -67,7 +69,7 @@ def usage(start=None, end=None, job_ids=None, book=None):
     book = book or PriceBook()
     devices = store.device_facts({r[0] for r in rows})  # the collector's: node, its owner, model, flags
     out = []
-    for device_id, day, job_id, team, froms, dev_s, joules in rows:
+    for device_id, day, job_id, team, froms, dev_s, joules, scopes in rows:
         if device_id not in devices:
             continue  # no such device any more: nothing to price it by (as the join it replaces)
         d = devices[device_id]
@@ -78,6 +80,7 @@ def usage(start=None, end=None, job_ids=None, book=None):
         out.append(Usage(
             device_id=device_id, day=day, job_id=job_id, team=team, node=node, node_owner=owner, model=model,
             simulated=simulated, power_estimated=estimated, energy_from=frozenset(froms),
+            energy_scope=frozenset(scopes),
             device_s=dev_s, energy_j=joules, device_usd=device_usd, energy_usd=energy_usd,
             price_pattern=price.pattern if price else None, example_price=bool(price and price.is_example),
         ))
@@ -100,3 +103,14 @@ def energy_from_label(froms):
     if len(real) == 1:
         return next(iter(real))
     return "mixed"
+
+
+def energy_scope_label(scopes):
+    """One word for whose energy a figure charges: device, module, mixed or none; a host CPU counted in a
+    module's reading (in_module) beside module figures is still module."""
+    real = set(scopes) - {"none"}
+    if real - {"in_module"} == {"module"} or real == {"in_module"}:
+        return "module"
+    if len(real) == 1:
+        return next(iter(real))
+    return "mixed" if real else "none"

@@ -155,6 +155,8 @@ class Allocation(models.Model):
     device_s = models.DecimalField(max_digits=30, decimal_places=15)
     energy_j = models.DecimalField(max_digits=30, decimal_places=15)
     energy_from = models.CharField(max_length=10)  # counter | power | mixed | none, from the rollup
+    # Whose energy: device | module | mixed | none | in_module, from the rollup (collector/agent/schema.py).
+    energy_scope = models.CharField(max_length=10, default="device")
     rollup_samples = models.IntegerField()
     rollup_covered_s = models.FloatField()
     rollup_energy_j = models.FloatField()

@@ -38,7 +38,7 @@ from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from django.utils import timezone
 
 from costs.intelligence import Scores, ipd
-from costs.ledger import energy_from_label, usage
+from costs.ledger import energy_from_label, energy_scope_label, usage
 from costs.money import displays, exact_usd
 from costs.prices import PriceBook
 from trainer.models import Job
@@ -60,7 +60,8 @@ COLUMNS = (
     "group", "key", "label", "team", "status", "device_hours", "energy_kwh", "device_cost_usd",
     "energy_cost_usd", "attributed_usd", "idle_usd", "total_usd", "attributed_exact_usd", "gain_points",
     "ipd_points_per_usd",
-    "usd_per_point", "ipd_state", "energy_from", "simulated", "power_estimated", "example_prices", "unpriced",
+    "usd_per_point", "ipd_state", "energy_from", "energy_scope", "simulated", "power_estimated", "example_prices",
+    "unpriced",
 )
 
 
@@ -155,6 +156,7 @@ class Row:
     exact: dict = field(default_factory=lambda: dict.fromkeys(MONEY_CELLS + ("device_s", "energy_j"), Decimal(0)))
     gain_points: float | None = None
     energy_from: set = field(default_factory=set)
+    energy_scope: set = field(default_factory=set)
     simulated: bool = False
     power_estimated: bool = False
     example_prices: bool = False
@@ -169,6 +171,7 @@ class Row:
         ex["device_s"] += u.device_s
         ex["energy_j"] += u.energy_j
         self.energy_from |= set(u.energy_from)
+        self.energy_scope |= set(u.energy_scope)
         self.simulated |= u.simulated
         self.power_estimated |= u.power_estimated
         self.example_prices |= u.example_price
@@ -208,6 +211,7 @@ class Row:
             "ipd_points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
             "usd_per_point": exact_usd(usd_per_point),
             "ipd_state": state, "energy_from": energy_from_label(self.energy_from),
+            "energy_scope": energy_scope_label(self.energy_scope),
             "simulated": self.simulated, "power_estimated": self.power_estimated,
             "example_prices": self.example_prices, "unpriced": self.unpriced,
             # What the pages show: a job's own cost and IPD as on its page (the cells above add up to the cent).
@@ -321,6 +325,7 @@ def totals(rows, values):
         "fleet_exact_usd": exact_usd(attributed_exact + idle_exact),
         "gain_points": None, "ipd_points_per_usd": None, "usd_per_point": None, "ipd_state": BY_ENV,
         "energy_from": energy_from_label(set().union(*(r.energy_from for r in rows)) if rows else set()),
+        "energy_scope": energy_scope_label(set().union(*(r.energy_scope for r in rows)) if rows else set()),
         **{flag: any(v[flag] for v in values) for flag in ("simulated", "power_estimated", "example_prices",
                                                            "unpriced")},
     })

@@ -119,6 +119,10 @@ _ROLLUP_EXTENDED_COLUMNS = (
     ("nvlink_rx_mean_bytes_s", "double precision"),
     ("throttled_samples", "integer NOT NULL DEFAULT 0"),
     ("reasons_samples", "integer NOT NULL DEFAULT 0"),
+    # Whose energy energy_j is (collector/store.py): 'device' (the GPU's or CPU's own reading), 'module' (a
+    # superchip's whole module: GPU, CPU, memory), 'mixed', 'none', or 'in_module' (a host CPU whose energy a
+    # module reading on its node already holds: charged none, so it is not counted twice).
+    ("energy_scope", "text NOT NULL DEFAULT 'device'"),
 )
 _ROLLUP_EXTENDED_DDL = ",\n    ".join(f"{name} {kind}" for name, kind in _ROLLUP_EXTENDED_COLUMNS)
 # NVML's clocks event reasons that slow a busy GPU down: SW power cap, HW slowdown, sync boost, SW thermal,

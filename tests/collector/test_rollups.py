@@ -134,3 +134,37 @@ def test_the_newer_gpus_figures_are_averaged_and_throttled_samples_counted_per_m
     hour = Rollup1h.objects.get(device__uuid="GPU-r", bucket=T0)
     assert hour.tensor_active_mean_pct == pytest.approx(40.0) and hour.module_power_mean_w == pytest.approx(1800.0)
     assert (hour.throttled_samples, hour.reasons_samples) == (15, 60)
+
+
+def test_energy_is_the_widest_scope_measured_and_a_host_cpu_inside_a_module_is_not_counted_twice(pg_conn):
+    superchip = DeviceInfo("GPU-sc", "node-sc", 0, "NVIDIA GB200", "nvml", power_scopes="module,memory")
+    host = DeviceInfo("CPU-sc", "node-sc", 1, "NVIDIA Grace", "host", power_estimated=True)
+    plain = DeviceInfo("GPU-pl", "node-pl", 0, "NVIDIA H100", "nvml")
+    host_alone = DeviceInfo("CPU-pl", "node-pl", 1, "AMD EPYC", "host", power_estimated=True)
+
+    def row(uuid, s, gpu_counter, module_counter=None, module_w=None, power=300.0):
+        # util, mem util, power, energy counter, mem used/total, temp, clock, sm active, then module power,
+        # memory power, module energy counter (the rest empty)
+        return (uuid, T0 + timedelta(seconds=s), 50.0, 5.0, power, gpu_counter, 100, 1000, 50.0, 1500, 30.0,
+                module_w, None, module_counter)
+
+    rows = []
+    for s in range(60):
+        rows.append(row("GPU-sc", s, 1e6 + 900.0 * s, module_counter=5e6 + 1200.0 * s, module_w=1200.0))
+        rows.append(row("CPU-sc", s, None, power=150.0))
+        rows.append(row("GPU-pl", s, 2e6 + 700.0 * s))
+        rows.append(row("CPU-pl", s, None, power=100.0))
+    Writer(pg_conn).write(Batch([superchip, host, plain, host_alone], rows))
+
+    store.roll_up()
+
+    def bucket(uuid):
+        r = Rollup1m.objects.get(device__uuid=uuid, bucket=T0)
+        return r.energy_j, r.energy_from, r.energy_scope
+
+    # The module's counter (1,200 J/s), not the GPU's (900 J/s); the Grace CPU is in it; elsewhere each its own.
+    assert bucket("GPU-sc") == (59 * 1200.0, "counter", "module")
+    assert bucket("CPU-sc") == (0.0, "power", "in_module")
+    assert bucket("GPU-pl") == (59 * 700.0, "counter", "device")
+    assert bucket("CPU-pl") == (pytest.approx(59 * 100.0), "power", "device")
+    assert Rollup1h.objects.get(device__uuid="GPU-sc", bucket=T0).energy_scope == "module"
