@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from collector.models import Node
 from costs import report
+from costs.activity import THROTTLED_SHARE, job_activity
 from costs.intelligence import base_build, job_intelligence, score_cost_curve
 from dashboard import figures, health, readings
 from dashboard.forms import FORM_CONFIG, PRESETS, STOP_LOSS_FIELDS, StartForm, stop_loss_input
@@ -258,6 +259,7 @@ def job_page(request, job_id):
         "topics": f"job.{job.pk},jobs,costs" if live else "",
         "external": external, "logged_figs": [{"group": g, "key": k} for g, k, _ in logged],
         "derived_keys_json": _json(readings.derived_metric_keys() if external else []),
+        "activity": job_activity(job), "throttled_share_pct": round(THROTTLED_SHARE * 100),
         "stop_loss_fields": _stop_loss_fields(), "stop_loss_text": stoploss.describe(job.stop_loss),
         "stop_loss_values": {f"stop_loss.{k}": v for k, v in job.stop_loss.items()},
     })

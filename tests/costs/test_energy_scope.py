@@ -52,3 +52,33 @@ def test_a_superchip_node_is_charged_its_module_energy_once_and_every_view_says_
                                                                                       "h-node": "device"}
     page = client.get("/costs/", {"from": "2025-06-02", "to": "2025-06-02", "group": "node"}).content.decode()
     assert "module scope" in page
+
+
+def test_the_job_page_shows_what_its_gpus_did_and_flags_one_throttled_for_much_of_its_time(fleet, client, viewer):
+    set_prices(("*", "1.00", "0", "1", T0.date()))
+    capped = DeviceInfo("GPU-cap", "n1", 0, "NVIDIA GB200", "nvml")
+    cool = DeviceInfo("GPU-ok", "n1", 1, "NVIDIA GB200", "nvml")
+    rows = []
+    for s in range(0, 600, 10):
+        ts = T0 + timedelta(seconds=s)
+        # util, mem util, power, energy, mem used/total, temp, clock, SM active; module power, memory power, module
+        # energy, tensor activity, occupancy, NVLink tx/rx, clocks event reasons, power limit
+        rows.append(("GPU-cap", ts, 95.0, 5.0, 900.0, None, 1, 2, 60.0, 1500, 80.0, None, None, None, 30.0, 40.0,
+                     None, None, 0x04 if s < 300 else 0, 1000.0))  # held at the power cap for half the samples
+        rows.append(("GPU-ok", ts, 95.0, 5.0, 900.0, None, 1, 2, 60.0, 1900, 80.0, None, None, None, 70.0, 40.0,
+                     None, None, 0x01 if s < 300 else 0, 1000.0))  # idle clocks are not a slowdown
+    Writer(connection.connection).write(Batch([capped, cool], rows))
+    store.roll_up()
+    job = fleet.job("two gpus", "red")
+    for uuid in ("GPU-cap", "GPU-ok"):
+        fleet.stint(job, Device.objects.get(uuid=uuid), T0, T0 + timedelta(minutes=10))
+    attribute(now=T0 + timedelta(minutes=20), since=T0)
+    client.force_login(viewer)
+
+    resp = client.get(f"/jobs/{job.pk}")
+    activity = {a["device"]["uuid"]: a for a in resp.context["activity"]}
+    assert activity["GPU-cap"]["tensor_active_pct"] == 30.0 and activity["GPU-ok"]["tensor_active_pct"] == 70.0
+    assert activity["GPU-cap"]["throttled_share"] == 0.5 and activity["GPU-cap"]["throttled"]
+    assert activity["GPU-ok"]["throttled_share"] == 0.0 and not activity["GPU-ok"]["throttled"]
+    html = resp.content.decode()
+    assert html.count("⚠ throttled") == 1 and "50%" in html
