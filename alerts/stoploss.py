@@ -41,11 +41,15 @@ def check(now=None):
     now = now or timezone.now()
     stopped = []
     for job in Job.objects.filter(status=Status.RUNNING, stop_loss_outcome={}).exclude(stop_loss={}):
-        outcome = marginal(job) or collapse(job, now)
-        if outcome is None:
+        try:
+            outcome = marginal(job) or collapse(job, now)
+            if outcome is None:
+                continue
+            outcome["at"] = now.isoformat()
+            outcome.update(_saved(job, outcome))
+        except Exception:  # one job's odd data must not keep the other jobs' rules from being judged
+            log.exception("job %s: its stop-loss could not be evaluated", job.pk)
             continue
-        outcome["at"] = now.isoformat()
-        outcome.update(_saved(job, outcome))
         if job.stop_for_loss(outcome):
             log.info("job %s: %s", job.pk, outcome["reason"])
             stopped.append(job.pk)
