@@ -30,6 +30,7 @@ from django.utils import timezone
 from collector.models import Device
 from collector.store import latest_rows
 from costs.prices import PriceBook
+from dashboard.figures import clocks_held_pct
 from dashboard.readings import fleet_cards
 
 log = logging.getLogger(__name__)
@@ -73,8 +74,11 @@ def events(rows, seen, now=None, book=None, shown=None, shown_stale=None):
     if not changed and now_cards == shown and (shown_stale is None or stale == shown_stale):
         return None, {}
     def sample(r, fields=FIELDS):
-        return {"uuid": r["uuid"], "node": r["node"], "index": r["index"], "ts": r["latest"]["ts"].isoformat(),
-                **{f: r["latest"][f] for f in fields}}
+        out = {"uuid": r["uuid"], "node": r["node"], "index": r["index"], "ts": r["latest"]["ts"].isoformat(),
+               **{f: r["latest"][f] for f in fields}}
+        if fields is NODE_FIELDS:  # the node page's throttle chart draws it (dashboard.figures.clocks_held_pct)
+            out["clocks_held_pct"] = clocks_held_pct(r["latest"])
+        return out
 
     fleet = {"ts": now.isoformat(), "power_kw": page_cards["power_kw"], "devices": [sample(r) for r in changed],
              "cards": now_cards, "stale": stale}

@@ -17,6 +17,7 @@ with `Plotly.extendTraces` when a step event arrives.
 import html
 import math
 
+from collector.agent.schema import THROTTLE_MASK
 from costs.intelligence import ipd_curve
 from costs.money import usd_text
 
@@ -155,8 +156,20 @@ NODE_METRICS = [
     ("module_power", "Module power (GPU + CPU + memory)", "W", "module_power_w", "module_power_mean_w"),
     ("nvlink_tx", "NVLink sent", "B/s", "nvlink_tx_bytes_s", "nvlink_tx_mean_bytes_s"),
     ("nvlink_rx", "NVLink received", "B/s", "nvlink_rx_bytes_s", "nvlink_rx_mean_bytes_s"),
+    ("throttle", "Clocks held down by power, heat, sync boost or a HW slowdown", "%", "clocks_held_pct",
+     "clocks_held_pct"),
 ]
-NEWER = {"tensor", "occupancy", "module_power", "nvlink_tx", "nvlink_rx"}
+NEWER = {"tensor", "occupancy", "module_power", "nvlink_tx", "nvlink_rx", "throttle"}
+
+
+def clocks_held_pct(point):
+    """100 when a raw sample's clocks were held down (schema.THROTTLE_MASK), else 0; a rollup's share of its
+    samples that were, in percent; None where the device does not report why."""
+    if "clock_event_reasons" in point:
+        reasons = point["clock_event_reasons"]
+        return None if reasons is None else 100.0 * bool(reasons & THROTTLE_MASK)
+    reported = point.get("reasons_samples")
+    return 100.0 * point["throttled_samples"] / reported if reported else None
 
 
 NOT_REPORTED = "not reported by this device"
@@ -173,6 +186,7 @@ def node_figures(series, resolution):
     a live sample event carries (raw resolution only).
     """
     out = []
+    series = [(device, [{**p, "clocks_held_pct": clocks_held_pct(p)} for p in points]) for device, points in series]
     for key, title, unit, raw_field, rollup_field in NODE_METRICS:
         field = raw_field if resolution == "raw" else rollup_field
         data, silent = [], []

@@ -184,6 +184,7 @@ def test_a_rubin_superchip_node_shows_its_architecture_scopes_tensor_activity_mo
     from collector.agent.writer import Writer
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "collector"))
+    import fake_pynvml
     from fake_pynvml import FakeGpu, FakeNvml
 
     gpu = FakeGpu.rubin_superchip("GPU-vr-0")
@@ -197,13 +198,15 @@ def test_a_rubin_superchip_node_shows_its_architecture_scopes_tensor_activity_mo
         gpu.clock_us += 1_000_000
         gpu.nvlink_tx_kib += 1024
         gpu.nvlink_rx_kib += 512
+        gpu.clocks_event_reasons = fake_pynvml.nvmlClocksEventReasonSwPowerCap
     b.samples(b.device(b.node("old-node"), 0, model="NVIDIA A100-SXM4-80GB"), now - timedelta(minutes=5), 10)
 
     resp = viewer_client.get("/nodes/vr-node?range=1h")
     html = resp.content.decode()
     assert "rubin" in html and "power measured for: GPU, module, memory" in html
     figs = json.loads(resp.context["figures_json"])
-    assert {"tensor", "occupancy", "module_power", "nvlink_tx", "nvlink_rx"} <= set(figs)
+    assert {"tensor", "occupancy", "module_power", "nvlink_tx", "nvlink_rx", "throttle"} <= set(figs)
+    assert figs["throttle"]["data"][0]["y"] == [0.0, 100.0, 100.0], "held by the power cap from the second read"
     assert figs["tensor"]["data"][0]["y"] == [None, 62.0, 62.0], "GPM needs two samples"
     assert figs["module_power"]["data"][0]["y"] == [1900.0] * 3
     assert figs["nvlink_tx"]["data"][0]["y"] == [None, 1048576.0, 1048576.0]
