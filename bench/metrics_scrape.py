@@ -73,11 +73,11 @@ def fill(devices, jobs):
             "INSERT INTO trainer_job (name, team, env, config, device, status, error, stop_requested, "
             "budget_stop_requested, stop_reason, phase, not_resumable_reason, created_at, started_at, finished_at, "
             "steps_done, baseline_pass1, latest_pass1, latest_reward_mean, source, framework, devices, node, pool, "
-            "placed_on) "
+            "placed_on, stop_loss, stop_loss_outcome) "
             "SELECT 'bench-' || j, 'team-' || (j %% 5), 'arithmetic', '{\"steps\": 10}', 'auto', "
             "CASE WHEN j %% 4 = 0 THEN 'running' ELSE 'completed' END, '', false, false, '', '', '', %s, %s, "
             "CASE WHEN j %% 4 = 0 THEN NULL ELSE %s::timestamptz END, 10, 30, 30 + j %% 7, 0.5, 'embedded', '', 1, "
-            "'', '', '' FROM generate_series(1, %s) j", [hour_ago, hour_ago, now, jobs])
+            "'', '', '', '{}', '{}' FROM generate_series(1, %s) j", [hour_ago, hour_ago, now, jobs])
         cur.execute(
             "INSERT INTO trainer_step (job_id, step, at, metrics, reward_mean, eval_pass1, gen_tokens, step_s) "
             "SELECT j, s, %s + make_interval(mins => s * 3), '{}', 0.5, "
@@ -86,9 +86,9 @@ def fill(devices, jobs):
         # Each job held GPU (job mod devices) for the first 30 of the last 60 minutes; idle for the rest.
         cur.execute(
             "INSERT INTO costs_allocation (device_id, minute, job_id, team, held_s, device_s, energy_j, energy_from, "
-            "rollup_samples, rollup_covered_s, rollup_energy_j) "
+            "rollup_samples, rollup_covered_s, rollup_energy_j, energy_scope) "
             "SELECT 1 + (j - 1) %% %s, %s + make_interval(mins => m), CASE WHEN m < 30 THEN j END, "
-            "'team-' || (j %% 5), 60, 60, 24000, 'counter', 60, 60, 24000 "
+            "'team-' || (j %% 5), 60, 60, 24000, 'counter', 60, 60, 24000, 'device' "
             "FROM generate_series(1, %s) j, generate_series(0, 59) m", [devices, hour_ago, jobs])
     install_examples()
     user = get_user_model().objects.get_or_create(username="bench")[0]

@@ -61,10 +61,11 @@ FINISHED_JOB_KEPT_S = 24 * 3600
 
 # Today's spend by team reads every allocation of the day (about 1.4 million at 1,000 devices by its end);
 # attribution writes them once a minute, so a fresher figure would not be newer.
-TEAM_SPEND_CACHE_S = 60
+# The periodic exporter.tasks.warm (every 30 s) recomputes both caches well within their lifetime.
+TEAM_SPEND_CACHE_S = 90
 # Jobs' money (cost, IPD, cost per 1M tokens) for the same reason: the cost changes only when attribution runs.
 # 1,000 jobs' money costs a scrape about 250 ms, more than its budget; a job new since is computed at once.
-MONEY_CACHE_S = 60
+MONEY_CACHE_S = 90
 
 MIB = 1024 * 1024
 DEVICE_LABELS = ("node", "device", "model", "simulated", "power_estimated")
@@ -200,15 +201,24 @@ def exported_jobs(now):
 MONEY_EXPORTED = ("cost_usd", "points_per_usd", "usd_per_million_tokens")
 
 
-def jobs_money_cached(job_ids, now):
+def jobs_money_cached(job_ids, now, refresh=False):
     """costs.intelligence.jobs_money of `job_ids`, kept MONEY_CACHE_S in the shared cache (recomputed when a
-    job is missing from what is kept)."""
+    job is missing from what is kept, or on `refresh`)."""
     key = cache_keys(now.date())["jobs_money"]
-    kept = _cache_get(key) or {}
-    if not set(job_ids) <= kept.keys():
+    kept = {} if refresh else _cache_get(key) or {}
+    if refresh or not set(job_ids) <= kept.keys():
         kept = {job_id: {k: m[k] for k in MONEY_EXPORTED} for job_id, m in jobs_money(job_ids).items()}
         _cache_set(key, kept, MONEY_CACHE_S)
     return kept
+
+
+def warm(now=None):
+    """Compute what a scrape would otherwise compute when its cache entry has expired (the teams' spend today,
+    the exported jobs' money) and keep it: the periodic exporter.tasks.warm runs it well within the entries'
+    lifetime, so a scrape reads them from the cache. Return the number of jobs whose money it kept."""
+    now = now or timezone.now()
+    team_spend_today(now, refresh=True)
+    return len(jobs_money_cached([j["id"] for j in exported_jobs(now)], now, refresh=True))
 
 
 def job_families(jobs, now):
@@ -251,12 +261,12 @@ def cache_keys(day):
     return {what: f"exporter:{what}:{day.isoformat()}" for what in ("team_spend", "jobs_money")}
 
 
-def team_spend_today(now):
+def team_spend_today(now, refresh=False):
     """{team: (spend, idle spend)} in Decimal dollars over today (UTC) so far: the total and idle cells of the
     cost report's rows by team, to the cent as the Costs page shows them; kept TEAM_SPEND_CACHE_S in the
     shared cache."""
     key = cache_keys(now.date())["team_spend"]
-    value = _cache_get(key)
+    value = None if refresh else _cache_get(key)
     if value is None:
         start = datetime.combine(now.date(), time(0), tzinfo=dt_timezone.utc)
         built = report.build(report.Period(start, now), "team")

@@ -134,6 +134,8 @@ CELERY_BEAT_SCHEDULE = {
     "campaigns-join-tagged-runs": {"task": "campaigns.tasks.join_tagged_runs", "schedule": 30.0},
     "alerts-evaluate": {"task": "alerts.tasks.evaluate", "schedule": 30.0},
     "alerts-deliver": {"task": "alerts.tasks.deliver", "schedule": 15.0},
+    # Within the exporter's cache lifetime (exporter.metrics): a scrape reads money and spend, never computes them.
+    "exporter-warm": {"task": "exporter.tasks.warm", "schedule": 30.0},
 }
 
 CHANNEL_LAYERS = {

@@ -214,3 +214,26 @@ def test_every_name_follows_prometheus_naming(client, scene, scrape_token):
             else:
                 assert not s.name.endswith("_total"), s
         assert name.split("_")[-1] in ENDINGS, name
+
+
+def test_the_warm_task_keeps_spend_and_money_cached_so_a_scrape_computes_neither(client, scene, scrape_token,
+                                                                                  monkeypatch):
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    from exporter import metrics
+    from exporter.tasks import warm
+
+    for key in metrics.cache_keys(timezone.now().date()).values():
+        cache.delete(key)
+    assert warm()["jobs"] == len(metrics.exported_jobs(timezone.now())) > 0
+    before = families(scrape(client, scrape_token))
+
+    def computed(*args, **kwargs):
+        raise AssertionError("a scrape after the warm task computed money or spend")
+
+    monkeypatch.setattr(metrics, "jobs_money", computed)
+    monkeypatch.setattr(metrics.report, "build", computed)
+    after = families(scrape(client, scrape_token))
+    for name in ("yardstick_job_cost_dollars", "yardstick_team_spend_today_dollars"):
+        assert samples(after[name]) == samples(before[name]) != []
