@@ -32,6 +32,7 @@ from trainer.models import Job, Status, Step
 
 log = logging.getLogger(__name__)
 
+SMALL_STEP_USD = Decimal("0.0001")
 COLLAPSE = {"reward_drop": ("reward_drop", reward_drop), "kl_max": ("kl_high", kl_high),
             "entropy_min": ("entropy_low", entropy_low)}
 
@@ -78,7 +79,7 @@ def marginal(job):
     return {
         "rule": "marginal",
         "reason": (f"stop-loss: steps {start['step']} to {end['step']} cost {usd_text(spent)} and bought "
-                   f"{gain:+.1f} points, fewer than {floor:g} points for ${rule['usd']}"),
+                   f"{gain:+.1f} points, fewer than {floor:g} point{'' if floor == 1 else 's'} for ${rule['usd']}"),
         "window": {"from_step": start["step"], "to_step": end["step"], "usd": exact_usd(spent), "points": gain},
         "rate_steps": (start["step"], end["step"]), "rate_at": (start["at"], end["at"]),
     }
@@ -119,7 +120,10 @@ def _saved(job, outcome):
         projection = "no projection: the run has no configured step count" if left is None else \
             "no projection: no cost measured between those steps yet"
     else:
+        # A step of a tiny run costs under a micro-dollar: then say what a thousand of them cost.
+        rate = (f"{usd_text(per_step)} per step" if per_step >= SMALL_STEP_USD else
+                f"{usd_text(per_step * 1000)} per 1,000 steps")
         projection = (f"projected from this run's own curve: the {left} steps left of {job.steps_total} at "
-                      f"{usd_text(per_step)} per step, its cost per step from step {a} to {b}")
+                      f"{rate}, its cost per step from step {a} to {b}")
     return {"usd_per_step": exact_usd(per_step), "steps_left": left, "saved_usd": exact_usd(saved),
             "projection": projection, "steps_done": job.steps_done}

@@ -107,7 +107,8 @@ def describe(spec):
         return ""
     parts = []
     if "usd" in spec:
-        parts.append(f"the last ${spec['usd']} bought fewer than {spec['points']:g} points")
+        parts.append(f"the last ${spec['usd']} bought fewer than {spec['points']:g} point"
+                     f"{'' if spec['points'] == 1 else 's'}")
     collapse = [f"reward mean {spec['reward_drop']:g} below its best" if "reward_drop" in spec else "",
                 f"KL above {spec['kl_max']:g}" if "kl_max" in spec else "",
                 f"entropy below {spec['entropy_min']:g}" if "entropy_min" in spec else ""]

@@ -71,7 +71,7 @@ def test_a_rule_is_stored_normalised_and_every_bad_field_is_named_with_what_is_a
         assert words in err.value.message, (case, err.value.message)
         assert err.value.field.startswith("stop_loss"), case
     assert stoploss.describe(stoploss.parse({"usd": "2", "points": 1, "reward_drop": 0.3, "steps": 4})) == (
-        "stop when the last $2 bought fewer than 1 points, or when reward mean 0.3 below its best for 4 steps")
+        "stop when the last $2 bought fewer than 1 point, or when reward mean 0.3 below its best for 4 steps")
 
 
 # -- the marginal rule -------------------------------------------------------------------------------
@@ -98,6 +98,21 @@ def test_the_last_dollars_buying_too_few_points_stop_the_job_with_the_reason_and
                                  "its cost per step from step 10 to 30")
     assert job.status_changes.last().reason == out["reason"]
     assert evaluate.check(now=T0 + timedelta(minutes=10)) == [], "it fires once"
+
+
+def test_a_step_cheaper_than_a_hundredth_of_a_cent_is_priced_per_thousand_steps(fleet):
+    job = a_job_on_a_dollar_a_minute(fleet, stop_loss={"usd": "0.0002", "points": 2})
+    set_prices(("*", "0.0036", "0", "1", T0.date()))  # $0.00006 a minute
+    evals(job, [(0, 30, 10.0), (10, 210, 20.0), (20, 390, 20.5), (30, 570, 20.6)])
+    attribute(now=T0 + timedelta(minutes=10))
+
+    assert evaluate.check(now=T0 + timedelta(minutes=10)) == [job.pk]
+    out = Job.objects.get(pk=job.pk).stop_loss_outcome
+    # Steps 10 to 30: $0.00036 for 20 steps, $0.000018 a step, $0.018 a thousand (shown to the cent, as every
+    # dollar figure of a cent or more); 70 steps left: $0.00126.
+    assert out["projection"].startswith("projected from this run's own curve: the 70 steps left of 100 at "
+                                        "$0.02 per 1,000 steps")
+    assert out["saved_usd"] == "0.00126"
 
 
 def test_enough_points_or_a_window_not_yet_spent_leave_the_job_running(fleet):
@@ -228,7 +243,7 @@ def test_a_real_tiny_job_whose_score_flattened_is_stopped_at_a_checkpoint_by_its
     assert job.status == "stopped" and job.steps_done == 2 and job.checkpoint_step == 2
     final = job.status_changes.last()
     # Charged $0.50 by the baseline's eval and $2.50 by step 2's: $2.00 for steps 0 to 2.
-    assert final.reason.startswith("stop-loss: steps 0 to 2 cost $2.00 and bought +0.0 points, fewer than 1 points "
+    assert final.reason.startswith("stop-loss: steps 0 to 2 cost $2.00 and bought +0.0 points, fewer than 1 point "
                                    "for $1.5; stopped at step 2"), final.reason
     out = job.stop_loss_outcome
     assert (out["usd_per_step"], out["steps_left"], out["saved_usd"]) == ("1.00", 38, "38.00")

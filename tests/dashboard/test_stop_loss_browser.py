@@ -47,7 +47,7 @@ def test_the_start_form_names_a_bad_stop_loss_field_then_starts_the_job_with_its
         purge_jobs_queue()  # the run_job message: no worker here
     job = Job.objects.get()
     assert job.stop_loss == {"usd": "0.50", "points": 1.0, "entropy_min": 0.2, "steps": 5, "from_step": 0}
-    assert page.inner_text("#stop-loss-rule") == ("Rule: stop when the last $0.50 bought fewer than 1 points, or when "
+    assert page.inner_text("#stop-loss-rule") == ("Rule: stop when the last $0.50 bought fewer than 1 point, or when "
                                                   "entropy below 0.2 for 5 steps.")
 
 
