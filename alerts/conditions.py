@@ -13,7 +13,7 @@ from decimal import Decimal
 from django.db.models import Count, Min, Q
 
 from collector import store
-from collector.models import Device, Node, Sample
+from collector.models import Device, DeviceEvent, Node, Sample
 from costs.ledger import job_costs, usage
 from costs.money import usd_text
 from trainer.models import ACTIVE, Job, Status, Step
@@ -82,6 +82,19 @@ def node_stale(rule, now):
         if minutes > rule.duration:
             said = f"newest sample {ts:%Y-%m-%d %H:%M:%S} UTC" if ts else "no sample ever"
             out[f"node:{name}"] = (round(minutes, 1), f"node {name} stale for {minutes:.0f} min ({said})")
+    return out
+
+
+def device_unhealthy(rule, now):
+    """Devices with a critical health event (XID needing a reset, uncorrected ECC errors, a row remapping pending
+    or failed) within DeviceEvent.UNHEALTHY_FOR; it resolves once that long has passed without another."""
+    rows = {r["device_id"]: r for r in _fleet_rows(rule) if r["device_id"] is not None}
+    out = {}
+    for device_id, event in DeviceEvent.unhealthy(rows, now).items():
+        row = rows[device_id]
+        label = Device.label_for(row["source"], row["index"])
+        out[f"device:{row['node']}/{row['index']}"] = (
+            event.code, f"{label} on {row['node']} is unhealthy: {event.detail} at {event.ts:%Y-%m-%d %H:%M:%S} UTC")
     return out
 
 
@@ -187,5 +200,6 @@ def entropy_low(rule, now):
     return _for_steps(rule, "train/entropy", lambda v: v < rule.threshold, "below")
 
 
-CONDITIONS = {"gpu_idle": gpu_idle, "node_stale": node_stale, "idle_spend": idle_spend, "job_failed": job_failed,
+CONDITIONS = {"gpu_idle": gpu_idle, "node_stale": node_stale, "device_unhealthy": device_unhealthy,
+              "idle_spend": idle_spend, "job_failed": job_failed,
               "budget": budget, "reward_drop": reward_drop, "kl_high": kl_high, "entropy_low": entropy_low}

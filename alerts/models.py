@@ -55,6 +55,7 @@ KINDS = {
     "gpu_idle": Kind("GPU idle", None, "idle for longer than this many minutes", "minutes", ("node", "team"), 30),
     "node_stale": Kind("Node stale", None, "stale for longer than this many minutes", "minutes", ("node", "team"),
                        5),
+    "device_unhealthy": Kind("Device unhealthy", None, None, None, ("node", "team")),
     "idle_spend": Kind("Idle spend", "dollars per hour of idle device time, per team",
                        "averaged over the last this many minutes", "minutes", ("team",), 60),
     "job_failed": Kind("Job failed", None, None, None, ("team", "job")),
@@ -295,6 +296,7 @@ class AlertRule(models.Model):
         words = {
             "gpu_idle": lambda: f"a GPU idle for more than {d} min",
             "node_stale": lambda: f"a node stale for more than {d} min",
+            "device_unhealthy": lambda: "a device that reported a critical error (XID, uncorrected ECC, row remap)",
             "idle_spend": lambda: f"idle spend above ${t:g}/h per team (over {d} min)",
             "job_failed": lambda: "a job failed",
             "budget": lambda: f"a job at {t:g}% of its budget",

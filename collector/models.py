@@ -5,6 +5,8 @@ shares), so every model here is unmanaged: Django reads and joins them, the
 agent writes them with COPY. Units are in the field names.
 """
 
+from datetime import timedelta
+
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.utils import timezone
@@ -270,6 +272,35 @@ class Rollup1h(_Rollup):
     class Meta:
         managed = False
         db_table = "telemetry_rollup_1h"
+
+
+class DeviceEvent(models.Model):
+    """What a device reported about its health (collector/agent/sources/nvml.py): an XID error, uncorrected ECC
+    errors, a row remapping pending or failed. A critical one makes the device unhealthy for UNHEALTHY_FOR."""
+
+    UNHEALTHY_FOR = timedelta(hours=24)
+
+    pk = models.CompositePrimaryKey("device", "ts", "kind", "code")
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="events")
+    ts = models.DateTimeField()
+    kind = models.TextField()  # xid | ecc_uncorrected | row_remap_pending | row_remap_failure | rows_remapped
+    code = models.BigIntegerField(default=0)  # the XID, or the count the event reports
+    detail = models.TextField(blank=True, default="")
+    critical = models.BooleanField(default=False)
+
+    class Meta:
+        managed = False
+        db_table = "telemetry_device_event"
+        ordering = ["-ts"]
+
+    @classmethod
+    def unhealthy(cls, device_ids, now=None):
+        """{device id: its newest critical event} of those devices that had one within UNHEALTHY_FOR."""
+        since = (now or timezone.now()) - cls.UNHEALTHY_FOR
+        out = {}
+        for event in cls.objects.filter(device_id__in=list(device_ids), critical=True, ts__gte=since).order_by("ts"):
+            out[event.device_id] = event
+        return out
 
 
 class DeviceHolder(models.Model):

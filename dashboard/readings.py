@@ -17,7 +17,7 @@ from django.db.models import Max, Min
 from django.utils import timezone as djtz
 
 from collector import store
-from collector.models import Device
+from collector.models import Device, DeviceEvent
 from costs import live
 from costs.intelligence import jobs_money, score_cost_curve
 from costs.ledger import usage
@@ -138,15 +138,25 @@ def fleet_power(tr):
 
 
 def node_view(node, tr):
-    """The node's devices (Device.to_dict, with "latest") and each one's series over the range at the
-    range's resolution."""
+    """The node's devices (Device.to_dict, with "latest" and "unhealthy": the critical health event that makes
+    it so, or None) and each one's series over the range at the range's resolution."""
+    devices = list(Device.objects.filter(node=node).select_related("latest").order_by("index"))
+    unhealthy = DeviceEvent.unhealthy([d.pk for d in devices])
     series = []
-    for device in Device.objects.filter(node=node).select_related("latest").order_by("index"):
+    for device in devices:
         latest = getattr(device, "latest", None)
-        info = {**device.to_dict(), "latest": latest and latest.to_dict(),
+        info = {**device.to_dict(), "latest": latest and latest.to_dict(), "unhealthy": unhealthy.get(device.pk),
                 "scopes_text": ", ".join(["GPU", *filter(None, device.power_scopes.split(","))])}
         series.append((info, store.device_series(device, tr.start, tr.end, tr.resolution)))
     return series
+
+
+HEALTH_EVENTS_SHOWN = 50
+
+
+def node_health_events(node):
+    """The node's newest health events (DeviceEvent), newest first, at most HEALTH_EVENTS_SHOWN."""
+    return list(DeviceEvent.objects.filter(device__node=node).select_related("device")[:HEALTH_EVENTS_SHOWN])
 
 
 # -- jobs --------------------------------------------------------------------------------------

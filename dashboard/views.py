@@ -126,7 +126,8 @@ def _node_context(request, node, tr):
     devices = [d for d, _ in series]
     return {
         "node": node, "devices": devices, **_range_context(request, tr), "figures_json": _json(figs),
-        "fig_keys": list(figs),
+        "fig_keys": list(figs), "health_events": readings.node_health_events(node),
+        "health_shown": readings.HEALTH_EVENTS_SHOWN,
         "any_simulated": any(d["simulated"] for d in devices),
         "any_estimated": any(d["power_estimated"] for d in devices),
         "topics": f"node.{node.pk}" if tr.live and tr.follows_now and tr.resolution == "raw" else "",

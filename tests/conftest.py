@@ -126,7 +126,7 @@ def embedded_pg_factory(service_dir):
 # Tables Django does not manage (partitioned telemetry), so its flush after a
 # transactional test leaves them alone.
 UNMANAGED_TABLES = (
-    "telemetry_device_holder, telemetry_rollup_pending, telemetry_rollup_1h, telemetry_rollup_1m, "
+    "telemetry_device_event, telemetry_device_holder, telemetry_rollup_pending, telemetry_rollup_1h, telemetry_rollup_1m, "
     "telemetry_latest, telemetry_sample, collector_device, collector_node"
 )
 

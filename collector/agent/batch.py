@@ -58,6 +58,7 @@ class Reading:
     device: DeviceInfo
     values: tuple  # schema.SAMPLE_FIELDS order, None where the source has no value
     holders: tuple = ()  # (Holder, ...)
+    events: tuple = ()  # ((kind, code, detail, critical), ...): what the device reported about its health
 
     def __post_init__(self):
         # A source that reads only the first fields gives a shorter tuple: the rest are None.
@@ -68,13 +69,14 @@ class Reading:
 
 @dataclass
 class Batch:
-    """Everything one write stores: devices to register, sample rows, holders."""
+    """Everything one write stores: devices to register, sample rows, holders, health events."""
 
     devices: list  # [DeviceInfo]
     rows: list  # [(uuid, ts, *values)]
     holders: list = field(default_factory=list)  # [(uuid, ts, Holder)]
     labels: dict = field(default_factory=dict)  # node labels, e.g. {"team": "rl"}
     interval_s: float = 1.0
+    events: list = field(default_factory=list)  # [(uuid, ts, kind, code, detail, critical)]
 
     def __post_init__(self):
         # Rows made with the first fields only (an import, a benchmark): the rest are None.
@@ -90,6 +92,7 @@ class Batch:
                         for u, ts, h in self.holders],
             "labels": self.labels,
             "interval_s": self.interval_s,
+            "events": [[u, _to_us(ts), *rest] for u, ts, *rest in self.events],
         }
 
     @classmethod
@@ -100,6 +103,7 @@ class Batch:
             holders=[_holder_from_json(h) for h in data["holders"]],
             labels=data.get("labels", {}),
             interval_s=data.get("interval_s", 1.0),
+            events=[(e[0], _from_us(e[1]), *e[2:]) for e in data.get("events", [])],  # none in an older spool
         )
 
 

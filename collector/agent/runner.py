@@ -109,6 +109,7 @@ class Agent:
             holders=[(r.device.uuid, ts, h) for r in readings for h in r.holders],
             labels=self.labels,
             interval_s=self.interval_s,
+            events=[(r.device.uuid, ts, *e) for r in readings for e in r.events],
         )
         if not self._threaded:  # called on its own (a benchmark, one tick): deliver here
             self.deliver(batch)

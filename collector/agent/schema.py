@@ -274,10 +274,29 @@ _BASE_FIELDS_DDL = _FIELDS_DDL.split(",\n    module_power_w")[0]
 EXTENDED_DROP_SQL = ("DROP TYPE IF EXISTS telemetry_mark; "
                      f"CREATE TYPE telemetry_mark AS (device_id integer, ts timestamptz, {_BASE_FIELDS_DDL}, lo timestamptz);")
 
+# Added by collector migration 0005: what a device reported about its health (agent/sources/nvml.py): an XID
+# error, uncorrected ECC errors, a row remapping pending or failed. `critical`: the device needs a reset or a
+# drain, and counts as unhealthy for a while (collector.models.DeviceEvent). The key makes a replayed spool
+# store each event once.
+HEALTH_SQL = """
+CREATE TABLE IF NOT EXISTS telemetry_device_event (
+    device_id integer NOT NULL REFERENCES collector_device (id) ON DELETE CASCADE,
+    ts timestamptz NOT NULL,
+    kind text NOT NULL,
+    code bigint NOT NULL DEFAULT 0,
+    detail text NOT NULL DEFAULT '',
+    critical boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (device_id, ts, kind, code)
+);
+CREATE INDEX IF NOT EXISTS telemetry_device_event_ts ON telemetry_device_event (ts);
+"""
+HEALTH_DROP_SQL = "DROP TABLE IF EXISTS telemetry_device_event;"
+
 # The whole schema, for a database made without Django's migrations (tests, benchmarks).
-SCHEMA_SQL = CREATE_SQL + WATERMARK_SQL + LINEAGE_SQL + EXTENDED_SQL
+SCHEMA_SQL = CREATE_SQL + WATERMARK_SQL + LINEAGE_SQL + EXTENDED_SQL + HEALTH_SQL
 
 DROP_SQL = """
+DROP TABLE IF EXISTS telemetry_device_event;
 DROP TYPE IF EXISTS telemetry_mark;
 DROP TABLE IF EXISTS telemetry_rollup_watermark, telemetry_device_holder, telemetry_rollup_pending,
     telemetry_rollup_1h, telemetry_rollup_1m, telemetry_latest, telemetry_sample,

@@ -159,6 +159,7 @@ class Spool:
                     merged.devices.extend(d for d in batch.devices if d not in known)
                     merged.rows.extend(batch.rows)
                     merged.holders.extend(batch.holders)
+                    merged.events.extend(batch.events)
 
     def close(self):
         with self._lock:

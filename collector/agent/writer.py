@@ -113,6 +113,12 @@ _UPSERT_HOLDERS = (
     "pid = excluded.pid, used_mem_mib = excluded.used_mem_mib, "
     "ancestor_pids = excluded.ancestor_pids, launcher_ids = excluded.launcher_ids"
 )
+# Health events (schema.HEALTH_SQL); one already stored (a replayed spool) is left as it is.
+_INSERT_EVENTS = (
+    "INSERT INTO telemetry_device_event (device_id, ts, kind, code, detail, critical) "
+    "SELECT * FROM unnest(%s::int4[], %s::timestamptz[], %s::text[], %s::int8[], %s::text[], %s::bool[]) "
+    "ON CONFLICT DO NOTHING"
+)
 # Every node of a batch's new devices in one statement (a simulated fleet has hundreds).
 _UPSERT_NODES = (
     "INSERT INTO collector_node (name, labels, interval_s) "
@@ -243,6 +249,8 @@ class Writer:
                 cur.execute(_MARK[not self._have_latest.issuperset(device_ids)][len(marks) == 1], marks)
             if batch.holders:
                 self._store_holders(cur, batch.holders, ids, limit)
+            if batch.events:
+                cur.execute(_INSERT_EVENTS, [[ids[e[0]] for e in batch.events], *map(list, zip(*(e[1:] for e in batch.events)))])
         if rows and top_level:
             self._have_latest.update(device_ids)
         return result

@@ -181,3 +181,21 @@ def test_a_disabled_rule_resolves_what_it_fired_and_a_second_firing_is_a_new_ale
     failed_rule.change({"enabled": True})
     evaluate(now=T0 + timedelta(minutes=2))
     assert list(Alert.objects.filter(rule=failed_rule).values_list("state", flat=True)) == ["firing", "resolved"]
+
+
+def test_a_device_with_a_critical_health_event_is_unhealthy_for_a_day_and_a_mild_one_is_not(rule):
+    from collector.models import DeviceEvent
+
+    sick_rule = rule("device_unhealthy", scope="node:gpu-h")
+    node = b.node("gpu-h")
+    sick, mild = b.device(node, 0), b.device(node, 1)
+    DeviceEvent.objects.create(device=sick, ts=T0 - timedelta(hours=2), kind="xid", code=79, detail="XID 79",
+                               critical=True)
+    DeviceEvent.objects.create(device=mild, ts=T0 - timedelta(hours=1), kind="xid", code=13, detail="XID 13")
+
+    evaluate(now=T0)
+    assert states(sick_rule) == {"device:gpu-h/0": "firing"}
+    assert "GPU 0 on gpu-h is unhealthy: XID 79" in Alert.objects.get(rule=sick_rule).message
+
+    evaluate(now=T0 + timedelta(hours=23))  # a day after the XID, with nothing since
+    assert states(sick_rule) == {"device:gpu-h/0": "resolved"}

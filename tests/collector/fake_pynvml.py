@@ -14,6 +14,7 @@ NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_UNKNOWN = 999
@@ -49,6 +50,13 @@ NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4
 NVML_VALUE_TYPE_SIGNED_INT = 5
 NVML_VALUE_TYPE_UNSIGNED_SHORT = 6
 
+# Health: ECC counters and the XID event type.
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+nvmlEventTypeXidCriticalError = 0x0000000000000008
+
 # Clocks event reasons (a bitmask), as the real module names them.
 nvmlClocksEventReasonGpuIdle = 0x0000000000000001
 nvmlClocksEventReasonApplicationsClocksSetting = 0x0000000000000002
@@ -83,6 +91,7 @@ _MESSAGES = {
     NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
     NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
     NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_TIMEOUT: "Timeout",
     NVML_ERROR_UNKNOWN: "Unknown Error",
 }
 
@@ -101,6 +110,7 @@ NVMLError_NotSupported = _subclass("NVMLError_NotSupported", NVML_ERROR_NOT_SUPP
 NVMLError_DriverNotLoaded = _subclass("NVMLError_DriverNotLoaded", NVML_ERROR_DRIVER_NOT_LOADED)
 NVMLError_LibraryNotFound = _subclass("NVMLError_LibraryNotFound", NVML_ERROR_LIBRARY_NOT_FOUND)
 NVMLError_GpuIsLost = _subclass("NVMLError_GpuIsLost", NVML_ERROR_GPU_IS_LOST)
+NVMLError_Timeout = _subclass("NVMLError_Timeout", NVML_ERROR_TIMEOUT)
 NVMLError_Unknown = _subclass("NVMLError_Unknown", NVML_ERROR_UNKNOWN)
 
 
@@ -119,7 +129,8 @@ class FakeGpu:
                  sm_clock_mhz=1980, processes=(), gpm_sm_util=None, arch=NVML_DEVICE_ARCH_HOPPER,
                  mig_mode=NOT_SUPPORTED, gpm_tensor_util=None, gpm_sm_occupancy=None, module_power_mw=None,
                  memory_power_mw=None, module_energy_mj=None, nvlink_tx_kib=None, nvlink_rx_kib=None,
-                 clocks_event_reasons=0, power_limit_mw=700_000, field_values=True):
+                 clocks_event_reasons=0, power_limit_mw=700_000, field_values=True, ecc_uncorrected=0,
+                 remapped_rows=(0, 0, 0, 0), xid_events=True):
         self.uuid = uuid
         self.name = name
         self.power_mw = power_mw
@@ -144,6 +155,9 @@ class FakeGpu:
         self.clocks_event_reasons = clocks_event_reasons
         self.power_limit_mw = power_limit_mw
         self.field_values = field_values
+        self.ecc_uncorrected = ecc_uncorrected  # since driver load (volatile)
+        self.remapped_rows = remapped_rows  # (corrected rows, uncorrected rows, pending, failure)
+        self.xid_events = xid_events  # False: registering for XID events answers NOT_SUPPORTED
         self.clock_us = 1_700_000_000_000_000  # the field values' timestamps, µs; advance it between ticks
         self.lost = False
         self.fail_on_open = False
@@ -198,6 +212,12 @@ class _Metric:
         self.value = 0.0
 
 
+class _EventSet:
+    def __init__(self):
+        self.registered = {}  # id(gpu) -> event types
+        self.freed = False
+
+
 class _Value:
     """The union of a field value: every member present, as ctypes reads them (the unused ones 0)."""
 
@@ -228,12 +248,13 @@ class FakeNvml:
 
     def __init__(self, gpus=(), library_missing=False):
         self.gpus = list(gpus)
+        self.queued = []  # XID events waiting in event sets: (event set, gpu, xid)
         self.library_missing = library_missing
         self.initialized = False
         self.freed = 0
         # expose the module-level names, as `import pynvml` would
         for name, value in globals().items():
-            if name.startswith(("NVML", "c_nvml")):
+            if name.startswith(("NVML", "c_nvml", "nvmlEventType", "nvmlClocksEventReason")):
                 setattr(self, name, value)
 
     # -- lifecycle --
@@ -344,6 +365,39 @@ class FakeNvml:
             else:
                 out.append(_FieldValue(*key, gpu.clock_us, value_type, NVML_SUCCESS, _Value(**{member: value})))
         return out
+
+    # -- health --
+    def nvmlDeviceGetTotalEccErrors(self, handle, errorType, counterType):
+        assert (errorType, counterType) == (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)
+        return self._value(handle, "ecc_uncorrected")
+
+    def nvmlDeviceGetRemappedRows(self, device):
+        return tuple(self._value(device, "remapped_rows"))
+
+    def nvmlEventSetCreate(self):
+        return _EventSet()
+
+    def nvmlDeviceRegisterEvents(self, handle, eventTypes, eventSet):
+        gpu = self._gpu(handle)
+        if not gpu.xid_events:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        eventSet.registered[id(gpu)] = eventTypes
+
+    def nvmlEventSetWait_v2(self, eventSet, timeoutms):
+        """The oldest queued event of a GPU registered in the set, or NVMLError_Timeout (timeoutms 0: at once)."""
+        for i, (event_set, gpu, xid) in enumerate(self.queued):
+            if event_set is eventSet and id(gpu) in eventSet.registered:
+                del self.queued[i]
+                return SimpleNamespace(device=gpu, eventType=nvmlEventTypeXidCriticalError, eventData=xid,
+                                       gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+        raise NVMLError(NVML_ERROR_TIMEOUT)
+
+    def nvmlEventSetFree(self, eventSet):
+        eventSet.freed = True
+
+    def xid(self, event_set, gpu, code):
+        """Test helper (not NVML): the driver reports XID `code` on `gpu`."""
+        self.queued.append((event_set, gpu, code))
 
     # -- GPM --
     def nvmlGpmQueryDeviceSupport(self, device):

@@ -183,3 +183,25 @@ def test_without_a_gpu_driver_the_nvml_source_stops_with_one_clear_message(tmp_p
 
     assert proc.returncode == 2
     assert "NVML library (libnvidia-ml.so) not found: this machine has no NVIDIA driver" in proc.stdout
+
+
+def test_health_events_spooled_while_the_database_is_away_are_stored_once_when_it_is_back(telemetry_dsn, tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fake_pynvml import FakeGpu, FakeNvml
+
+    from collector.agent.sources.nvml import NvmlSource
+
+    gpu = FakeGpu.hopper("GPU-xid")
+    fake = FakeNvml([gpu])
+    source = NvmlSource("node-x", nvml=fake)
+    fake.xid(source.event_set, gpu, 79)
+    gpu.ecc_uncorrected = 3
+    Agent(source, DOWN_DSN, Spool(tmp_path), interval_s=0.01).run(ticks=2)  # the database is away: spooled
+
+    agent = Agent(NvmlSource("node-x", nvml=FakeNvml([FakeGpu.hopper("GPU-xid", ecc_uncorrected=3)])), telemetry_dsn,
+                  Spool(tmp_path), interval_s=0.01)
+    agent.run(ticks=1)  # replays the spool, then its own tick (its first health read sees the same 3 errors)
+
+    with psycopg.connect(telemetry_dsn) as conn:
+        rows = conn.execute("SELECT kind, code, critical FROM telemetry_device_event ORDER BY ts, kind").fetchall()
+    assert rows == [("ecc_uncorrected", 3, True), ("xid", 79, True), ("ecc_uncorrected", 3, True)]

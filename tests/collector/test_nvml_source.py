@@ -30,7 +30,7 @@ def test_the_fake_only_uses_names_codes_and_parameters_the_real_pynvml_has():
             fake = list(inspect.signature(getattr(FakeNvml, name)).parameters)[1:]  # without self
             assert fake == list(inspect.signature(getattr(pynvml, name)).parameters), name
     for name, value in vars(fake_pynvml).items():
-        if name.startswith(("NVML_", "nvmlClocksEventReason")):
+        if name.startswith(("NVML_", "nvmlClocksEventReason", "nvmlEventType")):
             if name != "NVML_ERROR_UNKNOWN":
                 assert getattr(pynvml, name) == value, name
         elif name.startswith("NVMLError_"):
@@ -240,3 +240,34 @@ def test_a_field_that_stops_being_supported_is_dropped_and_a_counter_reset_gives
 def test_a_mig_enabled_gpu_says_so():
     [reading] = NvmlSource("node-a", nvml=FakeNvml([FakeGpu.hopper("GPU-m", mig_mode=fake_pynvml.NVML_DEVICE_MIG_ENABLE)])).read(TS)
     assert reading.device.mig_mode is True
+
+
+# -- health: XID errors, uncorrected ECC errors, row remapping ------------------------------------------------
+
+
+def test_xid_errors_ecc_and_row_remapping_become_events_critical_where_the_gpu_needs_a_reset():
+    from collector.agent.sources import nvml as nvml_source
+
+    sick, well = FakeGpu.hopper("GPU-sick"), FakeGpu.hopper("GPU-well", xid_events=False)
+    fake = FakeNvml([sick, well])
+    source = NvmlSource("node-a", nvml=fake)
+    assert [e for r in source.read(TS) for e in r.events] == [], "a healthy start reports nothing"
+
+    fake.xid(source.event_set, sick, 79)  # fallen off the bus: critical
+    fake.xid(source.event_set, sick, 13)  # a graphics engine exception: recorded, not critical
+    sick.ecc_uncorrected = 2
+    sick.remapped_rows = (0, 1, 1, 0)
+    events = {}
+    for _ in range(nvml_source.HEALTH_EVERY):  # ECC and the remapper are read every HEALTH_EVERY ticks
+        for reading in source.read(TS):
+            events.setdefault(reading.device.uuid, []).extend(reading.events)
+
+    assert events["GPU-sick"] == [
+        ("xid", 79, "XID 79", True), ("xid", 13, "XID 13", False),
+        ("ecc_uncorrected", 2, "2 more uncorrected ECC errors (2 since the driver loaded)", True),
+        ("row_remap_pending", 1, "a row remapping is pending: the GPU needs a reset", True),
+        ("rows_remapped", 1, "1 more rows remapped for uncorrectable errors", False),
+    ]
+    assert events["GPU-well"] == [], "a GPU without XID events still reads, and reports nothing"
+    source.close()
+    assert source.event_set.freed

@@ -213,3 +213,22 @@ def test_a_rubin_superchip_node_shows_its_architecture_scopes_tensor_activity_mo
     # A node whose devices report none of it has no empty charts about it.
     assert set(json.loads(viewer_client.get("/nodes/old-node?range=1h").context["figures_json"])) == {
         "util", "sm", "power", "temp", "mem"}
+
+
+def test_the_node_page_lists_health_events_and_marks_a_device_with_a_critical_one_unhealthy(viewer_client):
+    from collector.models import DeviceEvent
+
+    n = b.node("gpu-sick")
+    sick, fine = b.device(n, 0), b.device(n, 1)
+    now = datetime.now(UTC)
+    DeviceEvent.objects.create(device=sick, ts=now - timedelta(minutes=5), kind="ecc_uncorrected", code=2,
+                               detail="2 more uncorrected ECC errors (2 since the driver loaded)", critical=True)
+    DeviceEvent.objects.create(device=fine, ts=now - timedelta(days=2), kind="xid", code=79, detail="XID 79",
+                               critical=True)  # two days ago: no longer unhealthy
+
+    html = viewer_client.get("/nodes/gpu-sick?range=1h").content.decode()
+    assert html.count("✗ unhealthy") == 1
+    assert "2 more uncorrected ECC errors (2 since the driver loaded)" in html and "XID 79" in html
+    assert "No health events" not in viewer_client.get("/nodes/gpu-sick").content.decode()
+    b.device(b.node("calm"), 0)
+    assert "No health events reported." in viewer_client.get("/nodes/calm").content.decode()

@@ -45,6 +45,12 @@ FIELDS = (
     ("nvlink_tx", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", None),
     ("nvlink_rx", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", None),
 )
+# Health: XID errors arrive through an NVML event set (drained each tick); the uncorrected ECC count and the row
+# remapper are read every HEALTH_EVERY ticks. XIDs NVIDIA documents as needing a GPU reset or a node drain
+# (double-bit ECC, row remap events, NVLink errors, fallen off the bus, contained/uncontained ECC, GSP errors)
+# are critical: the device counts as unhealthy (collector.models.DeviceEvent).
+HEALTH_EVERY = 10
+CRITICAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
 # GPM metrics read between two ticks, in the order of the request.
 GPM_METRICS = ("NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_ANY_TENSOR_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY")
 
@@ -59,6 +65,8 @@ class _Device:
         self.gpm_spare = None
         self.failing = False
         self.fields = []  # [(name, (field id, scope id))] the device answered at start
+        self.ecc = None  # the uncorrected ECC count since driver load, last read
+        self.remap = None  # (corrected rows, uncorrected rows, pending, failure), last read
         self.counters = {}  # name -> (value, timestamp in µs) of the last NVLink counter reading
 
 
@@ -85,6 +93,11 @@ class NvmlSource:
         except nv.NVMLError as exc:
             raise SourceError(f"NVML failed to start: {exc}") from None
         self.lineages = Lineages()
+        self.reads = 0
+        try:
+            self.event_set = nv.nvmlEventSetCreate()
+        except nv.NVMLError:
+            self.event_set = None  # no XID events from this driver; the rest of health is still read
         self.devices = []
         for index in range(nv.nvmlDeviceGetCount()):
             try:
@@ -112,6 +125,11 @@ class NvmlSource:
         )
         device = _Device(info, handle)
         device.fields = fields
+        if self.event_set is not None:
+            try:
+                nv.nvmlDeviceRegisterEvents(handle, nv.nvmlEventTypeXidCriticalError, self.event_set)
+            except nv.NVMLError:
+                device.unsupported.add("xid")
         try:
             if nv.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
                 device.gpm_prev = None
@@ -154,9 +172,16 @@ class NvmlSource:
 
     def read(self, ts):
         readings = []
+        self.reads += 1
+        xids = self._xid_events()
         for device in self.devices:
             try:
-                readings.append(self._read(device))
+                reading = self._read(device)
+                events = xids.get(device.info.uuid, [])
+                if self.reads % HEALTH_EVERY == 1 or HEALTH_EVERY == 1:
+                    events += self._health(device)
+                reading.events = tuple(events)
+                readings.append(reading)
             except self.nv.NVMLError as exc:
                 if not device.failing:
                     log.error(
@@ -172,6 +197,45 @@ class NvmlSource:
                 device.failing = False
         self.lineages.forget_others({h.pid for r in readings for h in r.holders})
         return readings
+
+    def _xid_events(self):
+        """{uuid: [(kind, code, detail, critical)]} of the XID errors NVML queued since the last tick."""
+        nv, out = self.nv, {}
+        if self.event_set is None:
+            return out
+        for _ in range(1000):  # bounded: a storm of XIDs must not stall sampling
+            try:
+                data = nv.nvmlEventSetWait_v2(self.event_set, 0)
+                uuid = _text(nv.nvmlDeviceGetUUID(data.device))
+            except nv.NVMLError:  # NVMLError_Timeout: none left
+                break
+            xid = int(data.eventData)
+            out.setdefault(uuid, []).append(("xid", xid, f"XID {xid}", xid in CRITICAL_XIDS))
+        return out
+
+    def _health(self, device):
+        """Events for what changed in the device's uncorrected ECC count and row remapper since the last read
+        (at the first read: what is there already)."""
+        nv, h, events = self.nv, device.handle, []
+        ecc = self._field(device, "ecc", nv.nvmlDeviceGetTotalEccErrors, h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                          nv.NVML_VOLATILE_ECC)
+        if ecc is not None and ecc > (device.ecc or 0):
+            events.append(("ecc_uncorrected", int(ecc), f"{ecc - (device.ecc or 0)} more uncorrected ECC errors "
+                                                        f"({ecc} since the driver loaded)", True))
+        device.ecc = ecc if ecc is not None else device.ecc
+        remap = self._field(device, "remap", nv.nvmlDeviceGetRemappedRows, h)
+        if remap is not None:
+            _corrected, uncorrected, pending, failure = remap
+            before = device.remap or (0, 0, 0, 0)
+            if pending and not before[2]:
+                events.append(("row_remap_pending", 1, "a row remapping is pending: the GPU needs a reset", True))
+            if failure and not before[3]:
+                events.append(("row_remap_failure", 1, "a row remapping failed: the GPU needs service", True))
+            if uncorrected > before[1]:
+                events.append(("rows_remapped", int(uncorrected),
+                               f"{uncorrected - before[1]} more rows remapped for uncorrectable errors", False))
+            device.remap = remap
+        return events
 
     def _read(self, device):
         nv, h = self.nv, device.handle
@@ -287,6 +351,11 @@ class NvmlSource:
             return none
 
     def close(self):
+        if self.event_set is not None:
+            try:
+                self.nv.nvmlEventSetFree(self.event_set)
+            except self.nv.NVMLError:
+                pass
         for device in self.devices:
             buffers = {id(s): s for s in (device.gpm_prev, device.gpm_next, device.gpm_spare) if s is not None}
             for sample in buffers.values():
