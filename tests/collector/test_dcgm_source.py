@@ -187,3 +187,33 @@ def test_dcgm_blank_markers_are_no_value_not_a_reading():
 
     assert (v["temp_c"], v["power_w"], v["sm_clock_mhz"]) == (None, None, None)
     assert (v["util_pct"], v["energy_j"]) == (12.0, 2147483.64)
+
+
+def test_tensor_activity_comes_from_the_real_l40s_scrape_and_health_changes_between_scrapes_are_events(
+        telemetry_data):
+    first = (telemetry_data / "dcgm_l40s_scrape.prom").read_text()
+    # The same exporter a scrape later: two rows remapped for uncorrectable errors, the remapping failed, and an
+    # XID 79 (written as the exporter writes its other lines, with the same labels).
+    labels = first.split("DCGM_FI_DEV_ROW_REMAP_FAILURE{", 1)[1].split("}", 1)[0]
+    later = (first.replace("DCGM_FI_DEV_ROW_REMAP_FAILURE{" + labels + "} 0",
+                           "DCGM_FI_DEV_ROW_REMAP_FAILURE{" + labels + "} 1")
+             .replace("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{" + labels + "} 0",
+                      "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{" + labels + "} 2")
+             + "DCGM_FI_DEV_XID_ERRORS{" + labels + "} 79\n")
+    scrapes = iter([first, later])
+    source = DcgmSource("http://unused", fetch=lambda: next(scrapes))
+
+    [reading] = source.read(TS)
+    v = values(reading)
+    assert v["tensor_active_pct"] == 0.0, "reported as idle, not missing"
+    assert v["sm_occupancy_pct"] is None and v["module_power_w"] is None and v["power_limit_w"] is None
+    assert reading.events == (), "a healthy GPU at the first scrape"
+
+    [reading] = source.read(TS)
+    assert reading.events == (
+        ("xid", 79, "XID 79", True),
+        ("row_remap_failure", 1, "a row remapping failed: the GPU needs service", True),
+        ("rows_remapped", 2, "2 more rows remapped for uncorrectable errors", False),
+    )
+    # A saved scrape read on its own (an import) has no previous scrape: no events.
+    assert readings_from_metrics(parse_metrics(later), "n")[0].events == ()

@@ -7,7 +7,14 @@ size NVML reports), DCGM_FI_DEV_GPU_TEMP (C), DCGM_FI_DEV_SM_CLOCK (MHz),
 DCGM_FI_PROF_SM_ACTIVE (ratio -> %), else DCGM_FI_PROF_GR_ENGINE_ACTIVE
 (ratio -> %); dcgm-exporter 1.x's lower-case names (dcgm_power_usage{uuid=...})
 mean the same; DCGM's blank markers (9223372036854775794 for a temperature
-the GPU does not report) are no value. Labels give UUID, gpu (index), the model (modelName; exporters
+the GPU does not report) are no value. Newer GPUs' figures where the exporter is set to send them: DCGM_FI_PROF_PIPE_TENSOR_ACTIVE and
+DCGM_FI_PROF_SM_OCCUPANCY (ratios -> %), DCGM_FI_PROF_NVLINK_TX_BYTES / RX_BYTES (bytes per second),
+DCGM_FI_DEV_CLOCKS_EVENT_REASONS (or the older DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, NVML's bitmask),
+DCGM_FI_DEV_POWER_MGMT_LIMIT (W). Health, as events against the previous scrape (the running source only:
+a saved file has no previous scrape): DCGM_FI_DEV_XID_ERRORS (the last XID; a new value is an event),
+DCGM_FI_DEV_ECC_DBE_VOL_TOTAL (uncorrected ECC errors), DCGM_FI_DEV_ROW_REMAP_FAILURE and
+DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, judged critical as the NVML source judges them.
+Labels give UUID, gpu (index), the model (modelName; exporters
 1.x/2.x send none, then another label that names it, else an explicit
 unknown), Hostname, and pod/namespace of the workload holding a GPU.
 
@@ -89,8 +96,9 @@ def _unescape(value):
     return value.replace(r"\"", '"').replace(r"\n", "\n").replace("\\\\", "\\")
 
 
-def readings_from_metrics(metrics, default_node):
-    """Group parsed metrics by GPU UUID into Readings (one per physical GPU)."""
+def readings_from_metrics(metrics, default_node, health=None):
+    """Group parsed metrics by GPU UUID into Readings (one per physical GPU). `health` ({uuid: last figures},
+    kept by the caller between scrapes) turns changes in the health figures into the readings' events."""
     gpus = {}  # uuid -> {"labels", "whole": {name: value}, "instances": {id: {name: value}}, "holders"}
     for name, labels, value in metrics:
         if name in _LEGACY_NAMES:
@@ -143,10 +151,56 @@ def readings_from_metrics(metrics, default_node):
             figure.per_gpu("DCGM_FI_DEV_GPU_TEMP"),
             None if clock is None else int(round(clock)),
             None if sm is None else sm * 100.0,
+            None,  # module power, memory power and module energy: dcgm-exporter sends none of them
+            None,
+            None,
+            _percent(figure.activity("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")),
+            _percent(figure.activity("DCGM_FI_PROF_SM_OCCUPANCY")),
+            figure.per_gpu("DCGM_FI_PROF_NVLINK_TX_BYTES"),
+            figure.per_gpu("DCGM_FI_PROF_NVLINK_RX_BYTES"),
+            _int(figure.per_gpu("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+                 if figure.per_gpu("DCGM_FI_DEV_CLOCKS_EVENT_REASONS") is not None
+                 else figure.per_gpu("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")),
+            figure.per_gpu("DCGM_FI_DEV_POWER_MGMT_LIMIT"),
         )
-        readings.append(Reading(info, values, tuple(gpu["holders"].values())))
+        events = () if health is None else _health_events(uuid, figure, health)
+        readings.append(Reading(info, values, tuple(gpu["holders"].values()), events))
     readings.sort(key=lambda r: (r.device.node, r.device.index))
     return readings
+
+
+def _percent(ratio):
+    return None if ratio is None else ratio * 100.0
+
+
+def _int(value):
+    return None if value is None else int(value)
+
+
+def _health_events(uuid, figure, health):
+    """Events for what changed in a GPU's health figures since the previous scrape (its first: what is there)."""
+    from .nvml import CRITICAL_XIDS
+
+    now = {"xid": figure.per_gpu("DCGM_FI_DEV_XID_ERRORS"), "ecc": figure.per_gpu("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+           "failure": figure.per_gpu("DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+           "rows": figure.per_gpu("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")}
+    before = health.get(uuid, {})
+    events = []
+    if now["xid"] and now["xid"] != before.get("xid"):
+        xid = int(now["xid"])
+        events.append(("xid", xid, f"XID {xid}", xid in CRITICAL_XIDS))
+    if now["ecc"] and now["ecc"] > (before.get("ecc") or 0):
+        ecc = int(now["ecc"])
+        events.append(("ecc_uncorrected", ecc, f"{ecc - int(before.get('ecc') or 0)} more uncorrected ECC errors "
+                                               f"({ecc} since the driver loaded)", True))
+    if now["failure"] and not before.get("failure"):
+        events.append(("row_remap_failure", 1, "a row remapping failed: the GPU needs service", True))
+    if now["rows"] and now["rows"] > (before.get("rows") or 0):
+        rows = int(now["rows"])
+        events.append(("rows_remapped", rows, f"{rows - int(before.get('rows') or 0)} more rows remapped for "
+                                              "uncorrectable errors", False))
+    health[uuid] = {k: v if v is not None else before.get(k) for k, v in now.items()}
+    return tuple(events)
 
 
 class _Figures:
@@ -196,6 +250,7 @@ class DcgmSource:
         self.timeout_s = timeout_s
         self.fetch = fetch or self._fetch
         self._failing = False
+        self.health = {}  # uuid -> the health figures of its last scrape
 
     def _fetch(self):
         with urllib.request.urlopen(self.url, timeout=self.timeout_s) as response:
@@ -212,7 +267,7 @@ class DcgmSource:
         if self._failing:
             log.info("dcgm-exporter at %s answers again", self.url)
             self._failing = False
-        return readings_from_metrics(parse_metrics(text), self.node)
+        return readings_from_metrics(parse_metrics(text), self.node, self.health)
 
     def close(self):
         pass
