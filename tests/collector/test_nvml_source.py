@@ -271,3 +271,16 @@ def test_xid_errors_ecc_and_row_remapping_become_events_critical_where_the_gpu_n
     assert events["GPU-well"] == [], "a GPU without XID events still reads, and reports nothing"
     source.close()
     assert source.event_set.freed
+
+
+def test_a_gpu_in_mig_mode_is_one_device_whose_utilization_nvml_does_not_give_and_whose_power_it_does():
+    """NVML enumerates physical GPUs: a MIG-partitioned GPU is one device (counted once, as the dcgm source counts
+    its instances once); in MIG mode NVML answers NOT_SUPPORTED for whole-GPU utilization, which stays empty."""
+    gpu = FakeGpu.hopper("GPU-mig", mig_mode=fake_pynvml.NVML_DEVICE_MIG_ENABLE, util_gpu=FakeGpu.NOT_SUPPORTED,
+                         processes=[(4242, 10 * 2**30), (4343, 20 * 2**30)])
+    [reading] = NvmlSource("node-a", nvml=FakeNvml([gpu])).read(TS)
+
+    assert reading.device.mig_mode is True
+    v = values(reading)
+    assert v["util_pct"] is None and v["power_w"] == 300.0 and v["energy_j"] == 5_000_000.0
+    assert sorted(h.pid for h in reading.holders) == [4242, 4343], "each instance's processes hold the one GPU"
