@@ -103,13 +103,17 @@ class Agent:
         ts = ts or datetime.now(timezone.utc)
         readings = self.source.read(ts)
         self.ticks += 1
+        # Health events of devices the source could not read this tick: stored without a sample (the device
+        # goes stale as it should).
+        orphans = getattr(self.source, "orphans", ())
         batch = Batch(
-            devices=[r.device for r in readings],
+            devices=[r.device for r in readings] + [info for info, _ in orphans],
             rows=[(r.device.uuid, ts, *r.values) for r in readings],
             holders=[(r.device.uuid, ts, h) for r in readings for h in r.holders],
             labels=self.labels,
             interval_s=self.interval_s,
-            events=[(r.device.uuid, ts, *e) for r in readings for e in r.events],
+            events=[(r.device.uuid, ts, *e) for r in readings for e in r.events]
+            + [(info.uuid, ts, *e) for info, events in orphans for e in events],
         )
         if not self._threaded:  # called on its own (a benchmark, one tick): deliver here
             self.deliver(batch)

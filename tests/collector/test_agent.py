@@ -205,3 +205,28 @@ def test_health_events_spooled_while_the_database_is_away_are_stored_once_when_i
     with psycopg.connect(telemetry_dsn) as conn:
         rows = conn.execute("SELECT kind, code, critical FROM telemetry_device_event ORDER BY ts, kind").fetchall()
     assert rows == [("ecc_uncorrected", 3, True), ("xid", 79, True), ("ecc_uncorrected", 3, True)]
+
+
+def test_an_xid_from_a_gpu_that_then_cannot_be_read_is_stored_and_the_gpu_gets_no_sample(telemetry_dsn, tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fake_pynvml import FakeGpu, FakeNvml
+
+    from collector.agent.sources.nvml import NvmlSource
+
+    lost, fine = FakeGpu.hopper("GPU-lost"), FakeGpu.hopper("GPU-fine")
+    fake = FakeNvml([lost, fine])
+    source = NvmlSource("node-l", nvml=fake)
+    agent = Agent(source, telemetry_dsn, Spool(tmp_path), interval_s=0.01)
+    agent.tick()  # one tick, delivered at once
+    fake.xid(source.event_set, lost, 79)  # fallen off the bus: NVML cannot read it any more
+    lost.lost = True
+    agent.tick()
+    agent.close()
+
+    with psycopg.connect(telemetry_dsn) as conn:
+        events = conn.execute("SELECT d.uuid, e.kind, e.code, e.critical FROM telemetry_device_event e "
+                              "JOIN collector_device d ON d.id = e.device_id").fetchall()
+        samples = dict(conn.execute("SELECT d.uuid, count(*) FROM telemetry_sample s "
+                                    "JOIN collector_device d ON d.id = s.device_id GROUP BY d.uuid").fetchall())
+    assert events == [("GPU-lost", "xid", 79, True)]
+    assert samples == {"GPU-lost": 1, "GPU-fine": 2}

@@ -25,6 +25,7 @@ Holders: NVML's compute processes (host PIDs) with their ancestors and
 launcher ids (lineage.py), for matching training runs to their GPUs.
 """
 
+import ctypes
 import logging
 
 from ..batch import DeviceInfo, Reading
@@ -94,6 +95,7 @@ class NvmlSource:
             raise SourceError(f"NVML failed to start: {exc}") from None
         self.lineages = Lineages()
         self.reads = 0
+        self.orphans = []
         try:
             self.event_set = nv.nvmlEventSetCreate()
         except nv.NVMLError:
@@ -174,6 +176,9 @@ class NvmlSource:
         readings = []
         self.reads += 1
         xids = self._xid_events()
+        # Health events of devices that could not be read this tick (an XID 79 comes with a GPU that fell off
+        # the bus): [(DeviceInfo, events)], for the agent to store without a sample.
+        self.orphans = []
         for device in self.devices:
             try:
                 reading = self._read(device)
@@ -183,6 +188,8 @@ class NvmlSource:
                 reading.events = tuple(events)
                 readings.append(reading)
             except self.nv.NVMLError as exc:
+                if xids.get(device.info.uuid):
+                    self.orphans.append((device.info, tuple(xids[device.info.uuid])))
                 if not device.failing:
                     log.error(
                         "GPU %d (%s) failed to read: %s; skipping it until it answers again",
@@ -206,9 +213,16 @@ class NvmlSource:
         for _ in range(1000):  # bounded: a storm of XIDs must not stall sampling
             try:
                 data = nv.nvmlEventSetWait_v2(self.event_set, 0)
-                uuid = _text(nv.nvmlDeviceGetUUID(data.device))
             except nv.NVMLError:  # NVMLError_Timeout: none left
                 break
+            # By its handle: a GPU that fell off the bus (XID 79) no longer answers nvmlDeviceGetUUID.
+            uuid = next((d.info.uuid for d in self.devices if _same_handle(d.handle, data.device)), None)
+            if uuid is None:
+                try:
+                    uuid = _text(nv.nvmlDeviceGetUUID(data.device))
+                except nv.NVMLError:
+                    log.warning("XID %s from a GPU NVML cannot name; not recorded", data.eventData)
+                    continue
             xid = int(data.eventData)
             out.setdefault(uuid, []).append(("xid", xid, f"XID {xid}", xid in CRITICAL_XIDS))
         return out
@@ -367,6 +381,16 @@ class NvmlSource:
             self.nv.nvmlShutdown()
         except self.nv.NVMLError:
             pass
+
+
+def _same_handle(a, b):
+    """Whether two NVML device handles are the same device: the same object, or pointers to the same address."""
+    if a is b:
+        return True
+    try:
+        return ctypes.cast(a, ctypes.c_void_p).value == ctypes.cast(b, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return False
 
 
 def _scaled(value, divisor):
