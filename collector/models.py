@@ -257,6 +257,12 @@ class _Rollup(models.Model):
     reasons_samples = models.IntegerField(default=0)
     # Whose energy energy_j is: device | module | mixed | none | in_module (schema._ROLLUP_EXTENDED_COLUMNS).
     energy_scope = models.TextField(default="device")
+    # Of those, the samples held down by each group of schema.REASONS; and the lowest power limit enforced.
+    power_cap_samples = models.IntegerField(default=0)
+    thermal_samples = models.IntegerField(default=0)
+    sync_boost_samples = models.IntegerField(default=0)
+    hw_slowdown_samples = models.IntegerField(default=0)
+    power_limit_min_w = models.FloatField(null=True)
 
     class Meta:
         abstract = True
@@ -294,13 +300,15 @@ class DeviceEvent(models.Model):
         ordering = ["-ts"]
 
     @classmethod
-    def unhealthy(cls, device_ids, now=None):
-        """{device id: its newest critical event} of those devices that had one within UNHEALTHY_FOR."""
+    def unhealthy(cls, device_ids=None, now=None):
+        """{device id: its newest critical event} of those devices (None: every device) that had one within
+        UNHEALTHY_FOR, in one query that returns a row per such device. The fleet's readers ask for every
+        device: at 1,000 devices a list of their ids costs ten times the query itself."""
         since = (now or timezone.now()) - cls.UNHEALTHY_FOR
-        out = {}
-        for event in cls.objects.filter(device_id__in=list(device_ids), critical=True, ts__gte=since).order_by("ts"):
-            out[event.device_id] = event
-        return out
+        events = cls.objects.filter(critical=True, ts__gte=since)
+        if device_ids is not None:
+            events = events.filter(device_id__in=list(device_ids))
+        return {e.device_id: e for e in events.order_by("device_id", "-ts").distinct("device_id")}
 
 
 class DeviceHolder(models.Model):

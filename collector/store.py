@@ -72,8 +72,12 @@ _ROLLUP_COLS = (
     "device_id, bucket, samples, covered_s, util_mean_pct, util_max_pct, sm_active_mean_pct, "
     "mem_used_max_mib, power_mean_w, power_max_w, temp_max_c, energy_j, energy_from, "
     "tensor_active_mean_pct, sm_occupancy_mean_pct, module_power_mean_w, memory_power_mean_w, "
-    "nvlink_tx_mean_bytes_s, nvlink_rx_mean_bytes_s, throttled_samples, reasons_samples, energy_scope"
+    "nvlink_tx_mean_bytes_s, nvlink_rx_mean_bytes_s, throttled_samples, reasons_samples, energy_scope, "
+    + ", ".join(f"{key}_samples" for key, _, _ in schema.REASONS) + ", power_limit_min_w"
 )
+_MINUTE_REASONS = ", ".join(f"count(*) FILTER (WHERE clock_event_reasons & {bits} <> 0)"
+                            for _, _, bits in schema.REASONS)
+_HOUR_REASONS = ", ".join(f"sum(r.{key}_samples)" for key, _, _ in schema.REASONS)
 _ENERGY_SCOPE = """
     CASE WHEN count(e_j) = 0 THEN 'none'
          WHEN bool_and(e_module) FILTER (WHERE e_j IS NOT NULL) THEN 'module'
@@ -109,7 +113,8 @@ SELECT iv.device_id, date_trunc('minute', ts), count(*), sum(dt_s),
        CASE WHEN bool_or(in_module) THEN 0 ELSE coalesce(sum(e_j), 0) END, {_ENERGY_FROM},
        {_MINUTE_MEANS},
        count(*) FILTER (WHERE clock_event_reasons & {schema.THROTTLE_MASK} <> 0), count(clock_event_reasons),
-       CASE WHEN bool_or(in_module) THEN 'in_module' ELSE {_ENERGY_SCOPE} END
+       CASE WHEN bool_or(in_module) THEN 'in_module' ELSE {_ENERGY_SCOPE} END,
+       {_MINUTE_REASONS}, min(power_limit_w)
 FROM iv JOIN (SELECT d.id, {_IN_MODULE} AS in_module FROM collector_device d) dev ON dev.id = iv.device_id
 GROUP BY iv.device_id, date_trunc('minute', ts)
 ON CONFLICT (device_id, bucket) DO UPDATE SET {_UPDATE_ALL}
@@ -137,7 +142,8 @@ SELECT r.device_id, c.hour, sum(r.samples), sum(r.covered_s),
        CASE WHEN count(DISTINCT r.energy_scope) FILTER (WHERE r.energy_scope <> 'none') = 0 THEN 'none'
             WHEN count(DISTINCT r.energy_scope) FILTER (WHERE r.energy_scope <> 'none') = 1
             THEN min(r.energy_scope) FILTER (WHERE r.energy_scope <> 'none')
-            ELSE 'mixed' END
+            ELSE 'mixed' END,
+       {_HOUR_REASONS}, min(r.power_limit_min_w)
 FROM claim c JOIN telemetry_rollup_1m r
   ON r.device_id = c.device_id AND r.bucket >= c.hour AND r.bucket < c.hour + interval '1 hour'
 GROUP BY r.device_id, c.hour
@@ -443,6 +449,8 @@ _ROLLUP_FIELDS = (
     "throttled_samples",
     "reasons_samples",
     "energy_scope",
+    *(f"{key}_samples" for key, _, _ in schema.REASONS),
+    "power_limit_min_w",
 )
 
 

@@ -7,7 +7,7 @@ from django.utils import timezone as djtz
 from django.views.decorators.http import require_GET
 
 from collector import store
-from collector.models import Device
+from collector.models import Device, DeviceEvent
 from yardstick.auth import require_role
 from yardstick.inputs import InputError, check_moment
 
@@ -18,7 +18,18 @@ DEFAULT_RANGE = {"raw": timedelta(hours=1), "1m": timedelta(days=1), "1h": timed
 @require_GET
 @require_role("viewer")
 def fleet(request):
-    return JsonResponse({"generated_at": djtz.now(), "nodes": store.fleet()})
+    """Every node and its devices (collector.store.fleet), each device with "unhealthy": null, or the critical
+    health event that makes it so ({kind, detail, ts}: DeviceEvent.unhealthy, one query for all devices)."""
+    now = djtz.now()
+    rows = store.latest_rows()
+    events = DeviceEvent.unhealthy(now=now)
+    by_uuid = {r["uuid"]: events[r["device_id"]] for r in rows if r["device_id"] in events}
+    nodes = store.fleet(now, rows)
+    for node in nodes:
+        for device in node["devices"]:
+            e = by_uuid.get(device["uuid"])
+            device["unhealthy"] = None if e is None else {"kind": e.kind, "detail": e.detail, "ts": e.ts}
+    return JsonResponse({"generated_at": now, "nodes": nodes})
 
 
 @require_GET

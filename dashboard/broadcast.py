@@ -9,14 +9,16 @@ subscribers. Sending locally rather than through the channel layer means two
 web processes never deliver the same sample twice.
 
 Events: topic "fleet", kind "samples": {"ts", "power_kw", "devices": [...], "cards": {"busy",
-"idle", "stale", "devices", "burn_usd_per_h"}, "stale": [[node, index], ...]}, sent when a sample
-is new or the cards changed (a device goes stale without any new row); topic "node.<id>", kind
+"idle", "stale", "devices", "unhealthy", "burn_usd_per_h"}, "stale": [[node, index], ...]}, sent when
+a sample is new or the cards changed (a device goes stale without any new row, or reports a critical
+health event, or its last one turns a day old); topic "node.<id>", kind
 "samples": {"samples": [...]} (the node's devices only). While the database cannot be read, every
 subscriber gets kind "reading" {"ok": false} once (the reason goes to the log, not to browsers),
 and {"ok": true} when reads work again; the poller keeps trying, backing off to RETRY_MAX_S, for
 as long as anyone subscribes. The rows are the fleet page's (collector.store.latest_rows), each
 device's state is Device.state_of and the cards are the page's (dashboard.readings.fleet_cards),
-with prices read at most once a minute.
+the unhealthy devices read with the rows (DeviceEvent.unhealthy, one query) and prices at most once a
+minute.
 """
 
 import asyncio
@@ -27,10 +29,9 @@ import time
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
-from collector.models import Device
+from collector.models import Device, DeviceEvent
 from collector.store import latest_rows
 from costs.prices import PriceBook
-from dashboard.figures import clocks_held_pct
 from dashboard.readings import fleet_cards
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,8 @@ SEND_FAILED = 4410  # the close code of a socket an event could not be sent to (
 FIELDS = ("util_pct", "sm_active_pct", "power_w", "temp_c", "mem_used_mib")
 # A node page also draws what newer GPUs report (dashboard.figures.NODE_METRICS); the fleet page does not.
 NODE_FIELDS = FIELDS + ("tensor_active_pct", "sm_occupancy_pct", "module_power_w", "nvlink_tx_bytes_s",
-                        "nvlink_rx_bytes_s")
-CARDS = ("busy", "idle", "stale", "devices")  # of fleet_cards, beside the burn rate (the event's power_kw is apart)
+                        "nvlink_rx_bytes_s", "clock_event_reasons", "power_limit_w")
+CARDS = ("busy", "idle", "stale", "devices")  # of fleet_cards, beside the burn rate and unhealthy (power_kw is apart)
 
 
 def read_latest():
@@ -52,12 +53,13 @@ def read_latest():
     return [r for r in latest_rows() if r["device_id"] is not None]
 
 
-def events(rows, seen, now=None, book=None, shown=None, shown_stale=None):
+def events(rows, seen, now=None, book=None, shown=None, shown_stale=None, unhealthy=None):
     """(fleet event data or None, {node_id: node event data}) for rows newer than `seen` (updated in place).
 
     The fleet event also goes out with no new row when its cards differ from `shown` (the cards last
     sent) or, given `shown_stale` (the "stale" list last sent), when other devices are stale now. Its
-    "stale" lists every stale device as [node, index], for the heatmap to blank their cells.
+    "stale" lists every stale device as [node, index], for the heatmap to blank their cells. Given
+    `unhealthy` (DeviceEvent.unhealthy: {device id: event}), its cards count the rows' devices in it.
     """
     now = now or timezone.now()
     changed = []
@@ -66,8 +68,10 @@ def events(rows, seen, now=None, book=None, shown=None, shown_stale=None):
             seen[row["device_id"]] = row["latest"]["ts"]
             changed.append(row)
     states = [Device.state_of(r["latest"], r["interval_s"], now) for r in rows]
-    page_cards = fleet_cards(rows, states, now, book)
+    page_cards = fleet_cards(rows, states, now, book, unhealthy)
     now_cards = {k: page_cards[k] for k in CARDS}
+    if unhealthy is not None:
+        now_cards["unhealthy"] = page_cards["unhealthy"]
     if book is not None:
         now_cards["burn_usd_per_h"] = str(page_cards["burn_usd_per_h"])
     stale = sorted([r["node"], r["index"]] for r, state in zip(rows, states) if state == "stale")
@@ -76,8 +80,6 @@ def events(rows, seen, now=None, book=None, shown=None, shown_stale=None):
     def sample(r, fields=FIELDS):
         out = {"uuid": r["uuid"], "node": r["node"], "index": r["index"], "ts": r["latest"]["ts"].isoformat(),
                **{f: r["latest"][f] for f in fields}}
-        if fields is NODE_FIELDS:  # the node page's throttle chart draws it (dashboard.figures.clocks_held_pct)
-            out["clocks_held_pct"] = clocks_held_pct(r["latest"])
         return out
 
     fleet = {"ts": now.isoformat(), "power_kw": page_cards["power_kw"], "devices": [sample(r) for r in changed],
@@ -171,24 +173,26 @@ class Broadcaster:
         return True
 
     def _read(self):
-        """The rows, and the price book when it is older than PRICES_EVERY_S (sync: runs in a thread)."""
+        """The rows and the unhealthy devices (DeviceEvent.unhealthy), and the price book when it is older than
+        PRICES_EVERY_S (sync: runs in a thread)."""
         if self.book is None or time.monotonic() - self.book_read_at > PRICES_EVERY_S:
             self.book, self.book_read_at = PriceBook(), time.monotonic()
-        return read_latest()
+        return read_latest(), DeviceEvent.unhealthy()
 
     async def _tick(self, send=True):
         # database_sync_to_async closes the connection after the read (CONN_MAX_AGE = 0).
         if self.reading is None:
             self.reading = asyncio.ensure_future(database_sync_to_async(self._read, thread_sensitive=False)())
         try:
-            rows = await asyncio.wait_for(asyncio.shield(self.reading), READ_TIMEOUT_S)
+            rows, unhealthy = await asyncio.wait_for(asyncio.shield(self.reading), READ_TIMEOUT_S)
         except asyncio.TimeoutError:
             raise TimeoutError(f"no answer in {READ_TIMEOUT_S:g} s") from None
         except Exception:
             self.reading = None
             raise
         self.reading = None
-        fleet, nodes = events(rows, self.seen, book=self.book, shown=self.shown, shown_stale=self.shown_stale or [])
+        fleet, nodes = events(rows, self.seen, book=self.book, shown=self.shown, shown_stale=self.shown_stale or [],
+                              unhealthy=unhealthy)
         if not send or fleet is None:
             return
         self.shown, self.shown_stale = fleet["cards"], fleet["stale"]

@@ -17,7 +17,7 @@ with `Plotly.extendTraces` when a step event arrives.
 import html
 import math
 
-from collector.agent.schema import THROTTLE_MASK
+from collector.agent.schema import REASONS
 from costs.intelligence import ipd_curve
 from costs.money import usd_text
 
@@ -112,6 +112,9 @@ def fleet_heatmap(nodes):
             column_labels[d["index"]][d["label"]] = True
             flags = " · simulated" if d["simulated"] else (" · power estimated" if d["power_estimated"] else "")
             shown = "stale" if d["stale"] else ("no reading" if util is None else f"{util:.0f}%")
+            event = d.get("unhealthy")
+            if event:  # the critical health event that makes it unhealthy (collector.models.DeviceEvent)
+                flags += f" · ✗ unhealthy: {event.detail or event.kind} at {event.ts:%Y-%m-%d %H:%M:%S} UTC"
             labels[d["index"]] = esc(f"{node['name']} / {d['label']} {d['model']}: {shown}{flags}")
         z.append(row)
         text.append(labels)
@@ -156,23 +159,28 @@ NODE_METRICS = [
     ("module_power", "Module power (GPU + CPU + memory)", "W", "module_power_w", "module_power_mean_w"),
     ("nvlink_tx", "NVLink sent", "B/s", "nvlink_tx_bytes_s", "nvlink_tx_mean_bytes_s"),
     ("nvlink_rx", "NVLink received", "B/s", "nvlink_rx_bytes_s", "nvlink_rx_mean_bytes_s"),
-    ("throttle", "Clocks held down by power, heat, sync boost or a HW slowdown", "%", "clocks_held_pct",
-     "clocks_held_pct"),
 ]
-NEWER = {"tensor", "occupancy", "module_power", "nvlink_tx", "nvlink_rx", "throttle"}
-
-
-def clocks_held_pct(point):
-    """100 when a raw sample's clocks were held down (schema.THROTTLE_MASK), else 0; a rollup's share of its
-    samples that were, in percent; None where the device does not report why."""
-    if "clock_event_reasons" in point:
-        reasons = point["clock_event_reasons"]
-        return None if reasons is None else 100.0 * bool(reasons & THROTTLE_MASK)
-    reported = point.get("reasons_samples")
-    return 100.0 * point["throttled_samples"] / reported if reported else None
+NEWER = {"tensor", "occupancy", "module_power", "nvlink_tx", "nvlink_rx"}
+# The power chart draws each device's enforced power limit, dotted, where the device reports one.
+LIMIT = ("power_limit_w", "power_limit_min_w")
+# The NVLink charts add the node's total where more than one device reports it.
+SUMMED = {"nvlink_tx", "nvlink_rx"}
 
 
 NOT_REPORTED = "not reported by this device"
+
+
+def _node_total(series, field):
+    """(x, y): the sum over the devices of `field` at each time (a node's devices share each tick's time, and
+    rollups their buckets), where at least one device reports it."""
+    totals = {}
+    for _, points in series:
+        for p in points:
+            v = _num(p.get(field))
+            if v is not None:
+                totals[p["ts"]] = totals.get(p["ts"], 0.0) + v
+    x = sorted(totals)
+    return x, [totals[t] for t in x]
 
 
 def node_figures(series, resolution):
@@ -180,16 +188,18 @@ def node_figures(series, resolution):
 
     A device whose points all lack the metric (a CPU has no SM activity; some GPUs no temperature)
     says "not reported" in its legend entry, and a chart none of whose devices report it says so
-    instead of drawing bare axes.
+    instead of drawing bare axes. The power chart adds each device's power limit, the NVLink charts the
+    node's total, and "throttle" is the timeline of why clocks were held down (clock_reasons_timeline).
 
     Returns [(key, figure)]; each figure's `live` maps traces to the sample fields
     a live sample event carries (raw resolution only).
     """
     out = []
-    series = [(device, [{**p, "clocks_held_pct": clocks_held_pct(p)} for p in points]) for device, points in series]
+    raw = resolution == "raw"
+    suffix = {"raw": "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups"}[resolution]
     for key, title, unit, raw_field, rollup_field in NODE_METRICS:
-        field = raw_field if resolution == "raw" else rollup_field
-        data, silent = [], []
+        field = raw_field if raw else rollup_field
+        data, silent, live = [], [], []
         for i, (device, points) in enumerate(series):
             ys = [_num(p.get(field)) for p in points]
             absent = bool(points) and all(y is None for y in ys)
@@ -197,9 +207,21 @@ def node_figures(series, resolution):
             name = esc(device["label"]) + (" (sim)" if device["simulated"] else "") + (
                 f" — {NOT_REPORTED}" if absent else "")
             data.append(line(name, [p["ts"] for p in points], ys, i))
-        if key in NEWER and all(all(p.get(field) is None for p in points) for _, points in series):
+            live.append({"trace": i, "device": device["uuid"], "y": {"key": raw_field}})
+        if key in NEWER and all(silent):
             continue  # no device here reports it (older GPUs, CPUs): no empty chart about it
-        suffix = {"raw": "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups"}[resolution]
+        if key == "power":
+            limit_field = LIMIT[0] if raw else LIMIT[1]
+            for i, (device, points) in enumerate(series):
+                ys = [_num(p.get(limit_field)) for p in points]
+                if any(y is not None for y in ys):
+                    live.append({"trace": len(data), "device": device["uuid"], "y": {"key": LIMIT[0]}})
+                    data.append(line(esc(device["label"]) + " power limit", [p["ts"] for p in points], ys, i,
+                                     line={"color": colour(i), "width": 1, "dash": "dot", "shape": "hv"}))
+        if key in SUMMED and sum(not s for s in silent) > 1:
+            x, y = _node_total(series, field)
+            live.append({"trace": len(data), "devices": [d["uuid"] for d, _ in series], "y": {"key": raw_field}})
+            data.append(line("node total", x, y, 0, line={"color": BLACK, "width": 2.5}))
         fig = {"data": data, "layout": layout(f"{title} ({suffix})", None, unit, height=260)}
         if silent and all(silent):
             who = "this device" if len(silent) == 1 else "these devices"
@@ -210,10 +232,57 @@ def node_figures(series, resolution):
                 fig["layout"][axis].update(showticklabels=False, showgrid=False)
         else:
             fig = empty_note(fig, f"No {suffix} in this range")
-        fig["live"] = {"x": "ts", "traces": [{"trace": i, "device": d["uuid"], "y": {"key": raw_field}}
-                                            for i, (d, _) in enumerate(series)]}
+        fig["live"] = {"x": "ts", "traces": live}
         out.append((key, fig))
+    timeline = clock_reasons_timeline(series, resolution)
+    if timeline:
+        out.append(("throttle", timeline))
     return out
+
+
+REASON_COLOURS = {"power_cap": ORANGE, "thermal": VERMILLION, "sync_boost": SKY, "hw_slowdown": PURPLE}
+
+
+def clock_reasons_timeline(series, resolution):
+    """Why each device's clocks were held down, over time: a row per device and group of schema.REASONS (power
+    cap, thermal, sync boost, HW slowdown), a mark where a raw sample had the reason, or where a rollup's
+    samples did (its hover gives the share); an unmarked row was not held down for that reason. None when no
+    device here reports clocks event reasons."""
+    raw = resolution == "raw"
+    reporting = [(d, pts) for d, pts in series
+                 if any((p.get("clock_event_reasons") is not None) if raw else p.get("reasons_samples") for p in pts)]
+    if not reporting:
+        return None
+    data, live, rows = [], [], []
+    for d, points in reporting:
+        for group, name, bits in REASONS:
+            row = f"{esc(d['label'])} · {name}"
+            rows.append(row)
+            x, y, text = [], [], []
+            for p in points:
+                if raw:
+                    reasons = p.get("clock_event_reasons")
+                    held = reasons is not None and bool(reasons & bits)
+                    share = 100.0 if held else 0.0
+                else:
+                    share = 100.0 * p[f"{group}_samples"] / p["reasons_samples"] if p.get("reasons_samples") else 0.0
+                    held = share > 0
+                x.append(p["ts"])  # every time, marked or not: the axis spans the range drawn
+                y.append(row if held else None)
+                text.append(f"{share:.0f}% of samples")
+            live.append({"trace": len(data), "device": d["uuid"], "y": {"bits": bits, "row": row}})
+            data.append({"type": "scatter", "mode": "markers", "name": name, "legendgroup": group,
+                         "showlegend": d is reporting[0][0], "x": x, "y": y, "text": text,
+                         "hovertemplate": "%{y}: %{text}<extra></extra>",
+                         "marker": {"symbol": "square", "size": 9, "color": REASON_COLOURS[group]}})
+    suffix = {"raw": "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups"}[resolution]
+    fig = {"data": data, "layout": layout(
+        f"Why clocks were held down ({suffix})", height=90 + 18 * len(rows), hovermode="closest",
+        yaxis={"type": "category", "categoryorder": "array", "categoryarray": rows, "range": [len(rows) - 0.5, -0.5],
+               "automargin": True, "gridcolor": "#e6e6e6"})}
+    fig = empty_note(fig, f"No {suffix} in this range")
+    fig["live"] = {"x": "ts", "traces": live}
+    return fig
 
 
 # -- jobs ----------------------------------------------------------------------------------

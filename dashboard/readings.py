@@ -39,16 +39,20 @@ SPARK_POINTS = 40
 
 def fleet_overview(now=None):
     """Cards, the heatmap's cells and the node table: {"cards", "nodes", "flags"}, from the collector's one
-    read of the fleet (collector.store.latest_rows) and the cards' one rule (`fleet_cards`)."""
+    read of the fleet (collector.store.latest_rows), one read of the unhealthy devices (DeviceEvent.unhealthy)
+    and the cards' one rule (`fleet_cards`). Each device has "unhealthy": the critical event, or None; each
+    node "unhealthy": its devices that are."""
     now = now or djtz.now()
     rows = store.latest_rows()
     devices = [r for r in rows if r["device_id"] is not None]
     states = {r["device_id"]: Device.state_of(r["latest"], r["interval_s"], now) for r in devices}
-    cards = fleet_cards(devices, list(states.values()), now, PriceBook())
+    unhealthy = DeviceEvent.unhealthy(now=now)  # every device's, in one query
+    cards = fleet_cards(devices, list(states.values()), now, PriceBook(), unhealthy)
     nodes = []
     for node, node_rows in zip(store.fleet(now, rows), _by_node(rows)):
         shown = [{**d, "stale": states[r["device_id"]] == "stale", "util_pct": _latest(d, "util_pct"),
-                  "power_w": _latest(d, "power_w")} for d, r in zip(node["devices"], node_rows)]
+                  "power_w": _latest(d, "power_w"), "unhealthy": unhealthy.get(r["device_id"])}
+                 for d, r in zip(node["devices"], node_rows)]
         fresh = [d for d in shown if not d["stale"]]
         utils = [d["util_pct"] for d in fresh if d["util_pct"] is not None]
         newest = node["newest_sample_at"]
@@ -60,6 +64,7 @@ def fleet_overview(now=None):
             "newest_age_s": None if newest is None else (now - newest).total_seconds(),
             "simulated": any(d["simulated"] for d in shown),
             "power_estimated": any(d["power_estimated"] for d in shown),
+            "unhealthy": [d for d in shown if d["unhealthy"]],
         })
     flags = {"simulated": sum(d["simulated"] for d in devices),
              "power_estimated": sum(d["power_estimated"] for d in devices),
@@ -83,13 +88,17 @@ def _latest(device, field):
     return device["latest"][field] if device["latest"] else None
 
 
-def fleet_cards(devices, states, now, book=None):
+def fleet_cards(devices, states, now, book=None, unhealthy=None):
     """The fleet page's cards, as it renders them and as the live broadcaster sends them: busy, idle and
     stale devices by their state (Device.state_of, one per row of `devices`), all devices, and the power of
     the fresh ones (power_kw). With a price book: the burn rate, the sum of the fresh devices'
     costs.prices.burn_usd_per_h at today's prices (burn_usd_per_h, Decimal to the cent), and whether an
-    example price was used or a device had none (example_prices, unpriced)."""
+    example price was used or a device had none (example_prices, unpriced). With `unhealthy`
+    (DeviceEvent.unhealthy: {device id: event}): how many of the devices are, whatever their state (a GPU
+    fallen off the bus goes stale and is still unhealthy)."""
     out = {"busy": 0, "idle": 0, "stale": 0, "devices": len(devices)}
+    if unhealthy is not None:
+        out["unhealthy"] = sum(row["device_id"] in unhealthy for row in devices)
     power_w, burn, example_prices, unpriced = 0.0, Decimal(0), False, False
     for row, state in zip(devices, states):
         out[state] += 1

@@ -108,6 +108,17 @@ _FIELDS_DDL = f"""
     {_EXTENDED_DDL}
 """
 
+# NVML's clocks event reasons that slow a busy GPU down, in the groups a person asks about: (key, name, bits).
+# SW power cap 0x4 and HW power brake 0x80; SW thermal 0x20 and HW thermal 0x40; sync boost 0x10 (held to the
+# slowest GPU of its group); HW slowdown 0x8 (NVML sets it with either HW reason, and on its own for other
+# hardware causes). GPU idle 0x1, application clocks 0x2 and display clocks 0x100 do not slow work down.
+REASONS = (
+    ("power_cap", "power cap", 0x04 | 0x80),
+    ("thermal", "thermal", 0x20 | 0x40),
+    ("sync_boost", "sync boost", 0x10),
+    ("hw_slowdown", "HW slowdown", 0x08),
+)
+
 # Added by collector migration 0004 (EXTENDED_SQL). throttled_samples: samples whose clocks were held down by
 # power, heat, sync boost or a hardware slowdown (THROTTLE_MASK), not by idling or application clocks.
 _ROLLUP_EXTENDED_COLUMNS = (
@@ -123,10 +134,13 @@ _ROLLUP_EXTENDED_COLUMNS = (
     # superchip's whole module: GPU, CPU, memory), 'mixed', 'none', or 'in_module' (a host CPU whose energy a
     # module reading on its node already holds: charged none, so it is not counted twice).
     ("energy_scope", "text NOT NULL DEFAULT 'device'"),
+    # Added by collector migration 0006 (REASONS_SQL): the samples held down by each group of REASONS, and the
+    # lowest power limit enforced in the bucket.
+    *((f"{key}_samples", "integer NOT NULL DEFAULT 0") for key, _, _ in REASONS),
+    ("power_limit_min_w", "real"),
 )
 _ROLLUP_EXTENDED_DDL = ",\n    ".join(f"{name} {kind}" for name, kind in _ROLLUP_EXTENDED_COLUMNS)
-# NVML's clocks event reasons that slow a busy GPU down: SW power cap, HW slowdown, sync boost, SW thermal,
-# HW thermal, HW power brake (GPU idle 0x1, application clocks 0x2 and display clocks 0x100 are not).
+# Any of REASONS.
 THROTTLE_MASK = 0x04 | 0x08 | 0x10 | 0x20 | 0x40 | 0x80
 
 _ROLLUP_DDL = f"""
@@ -292,8 +306,12 @@ CREATE INDEX IF NOT EXISTS telemetry_device_event_ts ON telemetry_device_event (
 """
 HEALTH_DROP_SQL = "DROP TABLE IF EXISTS telemetry_device_event;"
 
+# Added by collector migration 0006: each group of REASONS counted apart in the rollups, and the power limit.
+_REASON_COLUMNS = _ROLLUP_EXTENDED_COLUMNS[-len(REASONS) - 1:]
+REASONS_SQL = "\n".join(_add_columns(t, _REASON_COLUMNS) for t in ("telemetry_rollup_1m", "telemetry_rollup_1h"))
+
 # The whole schema, for a database made without Django's migrations (tests, benchmarks).
-SCHEMA_SQL = CREATE_SQL + WATERMARK_SQL + LINEAGE_SQL + EXTENDED_SQL + HEALTH_SQL
+SCHEMA_SQL = CREATE_SQL + WATERMARK_SQL + LINEAGE_SQL + EXTENDED_SQL + HEALTH_SQL + REASONS_SQL
 
 DROP_SQL = """
 DROP TABLE IF EXISTS telemetry_device_event;

@@ -1,5 +1,6 @@
-// Fleet page: the cards, the heatmap, the power chart and the node table's ages follow the telemetry
-// broadcaster's "samples" events; today's cost and IPD card follows the "costs" events.
+// Fleet page: the cards (the unhealthy count among them), the heatmap, the power chart and the node
+// table's ages follow the telemetry broadcaster's "samples" events; today's cost and IPD card follows the
+// "costs" events.
 (function () {
   "use strict";
   const Y = window.Yardstick;
@@ -92,5 +93,11 @@
     if (c.burn_usd_per_h !== undefined) text("card-burn", Y.usd(c.burn_usd_per_h));
     const stale = document.getElementById("card-stale");
     if (stale) stale.closest(".card").classList.toggle("stat-warn", c.stale > 0);
+    // The count only: which devices, and why, are marked in the node table and the heatmap as rendered.
+    const unhealthy = document.getElementById("card-unhealthy");
+    if (unhealthy && c.unhealthy !== undefined) {
+      unhealthy.textContent = c.unhealthy;
+      unhealthy.closest(".card").classList.toggle("stat-warn", c.unhealthy > 0);
+    }
   }
 })();

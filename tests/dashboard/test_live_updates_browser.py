@@ -443,3 +443,59 @@ def test_stop_and_resume_follow_the_status_events_can_stop_and_can_resume_not_th
                                                   "steps": 100, "can_stop": False, "can_resume": True})
     for p, scope in ((listing, row), (one, "")):
         p.wait_for_selector(scope + "form.job-resume-form", state="visible")
+
+
+def test_the_node_page_grows_its_nvlink_total_power_limit_and_clock_reasons_timeline_live(  # noqa: F811
+        live_web, page, django_user_model, output_dir, request):
+    """Samples written by the real NVML source (over the fake pynvml's Hopper profile) and the agent's writer; the
+    broadcaster inside Daphne sends the third, and the charts take it without a reload."""
+    import sys
+    from pathlib import Path
+
+    from django.db import connection
+
+    from collector.agent.batch import Batch
+    from collector.agent.sources.nvml import NvmlSource
+    from collector.agent.writer import Writer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "collector"))
+    import fake_pynvml
+    from fake_pynvml import FakeGpu, FakeNvml
+
+    gpus = [FakeGpu.hopper("GPU-live-0"), FakeGpu.hopper("GPU-live-1")]
+    source = NvmlSource("hgx-live", nvml=FakeNvml(gpus))
+    connection.ensure_connection()
+    writer = Writer(connection.connection)
+
+    def tick(ago_s):
+        ts = datetime.now(UTC) - timedelta(seconds=ago_s)
+        readings = source.read(ts)
+        writer.write(Batch([r.device for r in readings], [(r.device.uuid, ts, *r.values) for r in readings]))
+        for g in gpus:
+            g.clock_us += 1_000_000
+            g.nvlink_tx_kib += 1024
+            g.nvlink_rx_kib += 2048
+
+    tick(3)
+    tick(2)
+    user_in_role(django_user_model, "nia", "viewer", subprocess=True)
+    log_in(page, live_web.url, "nia", "/")
+    loaded = open_live(page, live_web.url, "/nodes/hgx-live")
+    fig = "document.querySelector('[data-fig=\"{}\"]').data"
+    assert page.evaluate(fig.format("nvlink_tx") + "[2].name") == "node total"
+    assert page.evaluate(fig.format("nvlink_tx") + "[2].y") == [2 * 1024 * 1024]
+    assert page.evaluate(fig.format("throttle") + "[0].y") == [None, None], "GPU 0 not held down yet"
+
+    gpus[0].clocks_event_reasons = fake_pynvml.nvmlClocksEventReasonSwPowerCap
+    gpus[0].power_limit_mw = 450_000
+    tick(0)
+    page.wait_for_function(fig.format("nvlink_tx") + "[2].y.length === 2")
+    assert page.evaluate(fig.format("nvlink_tx") + "[2].y") == [2 * 1024 * 1024] * 2
+    assert page.evaluate(fig.format("nvlink_rx") + "[2].y[1]") == 4 * 1024 * 1024
+    page.wait_for_function(fig.format("throttle") + "[0].y.filter(Boolean).length === 1")
+    assert page.evaluate(fig.format("throttle") + "[0].y.filter(Boolean)") == ["GPU 0 · power cap"]
+    assert page.evaluate(fig.format("throttle") + "[4].y.filter(Boolean).length") == 0, "GPU 1 not held down"
+    limits = page.evaluate(f"{fig.format('power')}.filter(t => t.name === 'GPU 0 power limit')[0].y")
+    assert limits[-1] == 450.0
+    assert page.evaluate(LOADED_AT) == loaded
+    shot(page, output_dir, request, "live")

@@ -206,7 +206,15 @@ def test_a_rubin_superchip_node_shows_its_architecture_scopes_tensor_activity_mo
     assert "rubin" in html and "power measured for: GPU, module, memory" in html
     figs = json.loads(resp.context["figures_json"])
     assert {"tensor", "occupancy", "module_power", "nvlink_tx", "nvlink_rx", "throttle"} <= set(figs)
-    assert figs["throttle"]["data"][0]["y"] == [0.0, 100.0, 100.0], "held by the power cap from the second read"
+    power_cap, thermal, sync_boost, hw_slowdown = figs["throttle"]["data"]
+    assert power_cap["name"] == "power cap"
+    assert power_cap["y"] == [None] + ["GPU 0 · power cap"] * 2, "held down from the second read"
+    assert power_cap["text"] == ["0% of samples"] + ["100% of samples"] * 2
+    assert thermal["y"] == sync_boost["y"] == hw_slowdown["y"] == [None] * 3, "the rows are there, unmarked"
+    assert figs["throttle"]["layout"]["yaxis"]["categoryarray"] == [
+        "GPU 0 · power cap", "GPU 0 · thermal", "GPU 0 · sync boost", "GPU 0 · HW slowdown"]
+    limit = [t for t in figs["power"]["data"] if t["name"] == "GPU 0 power limit"]
+    assert limit and limit[0]["y"] == [gpu.power_limit_mw / 1000] * 3, "the enforced limit, dotted beside the power"
     assert figs["tensor"]["data"][0]["y"] == [None, 62.0, 62.0], "GPM needs two samples"
     assert figs["module_power"]["data"][0]["y"] == [1900.0] * 3
     assert figs["nvlink_tx"]["data"][0]["y"] == [None, 1048576.0, 1048576.0]
@@ -232,3 +240,59 @@ def test_the_node_page_lists_health_events_and_marks_a_device_with_a_critical_on
     assert "No health events" not in viewer_client.get("/nodes/gpu-sick").content.decode()
     b.device(b.node("calm"), 0)
     assert "No health events reported." in viewer_client.get("/nodes/calm").content.decode()
+
+
+def test_a_week_of_a_two_gpu_node_shows_why_clocks_were_held_down_the_power_limit_and_the_nodes_nvlink_total(
+        viewer_client):
+    """Over a range drawn from 1-minute rollups: each device's share of samples held down by each reason, the lowest
+    power limit enforced, and the NVLink throughput of both GPUs summed. Written by the real NVML source (over the
+    fake pynvml's Hopper profile), the agent's writer and the roll-up."""
+    import sys
+    from pathlib import Path
+
+    from django.db import connection
+
+    from collector import store
+    from collector.agent.batch import Batch
+    from collector.agent.sources.nvml import NvmlSource
+    from collector.agent.writer import Writer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "collector"))
+    import fake_pynvml
+    from fake_pynvml import FakeGpu, FakeNvml
+
+    gpus = [FakeGpu.hopper("GPU-h-0"), FakeGpu.hopper("GPU-h-1")]
+    source = NvmlSource("hgx-node", nvml=FakeNvml(gpus))
+    minute = (datetime.now(UTC) - timedelta(minutes=10)).replace(second=0, microsecond=0)
+    writer = Writer(connection.connection)
+    for i in range(5):  # five samples 10 s apart in one minute
+        ts = minute + timedelta(seconds=10 * i)
+        readings = source.read(ts)
+        writer.write(Batch([r.device for r in readings], [(r.device.uuid, ts, *r.values) for r in readings]))
+        for g in gpus:
+            g.clock_us += 10_000_000
+            g.nvlink_tx_kib += 10 * 1024  # 10 MiB in 10 s: 1 MiB/s each
+            g.nvlink_rx_kib += 10 * 512
+        # GPU 0: capped by power from the second sample; GPU 1: held down by heat for the last two only.
+        gpus[0].clocks_event_reasons = fake_pynvml.nvmlClocksEventReasonSwPowerCap
+        gpus[0].power_limit_mw = 500_000 if i >= 2 else 700_000
+        if i >= 2:
+            gpus[1].clocks_event_reasons = (fake_pynvml.nvmlClocksEventReasonSwThermalSlowdown
+                                            | fake_pynvml.nvmlClocksEventReasonHwSlowdown)
+    store.roll_up()
+
+    resp = viewer_client.get("/nodes/hgx-node?range=24h")
+    assert resp.context["tr"].resolution == "1m"
+    figs = json.loads(resp.context["figures_json"])
+    rows = {row: t["text"] for t in figs["throttle"]["data"] for row in t["y"] if row}
+    assert rows == {"GPU 0 · power cap": ["80% of samples"],  # 4 of 5
+                    "GPU 1 · thermal": ["40% of samples"], "GPU 1 · HW slowdown": ["40% of samples"]}
+    assert len(figs["throttle"]["layout"]["yaxis"]["categoryarray"]) == 8, "four rows a device, marked or not"
+    limits = {t["name"]: t["y"] for t in figs["power"]["data"] if t["name"].endswith("power limit")}
+    assert limits == {"GPU 0 power limit": [500.0], "GPU 1 power limit": [700.0]}, "the lowest in the minute"
+    for key, per_gpu in (("nvlink_tx", 1024 * 1024), ("nvlink_rx", 512 * 1024)):
+        traces = {t["name"]: t["y"] for t in figs[key]["data"]}
+        assert traces["GPU 0"] == traces["GPU 1"] == [per_gpu]
+        assert traces["node total"] == [2 * per_gpu]
+        assert figs[key]["live"]["traces"][-1] == {"trace": 2, "devices": ["GPU-h-0", "GPU-h-1"],
+                                                   "y": {"key": f"{key}_bytes_s"}}
