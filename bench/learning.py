@@ -52,7 +52,7 @@ def main() -> None:
         m = result.metrics
         if trainer.step % args.log_every == 0 or trainer.step == 1:
             print(
-                f"step {trainer.step:4d}  reward {m['train/reward_mean']:.3f}  kl {m['train/kl']:.4f}  "
+                f"step {trainer.step:4d}  reward {m['train/reward_mean']:.3f}  kl {m.get('train/kl', 0):.4f}  "
                 f"ent {m['train/entropy']:.3f}  tools {m['train/tool_calls_mean']:.2f}  "
                 f"len {m['train/response_length_mean']:.1f}  step {m['timing/step_s']:.2f} s",
                 flush=True,

@@ -12,6 +12,9 @@ from collector.models import Device
 
 # A device whose clocks were held down for at least this share of the samples that report why is flagged.
 THROTTLED_SHARE = 0.2
+# A device this busy (utilization, %) whose tensor cores were busy less than IDLE_TENSOR_PCT of the time is
+# flagged: kept busy without doing the matrix work it is paid for.
+BUSY_PCT, IDLE_TENSOR_PCT = 50.0, 10.0
 
 _ACTIVITY = """
 SELECT a.device_id, sum(a.held_s),
@@ -31,8 +34,8 @@ ORDER BY a.device_id
 
 def job_activity(job):
     """[{device (Device.to_dict with node), held_s, util_pct, sm_active_pct, tensor_active_pct, throttled_share
-    (0..1), throttled_pct, throttled}] for each device the job was charged for; a figure the device does not
-    report is None."""
+    (0..1), throttled_pct, throttled, idle_tensor}] for each device the job was charged for; a figure the device
+    does not report is None."""
     with connection.cursor() as cur:
         cur.execute(_ACTIVITY, [job.pk])
         rows = cur.fetchall()
@@ -46,5 +49,61 @@ def job_activity(job):
         out.append({"device": {**device.to_dict(), "node": device.node.name}, "held_s": float(held_s),
                     "util_pct": util, "sm_active_pct": sm, "tensor_active_pct": tensor,
                     "throttled_share": share, "throttled_pct": None if share is None else share * 100,
-                    "throttled": share is not None and share >= THROTTLED_SHARE})
+                    "throttled": share is not None and share >= THROTTLED_SHARE,
+                    "idle_tensor": util is not None and tensor is not None and util >= BUSY_PCT
+                    and tensor < IDLE_TENSOR_PCT})
     return out
+
+
+# Dense BF16 tensor-core peaks (TFLOP/s, no sparsity) from NVIDIA's data sheets, matched in this order against a
+# device's model name. A model not listed (a CPU, a GPU whose figure is not published) has no MFU here.
+PEAK_TFLOPS = (
+    ("GB200", 2500.0),
+    ("B200", 2250.0),
+    ("H200", 989.0),
+    ("H100 PCIe", 756.0),
+    ("H100", 989.0),
+    ("A100", 312.0),
+    ("L40S", 362.0),
+)
+
+
+def peak_flops(model):
+    """The device's dense BF16 peak in FLOP/s, or None when PEAK_TFLOPS does not know its model."""
+    for name, tflops in PEAK_TFLOPS:
+        if name.lower() in model.lower():
+            return tflops * 1e12
+    return None
+
+
+def job_mfu(job, activity):
+    """The job's model FLOPs utilization beside what its devices did: {"mfu" (0..1 or None), "how", "why"}.
+
+    Estimated (how "estimated"): the trainer's model FLOPs over its steps' seconds
+    (performance/model_flops, timing/step_s), against the summed peak of the devices it was charged for
+    (`activity`, job_activity's rows). Reported (how "reported"): the mean MFU the trainer logged
+    (performance/mfu, e.g. veRL's perf/mfu/actor). `why` says what is missing when there is none.
+    """
+    from trainer.models import Step
+
+    flops = seconds = reported = count = 0.0
+    for metrics in Step.objects.filter(job=job).values_list("metrics", flat=True):
+        if metrics.get("performance/mfu") is not None:
+            reported += metrics["performance/mfu"]
+            count += 1
+        if metrics.get("performance/model_flops") is not None and metrics.get("timing/step_s"):
+            flops += metrics["performance/model_flops"]
+            seconds += metrics["timing/step_s"]
+    if count:
+        return {"mfu": reported / count, "mfu_pct": 100 * reported / count, "how": "reported", "why": ""}
+    if not seconds:
+        return {"mfu": None, "how": "", "why": "no step reported its model FLOPs"}
+    if not activity:
+        return {"mfu": None, "how": "", "why": "no device charged to it yet"}
+    peaks = [peak_flops(a["device"]["model"]) for a in activity]
+    if None in peaks:
+        unknown = next(a["device"] for a, p in zip(activity, peaks) if p is None)
+        return {"mfu": None, "how": "", "why": f"no peak FLOP/s known for {unknown['model'] or unknown['label']}"}
+    mfu = flops / seconds / sum(peaks)
+    return {"mfu": mfu, "mfu_pct": 100 * mfu, "how": "estimated", "why": "",
+            "achieved_tflops": flops / seconds / 1e12, "peak_tflops": sum(peaks) / 1e12}

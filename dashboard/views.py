@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from collector.models import Node
 from costs import report
-from costs.activity import THROTTLED_SHARE, job_activity
+from costs.activity import BUSY_PCT, IDLE_TENSOR_PCT, THROTTLED_SHARE, job_activity, job_mfu
 from costs.intelligence import base_build, job_intelligence, score_cost_curve
 from dashboard import figures, health, readings
 from dashboard.forms import FORM_CONFIG, PRESETS, STOP_LOSS_FIELDS, StartForm, stop_loss_input
@@ -251,6 +251,7 @@ def job_page(request, job_id):
     external = readings.external_run(job)
     logged = figures.run_metric_figures(readings.run_metric_series(external["run"])) if external else []
     figs.update({key: fig for _, key, fig in logged})
+    activity = job_activity(job)
     return render(request, "dashboard/job.html", {
         "job": job, "intel": intel, "figures_json": _json(figs), "fig_keys": list(figs),
         "samples": samples, "sample_step": shown_step, "sample_steps": sample_steps,
@@ -260,7 +261,8 @@ def job_page(request, job_id):
         "topics": f"job.{job.pk},jobs,costs" if live else "",
         "external": external, "logged_figs": [{"group": g, "key": k} for g, k, _ in logged],
         "derived_keys_json": _json(readings.derived_metric_keys() if external else []),
-        "activity": job_activity(job), "throttled_share_pct": round(THROTTLED_SHARE * 100),
+        "activity": activity, "mfu": job_mfu(job, activity), "throttled_share_pct": round(THROTTLED_SHARE * 100),
+        "busy_pct": round(BUSY_PCT), "idle_tensor_pct": round(IDLE_TENSOR_PCT),
         "stop_loss_fields": _stop_loss_fields(), "stop_loss_text": stoploss.describe(job.stop_loss),
         "stop_loss_values": {f"stop_loss.{k}": v for k, v in job.stop_loss.items()},
     })

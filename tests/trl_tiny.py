@@ -61,6 +61,7 @@ def tiny_model(tokenizer, seed: int = 0):
         n_layer=size.n_layer,
         n_head=size.n_head,
         n_embd=size.n_embd,
+        activation_function="gelu",  # the exact GELU, as Yardstick's policy (GPT-2's own is the tanh one)
         bos_token_id=tokenizer.eos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

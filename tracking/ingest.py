@@ -62,6 +62,7 @@ KNOWN_KEYS = {
     "response_length/mean": "train/response_length_mean",
     "response_length/clip_ratio": "train/truncated_rate",
     "perf/throughput": "performance/gen_tokens_per_s",
+    "perf/mfu/actor": "performance/mfu",
     "timing_s/step": "timing/step_s",
     "timing_s/gen": "timing/generate_s",
     "timing_s/update_actor": "timing/train_s",

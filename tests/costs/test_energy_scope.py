@@ -82,3 +82,49 @@ def test_the_job_page_shows_what_its_gpus_did_and_flags_one_throttled_for_much_o
     assert activity["GPU-ok"]["throttled_share"] == 0.0 and not activity["GPU-ok"]["throttled"]
     html = resp.content.decode()
     assert html.count("⚠ throttled") == 1 and "50%" in html
+
+
+def test_the_job_page_gives_its_mfu_beside_tensor_activity_and_flags_a_busy_gpu_with_idle_tensor_cores(
+        fleet, client, viewer):
+    from trainer.models import Step
+
+    set_prices(("*", "1.00", "0", "1", T0.date()))
+    h100s = [DeviceInfo(f"GPU-h{i}", "hgx", i, "NVIDIA H100 80GB HBM3", "nvml") for i in range(2)]
+    rows = []
+    for s in range(0, 600, 10):
+        ts = T0 + timedelta(seconds=s)
+        for i, tensor in enumerate((45.0, 4.0)):  # GPU 1: 95% busy, tensor cores busy 4% of the time
+            rows.append((f"GPU-h{i}", ts, 95.0, 5.0, 600.0, None, 1, 2, 60.0, 1900, 80.0, None, None, None, tensor,
+                         40.0, None, None, 0, 700.0))
+    Writer(connection.connection).write(Batch(h100s, rows))
+    store.roll_up()
+    job = fleet.job("mfu", "red")
+    for info in h100s:
+        fleet.stint(job, Device.objects.get(uuid=info.uuid), T0, T0 + timedelta(minutes=10))
+    attribute(now=T0 + timedelta(minutes=20), since=T0)
+    # Two steps of 989e12 FLOPs, in 2 s and 1 s: 1,978e12 FLOPs in 3 s against 2 x 989 TFLOP/s, 33.3 %.
+    for step, (flops, secs) in enumerate(((989e12, 2.0), (989e12, 1.0)), start=1):
+        Step.objects.create(job=job, step=step, metrics={"performance/model_flops": flops, "timing/step_s": secs})
+    client.force_login(viewer)
+
+    resp = client.get(f"/jobs/{job.pk}")
+    mfu = resp.context["mfu"]
+    assert mfu["how"] == "estimated" and abs(mfu["mfu"] - 1 / 3) < 1e-12 and mfu["peak_tflops"] == 1978.0
+    html = resp.content.decode()
+    assert "Model FLOPs utilization (MFU): <strong>33.3%</strong>" in html and "≈ estimated" in html
+    assert html.count("⚠ busy, tensor cores idle") == 1
+
+    # A trainer that reports its own MFU (veRL's perf/mfu/actor, ingested as performance/mfu) is shown as reported.
+    Step.objects.filter(job=job).update(metrics={"performance/mfu": 0.42})
+    assert '42.0%</strong> <span class="hint">as the trainer reported it' in client.get(f"/jobs/{job.pk}").content.decode()
+    # On a CPU there is no published peak: no MFU, and the page says why.
+    cpu_job = fleet.job("on a cpu", "red")
+    cpu = Writer(connection.connection)
+    cpu.write(Batch([DeviceInfo("CPU-x", "box", 0, "AMD EPYC", "host", power_estimated=True)],
+                    [("CPU-x", T0 + timedelta(seconds=s), 50.0, None, 100.0) for s in range(0, 600, 10)]))
+    store.roll_up()
+    fleet.stint(cpu_job, Device.objects.get(uuid="CPU-x"), T0, T0 + timedelta(minutes=10))
+    attribute(now=T0 + timedelta(minutes=20), since=T0)
+    Step.objects.create(job=cpu_job, step=1, metrics={"performance/model_flops": 1e9, "timing/step_s": 1.0})
+    page = client.get(f"/jobs/{cpu_job.pk}").content.decode()
+    assert "— no peak FLOP/s known for AMD EPYC" in page

@@ -31,7 +31,7 @@ def share_of(batch, ranks, group_size):
     ro = batch.rollout
     rows = Rollout(prompts=ro.prompts[lo:hi], tokens=ro.tokens[lo:hi], sampled=ro.sampled[lo:hi],
                    completions=ro.completions[lo:hi], finished=ro.finished[lo:hi], tool_calls=ro.tool_calls[lo:hi],
-                   prompt_len=ro.prompt_len)
+                   prompt_len=ro.prompt_len, logprobs=ro.logprobs[lo:hi])
     return dataclasses.replace(batch, first_prompt=first, prompts=batch.prompts[first:last], rollout=rows,
                                reward=batch.reward[lo:hi])
 

@@ -5,6 +5,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from trainer.rl import get_env
+from trainer.rl.grpo import token_logprobs
 from trainer.rl.model import GPT, GPTConfig, KVCache, sample
 from trainer.rl.rollout import rewards, rollout
 from trainer.rl.vocab import EOS_ID, PAD_ID, decode, encode, encode_prompts
@@ -113,3 +114,65 @@ def test_rows_stop_independently_and_pad_after_their_stop_token():
     assert s.finished.tolist() == [True, True]
     assert s.tokens.shape == (2, 9)  # one token each, then nothing left to do
     assert s.sampled[:, -1].tolist() == [True, True]
+
+
+def test_the_samplers_log_probs_equal_a_fresh_forwards_under_temperature_and_top_k_tool_results_excluded():
+    """What the GRPO update takes as the policy's old log-probs instead of running a forward pass: log p of each
+    sampled token under softmax(logits / temperature), scored over the finished sequences in one pass."""
+    torch.manual_seed(0)
+    model = GPT(SMALL)  # weights at the scale training keeps them (random_model's are five times that)
+    prompts = encode_prompts(["12+34=", "999-1=", "7+7=", "5*5="] * 8, 8)  # 32 rows
+    tool = encode("=")[0]  # a token the random policy samples often: answered with three forced tokens
+    for temperature, top_k in ((1.0, 0), (0.7, 5), (1.5, 20)):
+        s = sample(model, prompts, 30, temperature=temperature, top_k=top_k, generator=torch.Generator().manual_seed(3),
+                   tool_token=tool, on_tool=lambda row, ids: encode("<9>"), logprobs=True)
+        with torch.no_grad():
+            fresh = token_logprobs(model(s.tokens[:, :-1]) / temperature, s.tokens[:, 1:])  # (B, L-1)
+        mask = s.sampled[:, 1:]
+        kept = s.logprobs[:, 1:]
+        assert mask.sum() > 100
+        assert (kept[mask] - fresh[mask]).abs().max() < 1e-5, (temperature, top_k)
+        forced = ~s.sampled[:, s.prompt_len:] & (s.tokens[:, s.prompt_len:] != PAD_ID)
+        assert forced.sum() >= 3, "some rows called the tool and were fed its result"
+        assert (s.logprobs[:, s.prompt_len:][forced] == 0).all(), "tool results are not the policy's: not scored"
+        assert (s.logprobs[:, : s.prompt_len] == 0).all() and (s.logprobs[~s.sampled] == 0).all()
+    assert sample(model, prompts, 5, temperature=0.0, logprobs=True).logprobs is None, "greedy: nothing drawn"
+
+
+def test_dropping_ended_rows_from_the_batch_changes_no_rows_tokens(monkeypatch):
+    """Rows leave the batch (and the cache) as they end; every row draws the same noise whatever happened to the
+    others, so the tokens and log-probs are those of a batch that kept every row to the end."""
+    import trainer.rl.model as model_module
+
+    model = random_model()
+    prompts = encode_prompts(["12+34=", "999-1=", "7+7=", "5*5="] * 16, 8)  # 64 rows
+    tool = encode("=")[0]
+
+    def run():
+        return sample(model, prompts, 30, temperature=1.0, top_k=8, stop_tokens=(EOS_ID, encode("7")[0]),
+                      generator=torch.Generator().manual_seed(11), tool_token=tool,
+                      on_tool=lambda row, ids: encode(str(row)), logprobs=True)
+
+    compacted = run()
+    monkeypatch.setattr(model_module, "COMPACT_SHARE", 2.0)  # never drops a row
+    whole = run()
+    assert 0 < compacted.finished.sum() < 64, "some rows ended early, some never did"
+    assert torch.equal(compacted.tokens, whole.tokens) and torch.equal(compacted.sampled, whole.sampled)
+    assert torch.equal(compacted.finished, whole.finished)
+    assert_close(compacted.logprobs, whole.logprobs, atol=1e-5, rtol=0)
+
+
+def test_a_draw_follows_the_temperature_scaled_distribution_and_top_k_never_picks_outside_it():
+    from trainer.rl.model import pick_next
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05, 0.0]])).expand(200_000, 5)  # token 4: probability 0
+    u = torch.rand(200_000, generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(pick_next(logits, 1.0, 0, u), minlength=5) / 200_000
+    assert_close(counts, torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0]), atol=0.005, rtol=0)
+    hot = torch.softmax(torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])) / 2.0, dim=0)  # temperature 2
+    counts = torch.bincount(pick_next(logits[:, :4], 2.0, 0, u), minlength=4) / 200_000
+    assert_close(counts, hot, atol=0.005, rtol=0)
+    top2 = torch.bincount(pick_next(logits, 1.0, 2, u), minlength=5) / 200_000
+    assert_close(top2, torch.tensor([0.625, 0.375, 0.0, 0.0, 0.0]), atol=0.005, rtol=0)
+    edges = pick_next(logits[:3], 1.0, 0, torch.tensor([0.0, 0.5, 1.0 - 2**-24]))
+    assert edges.tolist() == [0, 1, 3], "the ends of [0, 1) land on tokens that can be drawn"

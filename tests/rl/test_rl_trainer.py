@@ -12,6 +12,7 @@ METRIC_KEYS = {
     "train/loss", "train/kl", "train/entropy", "train/clip_ratio", "train/grad_norm", "train/lr",
     "train/response_length_mean", "train/truncated_rate", "train/tool_calls_mean", "performance/gen_tokens",
     "performance/gen_tokens_per_s", "performance/train_tokens_per_s", "performance/tokens_total",
+    "performance/model_flops",
     "timing/generate_s", "timing/score_s", "timing/train_s", "timing/step_s",
 }
 
@@ -42,6 +43,10 @@ def test_a_step_reports_every_metric_and_a_few_samples(make_config, tiny_base_di
     m = result.metrics
     assert 0.0 <= m["train/reward_min"] <= m["train/reward_mean"] <= m["train/reward_max"] <= 1.0
     assert m["performance/tokens_total"] == m["performance/gen_tokens"] > 0
+    per_token = trainer.policy.flops_per_token(trainer.config.max_new_tokens + trainer.env.prompt_width - 1)
+    trained = 16 * (trainer.config.max_new_tokens + trainer.env.prompt_width - 1)  # 16 rows, every position
+    assert m["performance/model_flops"] <= per_token * (trained + m["performance/gen_tokens"] / 3)
+    assert m["performance/model_flops"] >= per_token / 2 * (trained / 2 + m["performance/gen_tokens"] / 3)
     assert m["train/lr"] == pytest.approx(1e-3)  # warmup of one step: full lr from the start
     assert len(result.samples) == 3
     assert set(result.samples[0]) == {"prompt", "completion", "reward", "advantage", "tool_calls"}
@@ -106,3 +111,26 @@ def test_torch_threads_is_applied(make_config, tiny_base_dir):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_with_kl_coef_0_the_reference_is_never_run_and_no_kl_is_reported(make_config, tiny_base_dir):
+    trainer = Trainer(make_config(kl_coef=0.0), tiny_base_dir)
+    calls = []
+    trainer.reference.register_forward_hook(lambda *a: calls.append(1))
+    m = trainer.train_step().metrics
+    assert calls == [] and set(m) == METRIC_KEYS - {"train/kl"}
+    with_kl = Trainer(make_config(kl_coef=0.02), tiny_base_dir)
+    with_kl.reference.register_forward_hook(lambda *a: calls.append(1))
+    assert "train/kl" in with_kl.train_step().metrics and calls == [1], "one forward pass of the reference a step"
+
+
+def test_several_updates_a_step_take_the_samplers_log_probs_as_the_old_ones_without_a_forward_pass(
+        make_config, tiny_base_dir):
+    """Four minibatches: the policy's log-probs before the first update come from the sampler, so the policy runs
+    forward once for each minibatch's update and never over the whole batch."""
+    trainer = Trainer(make_config(minibatch_size=4, kl_coef=0.0), tiny_base_dir)  # 16 rows: 4 updates
+    batch = trainer.collect()
+    rows = []
+    trainer.policy.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[0]))
+    trainer.update(batch)
+    assert rows == [4, 4, 4, 4]

@@ -76,7 +76,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, tokens: torch.Tensor | None
 def grpo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
-    ref_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
@@ -90,14 +90,16 @@ def grpo_loss(
     Every sampled token in the minibatch weighs the same, so long completions
     are not diluted (the token-level mean of DAPO rather than GRPO's per-sequence mean).
     With `tokens` (the minibatch's sampled tokens on every process), the loss and its parts are
-    this process's shares (see `masked_mean`).
+    this process's shares (see `masked_mean`). Without a reference (`ref_logp` None, a run with kl_coef 0
+    that skips the reference's forward pass) there is no KL term and no "kl" part.
     """
     surrogate, active = clipped_surrogate(logp, old_logp, advantages, clip_eps)  # (B, T)
-    kl = kl_k3(logp, ref_logp)  # (B, T)
-    loss = masked_mean(surrogate + kl_coef * kl, mask, tokens)
     stats = {
         "policy_loss": masked_mean(surrogate, mask, tokens).detach(),
-        "kl": masked_mean(kl, mask, tokens).detach(),
         "clip_ratio": masked_mean(active.float(), mask, tokens).detach(),
     }
-    return loss, stats
+    if ref_logp is None:
+        return masked_mean(surrogate, mask, tokens), stats
+    kl = kl_k3(logp, ref_logp)  # (B, T)
+    stats["kl"] = masked_mean(kl, mask, tokens).detach()
+    return masked_mean(surrogate + kl_coef * kl, mask, tokens), stats

@@ -25,6 +25,7 @@ class Rollout:
     finished: list[bool]  # ended with EOS within max_new_tokens
     tool_calls: list[int]  # calculator calls made by each row
     prompt_len: int
+    logprobs: torch.Tensor | None = None  # (B, L): the sampler's log p of each sampled token (model.Sample)
 
     @property
     def gen_tokens(self) -> int:
@@ -41,8 +42,10 @@ def rollout(
     top_k: int = 0,
     generator: torch.Generator | None = None,
     device: str | torch.device = "cpu",
+    logprobs: bool = False,
 ) -> Rollout:
-    """Generate one completion per prompt (B = len(prompts)); temperature 0 is greedy."""
+    """Generate one completion per prompt (B = len(prompts)); temperature 0 is greedy. With `logprobs`,
+    keep the sampler's log-probability of each token it sampled (see model.sample)."""
     idx = encode_prompts(prompts, env.prompt_width).to(device)  # (B, P)
     on_tool = None
     if env.max_tool_calls:
@@ -60,6 +63,7 @@ def rollout(
         generator=generator,
         tool_token=CALC_END_ID if on_tool else None,
         on_tool=on_tool,
+        logprobs=logprobs,
     )
     P = s.prompt_len
     completions, tool_calls = [], []
@@ -76,6 +80,7 @@ def rollout(
         finished=s.finished.tolist(),
         tool_calls=tool_calls,
         prompt_len=P,
+        logprobs=s.logprobs,
     )
 
 

@@ -221,7 +221,8 @@ class Trainer:
             top_k=cfg.top_k,
             generator=self.sample_generator,
             device=self.device,
-        )  # ro.tokens, ro.sampled: (b, L)
+            logprobs=True,  # the update's old log-probs, scored as they were drawn
+        )  # ro.tokens, ro.sampled, ro.logprobs: (b, L)
         generate_s = time.perf_counter() - step_started
 
         # ---- reward ------------------------------------------------------------------
@@ -253,16 +254,19 @@ class Trainer:
         mask = ro.sampled[:, 1:]  # (b, L-1): train only on tokens the policy chose
         adv = advantages.to(self.device)  # (b,)
         temperature = cfg.temperature  # score tokens under the distribution they were sampled from
-        with torch.no_grad():
-            ref_logp = token_logprobs(self.reference(inputs) / temperature, targets)  # (b, L-1)
+        ref_logp = None  # kl_coef 0: no KL term, so no forward pass of the reference
+        if cfg.kl_coef > 0:
+            with torch.no_grad():
+                ref_logp = token_logprobs(self.reference(inputs) / temperature, targets)  # (b, L-1)
         # Minibatches are drawn over the whole step's B rows, so W ranks update on the same rows as one would.
         minibatches = [torch.arange(i, min(i + cfg.minibatch_size, B)) for i in range(0, B, cfg.minibatch_size)]
         updates = cfg.inner_epochs * len(minibatches)
-        old_logp = None
-        if updates > 1:  # the policy moves during the step: freeze its starting log-probs
-            with torch.no_grad():
-                old_logp = token_logprobs(self.policy(inputs) / temperature, targets)  # (b, L-1)
-        sums = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0}
+        # The policy moves during the step when it updates more than once: the ratio's denominator is its
+        # log-probs before the first update, which the sampler kept as it drew each token (no forward pass).
+        old_logp = ro.logprobs[:, 1:] if updates > 1 else None  # (b, L-1)
+        sums = {"loss": 0.0, "entropy": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0}
+        if ref_logp is not None:
+            sums["kl"] = 0.0
         for epoch in range(cfg.inner_epochs):
             order = minibatches
             if len(minibatches) > 1:
@@ -278,8 +282,8 @@ class Trainer:
                 logp = token_logprobs(logits, targets[rows])  # (m, L-1)
                 old = logp.detach() if old_logp is None else old_logp[rows]
                 loss, stats = grpo_loss(
-                    logp, old, ref_logp[rows], adv[rows], mask[rows], clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
-                    tokens=tokens,
+                    logp, old, None if ref_logp is None else ref_logp[rows], adv[rows], mask[rows],
+                    clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef, tokens=tokens,
                 )
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -291,11 +295,11 @@ class Trainer:
                 self.optimizer.step()
                 with torch.no_grad():
                     ent = masked_mean(entropy(logits.detach()), mask[rows], tokens)
-                for key, value in (("loss", loss.detach()), ("kl", stats["kl"]), ("entropy", ent),
-                                   ("clip_ratio", stats["clip_ratio"]), ("grad_norm", grad_norm)):
-                    sums[key] += float(value) / updates
+                parts = {"loss": loss.detach(), "entropy": ent, "grad_norm": grad_norm, **stats}
+                for key in sums:
+                    sums[key] += float(parts[key]) / updates
         if ranks is not None:  # the shares of each mean add up; grad_norm is already the whole batch's
-            shares = ("loss", "kl", "entropy", "clip_ratio")
+            shares = [k for k in ("loss", "kl", "entropy", "clip_ratio") if k in sums]
             whole = ranks.sum(torch.tensor([sums[k] for k in shares], dtype=torch.float64, device=self.device))
             sums.update(zip(shares, whole.tolist()))
         self.scheduler.step()
@@ -320,7 +324,7 @@ class Trainer:
             "train/reward_max": reward.max().item(),
             "train/frac_reward_zero_std": (by_group.std(dim=1) == 0).float().mean().item(),
             "train/loss": sums["loss"],
-            "train/kl": sums["kl"],
+            **({"train/kl": sums["kl"]} if "kl" in sums else {}),  # none without a reference (kl_coef 0)
             "train/entropy": sums["entropy"],
             "train/clip_ratio": sums["clip_ratio"],
             "train/grad_norm": sums["grad_norm"],
@@ -332,6 +336,10 @@ class Trainer:
             "performance/gen_tokens_per_s": gen_tokens / max(whole.generate_s, 1e-9),
             "performance/train_tokens_per_s": cfg.inner_epochs * whole.train_tokens / max(train_s, 1e-9),
             "performance/tokens_total": float(self.tokens_total),
+            # Estimated model FLOPs (model.flops_per_token): forward and backward of every position trained, a
+            # forward of every token generated; the reference's and other recomputations are not counted.
+            "performance/model_flops": self.policy.flops_per_token(inputs.size(1)) * (
+                cfg.inner_epochs * whole.train_tokens + whole.gen_tokens / 3),
             "timing/generate_s": whole.generate_s,
             "timing/score_s": whole.score_s,
             "timing/train_s": train_s,
