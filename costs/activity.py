@@ -76,6 +76,16 @@ def peak_flops(model):
     return None
 
 
+# A job's steps: the mean MFU its trainer reported, and its model FLOPs and seconds over the steps that give both.
+_MFU = """
+SELECT avg((metrics->>'performance/mfu')::float8), count(metrics->>'performance/mfu'),
+       sum((metrics->>'performance/model_flops')::float8) FILTER (WHERE timed),
+       sum((metrics->>'timing/step_s')::float8) FILTER (WHERE timed)
+FROM (SELECT metrics, metrics ? 'performance/model_flops' AND (metrics->>'timing/step_s')::float8 > 0 AS timed
+      FROM trainer_step WHERE job_id = %s) s
+"""
+
+
 def job_mfu(job, activity):
     """The job's model FLOPs utilization beside what its devices did: {"mfu" (0..1 or None), "how", "why"}.
 
@@ -84,18 +94,11 @@ def job_mfu(job, activity):
     (`activity`, job_activity's rows). Reported (how "reported"): the mean MFU the trainer logged
     (performance/mfu, e.g. veRL's perf/mfu/actor). `why` says what is missing when there is none.
     """
-    from trainer.models import Step
-
-    flops = seconds = reported = count = 0.0
-    for metrics in Step.objects.filter(job=job).values_list("metrics", flat=True):
-        if metrics.get("performance/mfu") is not None:
-            reported += metrics["performance/mfu"]
-            count += 1
-        if metrics.get("performance/model_flops") is not None and metrics.get("timing/step_s"):
-            flops += metrics["performance/model_flops"]
-            seconds += metrics["timing/step_s"]
+    with connection.cursor() as cur:
+        cur.execute(_MFU, [job.pk])
+        reported, count, flops, seconds = cur.fetchone()
     if count:
-        return {"mfu": reported / count, "mfu_pct": 100 * reported / count, "how": "reported", "why": ""}
+        return {"mfu": reported, "mfu_pct": 100 * reported, "how": "reported", "why": ""}
     if not seconds:
         return {"mfu": None, "how": "", "why": "no step reported its model FLOPs"}
     if not activity:

@@ -119,6 +119,13 @@ REASONS = (
     ("hw_slowdown", "HW slowdown", 0x08),
 )
 
+# Any of REASONS.
+THROTTLE_MASK = sum(bits for _, _, bits in REASONS)  # the groups share no bit
+# Added by collector migration 0006 (REASONS_SQL): the samples held down by each group of REASONS, and the
+# lowest power limit enforced in the bucket.
+_REASON_COLUMNS = (*((f"{key}_samples", "integer NOT NULL DEFAULT 0") for key, _, _ in REASONS),
+                   ("power_limit_min_w", "real"))
+
 # Added by collector migration 0004 (EXTENDED_SQL). throttled_samples: samples whose clocks were held down by
 # power, heat, sync boost or a hardware slowdown (THROTTLE_MASK), not by idling or application clocks.
 _ROLLUP_EXTENDED_COLUMNS = (
@@ -134,14 +141,9 @@ _ROLLUP_EXTENDED_COLUMNS = (
     # superchip's whole module: GPU, CPU, memory), 'mixed', 'none', or 'in_module' (a host CPU whose energy a
     # module reading on its node already holds: charged none, so it is not counted twice).
     ("energy_scope", "text NOT NULL DEFAULT 'device'"),
-    # Added by collector migration 0006 (REASONS_SQL): the samples held down by each group of REASONS, and the
-    # lowest power limit enforced in the bucket.
-    *((f"{key}_samples", "integer NOT NULL DEFAULT 0") for key, _, _ in REASONS),
-    ("power_limit_min_w", "real"),
+    *_REASON_COLUMNS,
 )
 _ROLLUP_EXTENDED_DDL = ",\n    ".join(f"{name} {kind}" for name, kind in _ROLLUP_EXTENDED_COLUMNS)
-# Any of REASONS.
-THROTTLE_MASK = 0x04 | 0x08 | 0x10 | 0x20 | 0x40 | 0x80
 
 _ROLLUP_DDL = f"""
     device_id integer NOT NULL,
@@ -306,8 +308,7 @@ CREATE INDEX IF NOT EXISTS telemetry_device_event_ts ON telemetry_device_event (
 """
 HEALTH_DROP_SQL = "DROP TABLE IF EXISTS telemetry_device_event;"
 
-# Added by collector migration 0006: each group of REASONS counted apart in the rollups, and the power limit.
-_REASON_COLUMNS = _ROLLUP_EXTENDED_COLUMNS[-len(REASONS) - 1:]
+# Collector migration 0006: each group of REASONS counted apart in the rollups, and the power limit.
 REASONS_SQL = "\n".join(_add_columns(t, _REASON_COLUMNS) for t in ("telemetry_rollup_1m", "telemetry_rollup_1h"))
 
 # The whole schema, for a database made without Django's migrations (tests, benchmarks).
