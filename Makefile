@@ -11,9 +11,12 @@ endif
 TORCH_INDEX_URL ?=
 VENV := .venv
 PY := $(VENV)/bin/python
+# Two stamps: `make run` installs what Yardstick runs on (requirements.txt), `make test`
+# adds the test tools and the real clients the suite drives (requirements-dev.txt).
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test venv browser prometheus bench clean-test which-python
+.PHONY: run test venv dev-venv browser prometheus bench clean-test which-python
 
 run: $(STAMP)
 	$(PY) manage.py up $(ARGS)
@@ -22,12 +25,13 @@ run: $(STAMP)
 # (tests/parallel.py); TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) browser prometheus
+test: $(DEV_STAMP) browser prometheus
 	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} $(PY) -m pytest -p tests.parallel -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 venv: $(STAMP)
+dev-venv: $(DEV_STAMP)
 
-$(STAMP): requirements.txt client/pyproject.toml
+$(STAMP): requirements.txt
 	@test -n "$(PYTHON)" || { echo "Yardstick needs Python 3.11, 3.12 or 3.13 and found none on the PATH (tried $(PYTHONS)). Install one, or set PYTHON=/path/to/python3.x"; exit 1; }
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 11) <= v <= (3, 13) else "Yardstick needs Python 3.11, 3.12 or 3.13 (what its pinned requirements support); $(PYTHON) is " + sys.version.split()[0])'
 	@echo "Using $$($(PYTHON) -c 'import sys; print(sys.executable, sys.version.split()[0])')"
@@ -35,9 +39,16 @@ $(STAMP): requirements.txt client/pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(if $(TORCH_INDEX_URL),$(PY) -m pip install --quiet --index-url $(TORCH_INDEX_URL) "$$(grep -E '^torch==' requirements.txt)")
 	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP) requirements-dev.txt client/pyproject.toml Makefile
+	$(PY) -m pip install --quiet -r requirements-dev.txt
 # The client package (client/): the tests run real MLflow clients with it installed.
 	$(PY) -m pip install --quiet -e ./client
-	touch $(STAMP)
+# veRL's wheel, for its own logging code (verl/utils/tracking.py) in the veRL test; its
+# dependencies (Ray, vLLM, a torch of its own) are not what that module needs.
+	$(PY) -m pip install --quiet --no-deps verl==0.9.1
+	touch $(DEV_STAMP)
 
 # Browser tests drive Debian's Chromium through Playwright (Playwright's own
 # browser download needs the open internet). Install it when missing.
@@ -61,7 +72,7 @@ prometheus:
 	    echo "The exporter's test needs Prometheus at /usr/bin/prometheus: run 'sudo apt-get install prometheus' (Debian/Ubuntu)"; exit 1; \
 	  fi; }
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	for b in bench/*.py; do echo "== $$b"; YARDSTICK_DATA_DIR=var/bench $(PY) $$b || exit 1; done
 
 which-python:
