@@ -45,9 +45,10 @@ $(DEV_STAMP): $(STAMP) requirements-dev.txt client/pyproject.toml Makefile
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 # The client package (client/): the tests run real MLflow clients with it installed.
 	$(PY) -m pip install --quiet -e ./client
-# veRL's wheel, for its own logging code (verl/utils/tracking.py) in the veRL test; its
-# dependencies (Ray, vLLM, a torch of its own) are not what that module needs.
-	$(PY) -m pip install --quiet --no-deps verl==0.9.1
+# veRL's wheel, for its own logging code (verl/utils/tracking.py) in the veRL test: unpacked
+# into a folder of its own, off the path (it ships a top-level `tests` package that would
+# shadow ours), without its dependencies (Ray, vLLM, a torch of its own) that module never uses.
+	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/verl verl==0.9.1
 	touch $(DEV_STAMP)
 
 # Browser tests drive Debian's Chromium through Playwright (Playwright's own
