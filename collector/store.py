@@ -152,12 +152,8 @@ ON CONFLICT (device_id, bucket) DO UPDATE SET {_UPDATE_ALL}
 
 
 def retention():
-    """Return (raw days, 1-minute days, 1-hour days or None = kept) from settings, with the defaults."""
-    return (
-        getattr(settings, "TELEMETRY_RAW_DAYS", 7),
-        getattr(settings, "TELEMETRY_1M_DAYS", 90),
-        getattr(settings, "TELEMETRY_1H_DAYS", None),
-    )
+    """Return (raw days, 1-minute days, 1-hour days or None = kept), as settings read them."""
+    return settings.TELEMETRY_RAW_DAYS, settings.TELEMETRY_1M_DAYS, settings.TELEMETRY_1H_DAYS
 
 
 # -- upkeep -------------------------------------------------------------------

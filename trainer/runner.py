@@ -47,10 +47,6 @@ from yardstick.live import publish
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_LIMIT_DEFAULT_S = 120
-# How long a rank of a job on several devices may wait for the others (rank 0 evaluating, say) before the
-# job fails; a rank that dies is seen at once.
-DDP_TIMEOUT_DEFAULT_S = 300
 CHECKPOINT_GLOB = "step-*.pt"
 # How the phase of a base-policy build begins (the job page tells it by this).
 BUILD_PHASE = "building the base policy"
@@ -80,12 +76,12 @@ def models_dir():
 
 def heartbeat_limit_s():
     """A heartbeat older than this means the worker is gone."""
-    return float(getattr(settings, "YARDSTICK_JOB_HEARTBEAT_LIMIT_S", HEARTBEAT_LIMIT_DEFAULT_S))
+    return float(settings.YARDSTICK_JOB_HEARTBEAT_LIMIT_S)
 
 
 def ddp_timeout_s():
     """The process group's timeout for a job on several devices."""
-    return float(getattr(settings, "YARDSTICK_DDP_TIMEOUT_S", DDP_TIMEOUT_DEFAULT_S))
+    return float(settings.YARDSTICK_DDP_TIMEOUT_S)
 
 
 def checkpoint_path(job, step):
@@ -210,7 +206,7 @@ def torch_threads(config):
     Never more than those cores: the start checked the config against the machine that took the request,
     and a worker with fewer cores would only slow down (a huge count crashed the pool process)."""
     cores = len(os.sched_getaffinity(0))
-    asked = config.torch_threads or int(getattr(settings, "YARDSTICK_JOB_TORCH_THREADS", 0) or 0)
+    asked = config.torch_threads or settings.YARDSTICK_JOB_TORCH_THREADS
     return min(asked, cores) if asked else cores
 
 

@@ -199,6 +199,9 @@ YARDSTICK_JOB_HEARTBEAT_LIMIT_S = envint("YARDSTICK_JOB_HEARTBEAT_LIMIT_S", 120,
 YARDSTICK_RUN_STALE_S = envint("YARDSTICK_RUN_STALE_S", 600, minimum=10)
 # Torch threads per training process; 0: the job config's torch_threads, else the cores it may use.
 YARDSTICK_JOB_TORCH_THREADS = envint("YARDSTICK_JOB_TORCH_THREADS", 0, minimum=0)
+# How long a rank of a job on several devices may wait for the others (rank 0 evaluating, say) before
+# the job fails; a rank that dies is seen at once.
+YARDSTICK_DDP_TIMEOUT_S = envint("YARDSTICK_DDP_TIMEOUT_S", 300, minimum=10)
 
 # Artifacts a run uploads (tracking/artifacts.py): the largest file, and what one run may keep in all.
 ARTIFACT_MAX_MB = envint("YARDSTICK_ARTIFACT_MAX_MB", 5, minimum=1)
