@@ -60,6 +60,8 @@ def fleet_overview(now=None):
             "name": node["name"], "owner": node["owner"], "status": node["status"], "devices": shown,
             "device_count": len(shown), "device_kinds": device_kinds(shown),
             "util_mean_pct": sum(utils) / len(utils) if utils else None,
+            # [index, util, power] of each reporting device: the page recounts the two above from live samples.
+            "live_devices": json.dumps([[d["index"], d["util_pct"], d["power_w"]] for d in fresh]),
             "power_w": sum((d["power_w"] for d in fresh if d["power_w"] is not None), 0.0),
             "newest_age_s": None if newest is None else (now - newest).total_seconds(),
             "simulated": any(d["simulated"] for d in shown),

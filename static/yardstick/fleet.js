@@ -13,6 +13,7 @@
     const d = ev.data;
     if (d.cards) fleetCards(d.cards);
     newestSamples(d);
+    nodeRows(d);
     const heat = figs.heatmap;
     if (heat && (d.devices.length || (d.stale && d.stale.length))) {
       const trace = heat.el.data[0];
@@ -37,6 +38,41 @@
     }
     text("card-power", Number(d.power_kw).toFixed(2));
   });
+
+  // The node table's "Util now" and "Power now": each node's reporting devices at their newest samples,
+  // as the cards count them. Rendered from [index, util, power] per reporting device; a live sample
+  // replaces its device's, a stale device leaves the mean and the sum.
+  const reporting = {};
+  document.querySelectorAll("#node-table tr[data-devices]").forEach(function (tr) {
+    reporting[tr.dataset.node] = {};
+    JSON.parse(tr.dataset.devices).forEach(function (dev) {
+      reporting[tr.dataset.node][dev[0]] = { util: dev[1], power: dev[2] };
+    });
+  });
+  function nodeRows(d) {
+    const changed = {};
+    d.devices.forEach(function (s) {
+      if (!reporting[s.node]) return;
+      reporting[s.node][s.index] = { util: s.util_pct, power: s.power_w };
+      changed[s.node] = true;
+    });
+    (d.stale || []).forEach(function (cell) {
+      if (reporting[cell[0]] && reporting[cell[0]][cell[1]]) {
+        delete reporting[cell[0]][cell[1]];
+        changed[cell[0]] = true;
+      }
+    });
+    Object.keys(changed).forEach(function (node) {
+      const devices = Object.values(reporting[node]);
+      const utils = devices.map(function (v) { return v.util; }).filter(function (u) { return u !== null; });
+      const power = devices.reduce(function (sum, v) { return sum + (v.power === null ? 0 : v.power); }, 0);
+      const tr = document.querySelector('#node-table tr[data-node="' + CSS.escape(node) + '"]');
+      tr.querySelector(".node-util").textContent = utils.length
+        ? Math.round(utils.reduce(function (a, b) { return a + b; }, 0) / utils.length) + "%" : "—";
+      tr.querySelector(".node-power").textContent =
+        power.toLocaleString("en-US", { maximumFractionDigits: 0 }) + " W";  // the template's num:0
+    });
+  }
 
   // The node table's "Newest sample" ages with the clock, and a node's new sample resets it. Ages are
   // kept as "the sample is this old at this moment of the browser's clock", so the server's clock and the

@@ -100,6 +100,11 @@ def test_the_fleet_cards_follow_devices_going_idle_and_stale(  # noqa: F811
     cards = "['busy', 'idle', 'stale', 'burn'].map(k => document.getElementById('card-' + k).textContent).join(' ')"
     warn = "document.getElementById('card-stale').closest('.card').classList.contains('stat-warn')"
     assert page.evaluate(cards) == "1 0 1 $2.09", "gpu-b has never reported"
+    # The node table's "now" columns share the cards' window, and follow it.
+    row = "(n => ['util', 'power'].map(k => document.querySelector(`#node-table tr[data-node='${n}'] .node-${k}`)" \
+          ".textContent).join(' '))"
+    assert page.evaluate(f"{row}('gpu-a')") == "90% 600 W"
+    assert page.evaluate(f"{row}('gpu-b')") == "— 0 W"
 
     # gpu-b reports (dated a little ahead, so it stays fresh long enough to be seen): idle.
     b.latest(quick, util_pct=5, power_w=100, ts=datetime.now(UTC) + timedelta(seconds=6))
@@ -108,14 +113,17 @@ def test_the_fleet_cards_follow_devices_going_idle_and_stale(  # noqa: F811
     cell = ("(() => { const t = window.Yardstick.figs.heatmap.el.data[0];"
             " return t.z[t.y.indexOf('gpu-b')][0]; })()")
     page.wait_for_function(f"{cell} === 5")
+    page.wait_for_function(f"{row}('gpu-b') === '5% 100 W'")
 
     # Then it goes quiet: no new row at all, and still the cards move, and its heatmap cell blanks.
     page.wait_for_function(f"{cards} === '1 0 1 $2.09'", timeout=30_000)
     assert page.evaluate(warn) is True
     page.wait_for_function(f"{cell} === null")
+    page.wait_for_function(f"{row}('gpu-b') === '— 0 W'")
 
-    b.latest(steady, util_pct=2, power_w=100)
-    page.wait_for_function(f"{cards} === '0 1 1 $2.02'")  # 2.015 half up
+    b.latest(steady, util_pct=2, power_w=1250)
+    page.wait_for_function(f"{cards} === '0 1 1 $2.19'")  # $2 + 1.25 kW x $0.10 x 1.5 = $2.1875, half up
+    page.wait_for_function(f"{row}('gpu-a') === '2% 1,250 W'")
     assert page.evaluate(LOADED_AT) == loaded
     shot(page, output_dir, request, "cards")
 
