@@ -12,9 +12,11 @@ points 0..100:
 - NeMo RL `validation/accuracy` and veRL `val-core/<source>/acc/mean@N` (which
   veRL logs to MLflow as `mean_at_N`: MLflow refuses '@') are fractions 0..1,
   taken ×100; so is any key naming an accuracy (`acc`, `accuracy` as a word);
-- TRL `eval_reward` (the mean of the reward functions on the eval set) and any
-  other key are taken as logged: a reward of 0..1 per completion reads as
-  0..1 points, so name an accuracy metric as the score for a points scale.
+- veRL `val-core/<source>/reward/mean@N` (its core key when the reward function
+  returns no `acc`), TRL `eval_reward` (the mean of the reward functions on the
+  eval set) and any other key are taken as logged: a reward of 0..1 per
+  completion reads as 0..1 points, so name an accuracy metric as the score for
+  a points scale.
 
 The first score value is the baseline (Job.baseline_pass1); the cost engine
 then computes IPD, cost per point, $ per 1M rollout tokens (from Step.gen_tokens:
@@ -72,14 +74,20 @@ KNOWN_KEYS = {
     "train/approx_entropy": "train/entropy",
     "train/mean_gen_tokens_per_sample": "train/response_length_mean",
     "performance/tokens_per_sec": "performance/gen_tokens_per_s",
+    "timing/train/total_step_time": "timing/step_s",
+    "timing/train/generation": "timing/generate_s",
+    "timing/train/policy_training": "timing/train_s",
 }
 # Rollout token counters: cumulative ones are differenced per step, per-step ones taken as they are.
 CUMULATIVE_TOKENS = ("num_tokens",)
 STEP_TOKENS = ("perf/total_num_tokens",)
 
 VERL_ACC = re.compile(r"^val-core/.+/acc/mean(@|_at_)\d+$")
+# veRL's core validation key when the reward function returns a bare score (its gsm8k and MATH ones): no acc.
+VERL_REWARD = re.compile(r"^val-core/.+/reward/mean(@|_at_)\d+$")
 ACCURACY_WORD = re.compile(r"(^|[/_.\-])acc(uracy)?($|[/_.\-@])")
-DEFAULT_SCORE_KEYS = ("validation/accuracy", "val-core/<source>/acc/mean@N", "eval_reward")
+DEFAULT_SCORE_KEYS = ("validation/accuracy", "val-core/<source>/acc/mean@N", "val-core/<source>/reward/mean@N",
+                      "eval_reward")
 STEP_MAX = 2**31 - 1  # Step.step is an int; a run logging epoch times as steps keeps its raw metrics only
 
 
@@ -93,7 +101,7 @@ def score_key(run, logged_keys=()):
     keys = set(logged_keys) | set(Metric.objects.filter(run=run).values_list("key", flat=True).distinct())
     if "validation/accuracy" in keys:
         return "validation/accuracy"
-    verl = sorted(k for k in keys if VERL_ACC.match(k))
+    verl = sorted(k for k in keys if VERL_ACC.match(k)) or sorted(k for k in keys if VERL_REWARD.match(k))
     if verl:
         return verl[0]
     return "eval_reward" if "eval_reward" in keys else ""

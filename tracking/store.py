@@ -28,7 +28,11 @@ FRAMEWORK_TAG = "yardstick.framework"
 STOP_TAG = "yardstick.stop_requested"
 RUN_STATUS_NUMBERS = {1: "RUNNING", 2: "SCHEDULED", 3: "FINISHED", 4: "FAILED", 5: "KILLED"}
 # Params whose value says how many steps the run will take (the job's progress): transformers/TRL, veRL, NeMo RL.
-STEPS_PARAMS = ("max_steps", "trainer.total_training_steps", "grpo.max_num_steps")
+# veRL's logger flattens its config with '/'; its trainer leaves trainer/total_training_steps None unless the
+# user set it and writes the total it computed (dataloader length x epochs) into the actor's optim section.
+# Within a batch a later key wins, and veRL logs trainer/ after actor_rollout_ref/: the user's value wins.
+STEPS_PARAMS = ("max_steps", "actor_rollout_ref/actor/optim/total_training_steps", "trainer/total_training_steps",
+                "trainer.total_training_steps", "grpo.max_num_steps")
 
 
 # -- experiments ----------------------------------------------------------------------
@@ -263,7 +267,9 @@ def framework_of(tags, params):
     if tags.get(FRAMEWORK_TAG):
         return tags[FRAMEWORK_TAG][:50]
     keys = set(params)
-    if any(k.startswith(("actor_rollout_ref.", "algorithm.adv_estimator")) for k in keys):
+    # veRL's own logger flattens its config with '/' (actor_rollout_ref/rollout/n); '.' is how people write it.
+    if any(k.startswith(("actor_rollout_ref/", "actor_rollout_ref.", "algorithm/adv_estimator",
+                         "algorithm.adv_estimator")) for k in keys):
         return "verl"
     if any(k.startswith(("grpo.", "loss_fn.")) for k in keys):
         return "nemo-rl"
