@@ -276,6 +276,9 @@ def run(job_id, progress=None):
         devices = resolve_devices(job.device, job.devices)
         stints.append(_open_stint(job, devices[0], os.getpid()))
         job.announce_stints()  # "Where it ran" shows this stint from now (the claim's status event had none)
+        # INFO of Yardstick's own: `up`'s terminal shows it (yardstick/logs.py), as it does the end below.
+        log.info("job %s (%s) started on %s, device %s", job.pk, job.name, settings.YARDSTICK_NODE,
+                 ", ".join(str(d) for d in devices))
         limit = heartbeat_limit_s()
         beat = Heartbeat(job, interval_s=max(0.5, min(30.0, limit / 4))).start()
         outcome = _train(job, devices, stints, progress)
@@ -301,6 +304,7 @@ def run(job_id, progress=None):
             beat.stop()
     job.refresh_from_db()
     if job.status in ENDED:
+        log.info("job %s (%s) ended %s after %s steps", job.pk, job.name, job.status, job.steps_done)
         _tell_run_ended(job)
     return job
 
