@@ -58,6 +58,17 @@ def envlist(name, default, environ=None):
     return items
 
 
+def envchoice(name, choices, default, environ=None):
+    """Return the one of `choices` that the value in `name` spells, in any case."""
+    value = _raw(name, environ)
+    if not value:
+        return default
+    for choice in choices:
+        if value.lower() == choice.lower():
+            return choice
+    raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
 def envpath(name, default, environ=None):
     value = _raw(name, environ)
     return Path(value or default).expanduser().resolve()

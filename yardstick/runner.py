@@ -5,8 +5,11 @@ admin user on first run, then start and supervise the children: the web server,
 two Celery workers (upkeep and training queues), beat, and this machine's
 collector; `--role` picks some of them (a GPU node: jobs,collector, joined to a
 control plane by DATABASE_URL and REDIS_URL, and then neither migrates nor
-waits for a web server). Each child's output is prefixed with its name; a child
-that dies is reported and restarted with back-off, and so is an embedded server this runner
+waits for a web server). Each child's whole output goes to its rotated file in
+`<data dir>/log` (yardstick/logs.py); the terminal shows, prefixed with the child's name, what
+a person needs of it (warnings, errors, Yardstick's own events; every line with `--verbose`),
+and start-up ends with the URL and the login. A child that dies is reported (with its last lines
+when it exited by itself) and restarted with back-off, and so is an embedded server this runner
 started (on the same data; the children reconnect to it by themselves, so they
 keep running); Ctrl-C or SIGTERM stops them all and the embedded servers,
 leaving no process behind. A lock on the data dir turns a
@@ -25,9 +28,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from yardstick import embedded
+from yardstick import embedded, logs
 
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -35,6 +40,7 @@ STABLE_AFTER_S = 60.0  # a child that ran this long gets its back-off reset
 STOP_GRACE_S = 30.0  # a training step must end and write its checkpoint
 ROLES = ("web", "worker", "beat", "collector", "jobs")
 WS_MAX_MESSAGE_BYTES = 32 * 2**20
+LAST_LINES = 10  # of its output that the terminal did not show, printed when a child exits by itself
 
 
 class RoleError(ValueError):
@@ -163,7 +169,9 @@ class Child:
     restarts: int = 0
     backoff_s: float = BACKOFF_MIN_S
     restart_at: float = None
-    reader: threading.Thread = None
+    readers: list = field(default_factory=list)  # a thread per output stream, copying it to `log`
+    log: logs.PartLog = None
+    hidden: deque = field(default_factory=lambda: deque(maxlen=LAST_LINES))  # the last lines kept off the terminal
     env: dict = field(default_factory=dict)
     # An embedded server (EmbeddedPostgres or EmbeddedRedis) that this entry watches
     # instead of a process of its own: PostgreSQL daemonizes, so its liveness is
@@ -172,7 +180,8 @@ class Child:
 
 
 class Runner:
-    def __init__(self, settings, host, port, out=sys.stdout, roles=ROLES, ready_timeout_s=180):
+    def __init__(self, settings, host, port, out=sys.stdout, roles=ROLES, ready_timeout_s=180, verbose=False):
+        """`verbose`: the terminal shows every line of every part, not only what a person needs."""
         self.settings = settings
         self.roles = roles
         self.host = host
@@ -189,19 +198,67 @@ class Runner:
         self.redis = embedded.EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
         self.servers = []  # the embedded servers this runner started, supervised like the children
         self.children = children_for(settings, roles, host, port)
+        self.verbose = verbose
+        self.log_dir = settings.DATA_DIR / "log"
+        self.own_packages = own_packages(settings)
+        self.up_log = logs.PartLog(self.log_dir / "up.log")  # the runner's own lines
 
     # -- output ------------------------------------------------------------
 
-    def say(self, name, line):
+    def say(self, name, line, to_file=None):
+        """Print the runner's `line` (about part `name`) and keep it in up.log, as `to_file` when given."""
+        self.up_log.write(f"{name:>9} | {to_file or line}")
+        self._print(name, line)
+
+    def _print(self, name, line):
         with self.print_lock:
             self.out.write(f"{name:>9} | {line}\n")
             self.out.flush()
 
-    def _pump(self, child):
-        stream = child.process.stdout
+    def _read(self, child, stream, shows):
+        """Copy `stream` (one of `child`'s outputs) into its log file until it closes; print the lines
+        `shows` picks, and keep the last others for when it exits."""
         for raw in iter(stream.readline, b""):
-            self.say(child.name, raw.decode(errors="replace").rstrip())
+            line = raw.decode(errors="replace").rstrip()
+            child.log.write(line)
+            if self.verbose or shows(line):
+                self._print(child.name, line)
+            else:
+                child.hidden.append(line)
         stream.close()
+
+    def _start_readers(self, child, streams):
+        """`streams`: (stream, shows) pairs; `shows` decides which of its lines the terminal gets."""
+        if child.log is None:
+            child.log = logs.PartLog(self.log_dir / f"{child.name}.log")
+        child.hidden.clear()
+        child.readers = [threading.Thread(target=self._read, args=(child, stream, shows), daemon=True)
+                         for stream, shows in streams]
+        for reader in child.readers:
+            reader.start()
+
+    def _for_people(self):
+        """A fresh filter for one output stream of a Yardstick process: each stream follows its own records."""
+        return logs.RecordsForPeople(self.settings.LOG_LEVEL, self.own_packages)
+
+    def _drain(self, child, timeout_s=1.0):
+        """Wait a little for `child`'s readers to copy what it wrote before it ended (a pool process
+        of a dead worker may hold its pipes open: not for long)."""
+        deadline = time.monotonic() + timeout_s
+        for reader in child.readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+
+    def _show_last_lines(self, child):
+        """After `child` exited by itself (not killed by a signal), print the last lines the terminal did not get:
+        why it ended is often among them."""
+        if child.process is None or child.process.returncode is None or child.process.returncode < 0:
+            return
+        self._drain(child)
+        if child.hidden:
+            self.say("up", f"the last lines of {child.name} (all of them in {child.log.path}):")
+            for line in list(child.hidden):
+                self._print(child.name, line)
+            child.hidden.clear()
 
     # -- the sequence ---------------------------------------------------------
 
@@ -227,7 +284,7 @@ class Runner:
                 self.wait_until_ready(password)
             else:
                 self.say("up", f"running {', '.join(c.name for c in self.children)} as node "
-                               f"{self.settings.YARDSTICK_NODE}; press Ctrl-C to stop")
+                               f"{self.settings.YARDSTICK_NODE}; {self._where_logs_are()}; press Ctrl-C to stop")
             self.supervise()
             return 0
         finally:
@@ -270,8 +327,8 @@ class Runner:
         if child.server is self.redis:
             self.redis.start(daemonize=False)
             child.process = self.redis.process
-            child.reader = threading.Thread(target=self._pump, args=(child,), daemon=True)
-            child.reader.start()
+            # Its banner and notices are for its file; `up` reports its start, exit and restart.
+            self._start_readers(child, [(child.process.stdout, logs.show_nothing)])
             pid = child.process.pid
         else:
             self.pg.start()
@@ -312,16 +369,18 @@ class Runner:
 
     def start_child(self, child):
         env = dict(os.environ, PYTHONUNBUFFERED="1", **child.env)
+        # Two pipes: log records (and tracebacks) come on stderr, banners and access logs on stdout, and a
+        # line that continues a record is told apart from an unrelated one by the stream it comes on.
         child.process = subprocess.Popen(
-            child.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            child.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
             env=env, cwd=str(self.settings.BASE_DIR),
             start_new_session=True,  # its own process group: Ctrl-C reaches the runner only
         )
         child.started_at = time.monotonic()
         child.restart_at = None
-        child.reader = threading.Thread(target=self._pump, args=(child,), daemon=True)
-        child.reader.start()
-        self.say("up", f"started {child.name} (pid {child.process.pid})")
+        self.say("up", f"started {child.name} (pid {child.process.pid})")  # before any line of its own
+        self._start_readers(child, [(child.process.stdout, self._for_people()),
+                                    (child.process.stderr, self._for_people())])
 
     def health(self):
         try:
@@ -349,13 +408,18 @@ class Runner:
                 if not check["ok"]
             ) or "web server not answering"
             self.say("up", f"not everything answers after {self.ready_timeout_s} s ({failing}); still trying")
-        login = (
-            f"admin / {password}   (shown once; kept in {self.settings.DATA_DIR / 'admin-password'})"
-            if password else f"admin (password in {self.settings.DATA_DIR / 'admin-password'})"
-        )
-        self.say("up", "ready" if status == 200 else "started")
-        self.say("up", f"Yardstick is at {self.url}   log in as {login}")
-        self.say("up", "press Ctrl-C to stop everything")
+        # The URL and the login come last, where the eye lands; up.log keeps them (the password only in its file).
+        kept = self.settings.DATA_DIR / "admin-password"
+        self.say("up", f"{'ready' if status == 200 else 'started'}; {self._where_logs_are()}; Ctrl-C stops everything")
+        self.say("up", f"Yardstick is at {self.url}")
+        if password:
+            self.say("up", f"log in as admin / {password}   (shown once; kept in {kept})",
+                     to_file=f"log in as admin (password shown once; kept in {kept})")
+        else:
+            self.say("up", f"log in as admin (password in {kept})")
+
+    def _where_logs_are(self):
+        return f"full logs: {self.log_dir}/<part>.log (up.log: these lines)"
 
     def supervise(self):
         while not self.stopping.is_set():
@@ -375,6 +439,7 @@ class Runner:
             if child.restart_at is None:
                 child.restart_at = now + child.backoff_s
                 self.say("up", f"{child.name} {reason}; restarting in {child.backoff_s:.0f} s")
+                self._show_last_lines(child)
                 child.backoff_s = min(child.backoff_s * 2, BACKOFF_MAX_S)
             elif now >= child.restart_at and not self.stopping.is_set():
                 child.restarts += 1
@@ -413,13 +478,27 @@ class Runner:
             if child.process is not None:
                 # Pool processes of a worker that was killed: their group goes too.
                 _signal_group(child.process, signal.SIGKILL)
+            self._drain(child)  # its last lines land before "stopped"
         if self.redis is not None:
             self.say("redis", "stopping")
             self.redis.stop()
+            for server in self.servers:
+                self._drain(server)
         if self.pg is not None:
             self.say("postgres", "stopping")
             self.pg.stop()
         self.say("up", "stopped")
+        for child in self.children + self.servers:
+            if child.log is not None:
+                child.log.close()
+        self.up_log.close()
+
+
+def own_packages(settings):
+    """The top-level packages of Yardstick's own apps (collector, trainer, ...): their INFO records are for people."""
+    from django.apps import apps
+
+    return {config.name for config in apps.get_app_configs() if Path(config.path).parent == settings.BASE_DIR}
 
 
 def _signal_group(process, sig):

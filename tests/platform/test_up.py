@@ -1,10 +1,12 @@
 """`manage.py up` starts every part, supervises it, and leaves nothing behind on Ctrl-C.
 
 A real subprocess with its own embedded PostgreSQL and Redis in a temp data dir. Starting one costs
-tens of seconds, so a single `up` walks every scenario in turn: its start, a second `up` turned away,
-its embedded Redis and PostgreSQL killed with SIGKILL (the way a crash or the OOM killer ends them)
-and brought back on their data while the children stay, a dead child restarted, then Ctrl-C; a
-second run then starts on the data it kept.
+tens of seconds, so a single `up` walks every scenario in turn: its start (a terminal a person can
+read, ending with the URL and the login; each part's whole output in its log file), a second `up`
+turned away, its embedded Redis and PostgreSQL killed with SIGKILL (the way a crash or the OOM
+killer ends them) and brought back on their data while the children stay, a dead child restarted,
+then Ctrl-C, with no per-task line on the terminal all along; a second run with `--verbose` then
+starts on the data it kept and prints those lines too.
 """
 
 import os
@@ -26,6 +28,9 @@ pytestmark = pytest.mark.slow
 
 CHILD_STARTED = r"started (web|worker|jobs|beat|collector) "
 CHILD_EXITED = r"(web|worker|jobs|beat|collector) exited"
+# What Celery prints per task and beat per tick, every few seconds: for the log files, not the terminal.
+PER_TASK = r"Task \S+\[[\w-]+\] (received|succeeded in)|Sending due task"
+LOGIN = r"^ +up \| log in as admin / (\S+)   \(shown once; kept in "
 
 
 def test_up_runs_every_part_restarts_a_dead_child_or_server_and_stops_them_all(service_dir):
@@ -41,9 +46,14 @@ def test_up_runs_every_part_restarts_a_dead_child_or_server_and_stops_them_all(s
         assert url == f"postgresql://postgres:$YARDSTICK_PG_PASSWORD@127.0.0.1:{pg_port}/yardstick"
         for name in ("web", "worker", "jobs", "beat", "collector"):
             pids[name] = int(up.wait_for_line(rf"started {name} \(pid (\d+)\)").group(1))
-        login = up.wait_for_line(r"Yardstick is at http://127\.0\.0\.1:\d+/ +log in as admin / (\S+)").group(1)
+        login = up.wait_for_line(LOGIN).group(1)
         assert (data_dir / "admin-password").read_text().strip() == login
         assert oct((data_dir / "admin-password").stat().st_mode & 0o777) == "0o600"
+        # Start-up fits a screen and ends with the URL and the login, where the eye lands.
+        start_up = up.lines[:next(i for i, line in enumerate(up.lines) if re.search(LOGIN, line)) + 1]
+        assert len(start_up) < 40, "\n".join(start_up)
+        assert re.match(rf"^ +up \| Yardstick is at http://127\.0\.0\.1:{up.port}/$", start_up[-2]), start_up
+        assert re.match(rf"^ +up \| ready; full logs: {re.escape(str(data_dir / 'log'))}/<part>\.log ", start_up[-3])
 
         up.healthy(timeout_s=20)  # a loaded machine answers a ping late
         status, body = up.health()
@@ -55,9 +65,20 @@ def test_up_runs_every_part_restarts_a_dead_child_or_server_and_stops_them_all(s
         with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
             psycopg.connect(tcp + " password=guess-guess-guess")
 
-        # Output of each child is prefixed with its name.
-        assert any(re.match(r"^\s*web \| ", line) for line in up.lines)
-        assert any(re.match(r"^\s*worker \| ", line) for line in up.lines)
+        # Each part's whole output is in its file; the terminal had its events, prefixed with its name.
+        assert any(re.match(r"^ +jobs \| INFO trainer\.tasks: worker jobs@\S+ reported", line) for line in up.lines)
+        logs = data_dir / "log"
+        wait_for(lambda: re.search(r"Task yardstick\.tasks\.beat_tick\[[\w-]+\] succeeded in",
+                                   (logs / "worker.log").read_text()), 30, "a beat tick in worker.log")
+        assert re.search(r"Task yardstick\.tasks\.beat_tick\[[\w-]+\] received", (logs / "worker.log").read_text())
+        assert "Sending due task beat-tick" in (logs / "beat.log").read_text()
+        assert '"GET /healthz" 200' in (logs / "web.log").read_text()
+        assert "INFO collecting from host" in (logs / "collector.log").read_text()
+        assert "[tasks]" in (logs / "jobs.log").read_text()  # Celery's banner
+        assert "ready to accept connections" in (logs / "redis.log").read_text()
+        assert (logs / "postgres.log").exists()
+        up_log = (logs / "up.log").read_text()
+        assert f"Yardstick is at http://127.0.0.1:{up.port}/" in up_log and login not in up_log
 
         # A second `up` on the same data dir refuses instead of corrupting it.
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
@@ -107,17 +128,20 @@ def test_up_runs_every_part_restarts_a_dead_child_or_server_and_stops_them_all(s
         code = up.stop()
     assert code == 0
     assert "stopped" in up.lines[-1]
+    assert not [line for line in up.lines if re.search(PER_TASK, line)]
+    assert not any("superuser privileges" in line for line in up.lines)
     # Every child and every server, the restarted ones too: none may outlive `up`.
     wait_for(lambda: processes_using(data_dir) == [], 10, "every child and server of up to be gone")
     for pid in pids.values():
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
-    # A second run starts on the kept data: same admin, no new password.
-    again = Up(data_dir, free_port())
+    # A second run starts on the kept data: same admin, no new password; --verbose prints every line.
+    again = Up(data_dir, free_port(), args=["--verbose"])
     try:
-        line = again.wait_for_line(r"Yardstick is at .* log in as (.*)").group(1)
-        assert line.startswith("admin (password in")
+        again.wait_for_line(rf"^ +up \| log in as admin \(password in {re.escape(str(data_dir))}/admin-password\)$")
         assert (data_dir / "admin-password").read_text().strip() == login
+        again.wait_for_any_line(r"^ +worker \| INFO celery\.app\.trace: Task \S+ succeeded in")
+        assert any(re.match(r"^ +beat \| INFO celery\.beat: Scheduler: Sending due task", line) for line in again.lines)
     finally:
         assert again.stop() == 0
     assert processes_using(data_dir) == []

@@ -19,13 +19,14 @@ from tests.waiting import wait_for
 
 
 class Up:
-    def __init__(self, data_dir, port, env=None):
-        """`env`: variables to set for this `up` on top of this process's (less DATABASE_URL, REDIS_URL)."""
+    def __init__(self, data_dir, port, env=None, args=()):
+        """`env`: variables to set for this `up` on top of this process's (less DATABASE_URL, REDIS_URL);
+        `args`: more flags for it."""
         env = {**{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}, **(env or {})}
         env.update(YARDSTICK_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
         self.port = port
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "up", "--port", str(port), "--ready-timeout", "90"],
+            [sys.executable, str(ROOT / "manage.py"), "up", "--port", str(port), "--ready-timeout", "90", *args],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         self.lines = []
@@ -51,6 +52,12 @@ class Up:
             if match:
                 return match
         raise AssertionError(f"no line matching {pattern!r}; output was:\n" + "\n".join(self.lines[-60:]))
+
+    def wait_for_any_line(self, pattern, timeout=60):
+        """The match of the first line so far or from now on (however many were waited for since) that matches."""
+        return wait_for(lambda: next(filter(None, (re.search(pattern, line) for line in list(self.lines))), None),
+                        timeout, every_s=0.5,
+                        what=lambda: f"a line matching {pattern!r}; output was:\n" + "\n".join(self.lines[-60:]))
 
     def health(self):
         """(status, body) of /healthz, or (None, None) while the web process does not answer at all."""

@@ -31,8 +31,11 @@ class Command(BaseCommand):
         parser.add_argument("--no-collector", action="store_true", help="do not run a collector for this machine")
         parser.add_argument("--ready-timeout", type=int, default=180,
                             help="seconds to wait for every part to answer before saying so (default 180)")
+        parser.add_argument("--verbose", action="store_true",
+                            help="print every line of every part here (Celery's per-task lines, banners, requests), "
+                                 "not only starts, stops, warnings, errors and jobs; all of it is in <data dir>/log either way")
 
-    def handle(self, host, port, role, no_collector, ready_timeout, **options):
+    def handle(self, host, port, role, no_collector, ready_timeout, verbose, **options):
         try:
             roles = parse_roles(role)
             if no_collector:
@@ -44,7 +47,7 @@ class Command(BaseCommand):
             self.stderr.write(str(err))
             raise SystemExit(2) from None
         runner = Runner(settings, host, port_number(port), out=self.stdout._out,
-                        roles=roles, ready_timeout_s=ready_timeout)
+                        roles=roles, ready_timeout_s=ready_timeout, verbose=verbose)
         code = runner.run()
         if code:
             raise SystemExit(code)
