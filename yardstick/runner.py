@@ -283,8 +283,9 @@ class Runner:
             if "web" in self.roles:
                 self.wait_until_ready(password)
             else:
+                self.say("up", self._where_logs_are())
                 self.say("up", f"running {', '.join(c.name for c in self.children)} as node "
-                               f"{self.settings.YARDSTICK_NODE}; {self._where_logs_are()}; press Ctrl-C to stop")
+                               f"{self.settings.YARDSTICK_NODE}; press Ctrl-C to stop")
             self.supervise()
             return 0
         finally:

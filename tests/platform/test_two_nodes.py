@@ -137,8 +137,12 @@ def test_a_job_asked_for_a_node_runs_there_names_it_and_is_charged_to_its_device
         done = wait_for(ended, 180, f"job {job['id']} to end", every_s=0.5, logs=logs)
         assert done["status"] == "completed", done["error"]
         assert [s["node"] for s in done["stints"]] == ["node-b"]
-        assert "trainer.tasks.run_job[" in node_log.read_text(), "node-b's worker ran it"
-        assert "trainer.tasks.run_job[" not in plane_log.read_text(), "the plane's worker did not"
+        # Each part's whole output is in its log file; the terminal has the job's start and end.
+        assert "trainer.tasks.run_job[" in (node_dir / "log" / "jobs.log").read_text(), "node-b's worker ran it"
+        assert "trainer.tasks.run_job[" not in (plane_dir / "log" / "jobs.log").read_text(), "the plane's did not"
+        terminal = node_log.read_text()
+        assert f"INFO trainer.runner: job {job['id']} (on b) started on node-b, device cpu" in terminal
+        assert f"INFO trainer.runner: job {job['id']} (on b) ended completed after 4 steps" in terminal
         # The minutes it ran in are measured before node-b stops: its collector writes a sample after the end.
         ended_at = datetime.fromisoformat(done["stints"][0]["ended_at"])
         wait_for(lambda: Sample.objects.filter(device__node__name="node-b", ts__gt=ended_at).exists(), 60,
