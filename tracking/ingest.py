@@ -25,6 +25,7 @@ TRL's cumulative `num_tokens` differenced, veRL's per-step
 """
 
 import json
+import logging
 import math
 import re
 
@@ -90,6 +91,13 @@ DEFAULT_SCORE_KEYS = ("validation/accuracy", "val-core/<source>/acc/mean@N", "va
                       "eval_reward")
 STEP_MAX = 2**31 - 1  # Step.step is an int; a run logging epoch times as steps keeps its raw metrics only
 
+log = logging.getLogger(__name__)
+
+
+def chartable(step):
+    """Whether a logged step can be one of the job's Step rows (MLflow's steps are 64-bit; Step.step is not)."""
+    return 0 <= step <= STEP_MAX
+
 
 def score_key(run, logged_keys=()):
     """The key whose values are this run's score, or "" when none is set or logged yet."""
@@ -122,9 +130,20 @@ def ingest(run, metrics):
     job = run.job
     score = score_key(run, [m[0] for m in metrics])
     by_step = {}
+    unchartable = set()
     for key, value, _ts, step in metrics:
-        if 0 <= step <= STEP_MAX:
+        if chartable(step):
             by_step.setdefault(step, {})[key] = value
+        else:
+            unchartable.add(key)
+    if unchartable:
+        # Kept in tracking.Metric (get-history and runs/get return them, as MLflow's server does); the job's
+        # Step rows, what its page charts, take steps 0..2^31-1 only.
+        log.info("run %s logged %s at a step outside 0..%d: kept in its metric history, not charted",
+                 run.run_id, ", ".join(sorted(unchartable)), STEP_MAX)
+    if not by_step:
+        Job.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now())
+        return
     rows = []
     for step in sorted(by_step):
         raw = by_step[step]
@@ -189,7 +208,7 @@ def _redifference_later_steps(run, job, steps):
         for step in steps:
             later = (Metric.objects.filter(run=run, key=key, step__gt=step).order_by("step", "-timestamp")
                      .values_list("step", flat=True).first())
-            if later is None or later in steps or later > STEP_MAX:
+            if later is None or later in steps or not chartable(later):
                 continue
             value = (Metric.objects.filter(run=run, key=key, step=later).order_by("-timestamp")
                      .values_list("value", flat=True).first())
