@@ -78,15 +78,16 @@ def run_dir(run):
 
 
 def clean_path(path, field="path"):
-    """`path` as safe relative POSIX parts: no absolute path, no '..', no '.', no empty part, no backslash
+    """`path` as safe relative POSIX parts ('.' parts dropped): no absolute path, no '..', no empty part, no backslash
     or control character (so nothing can be written outside the run's folder). Raises ArtifactError."""
     parts = [p for p in (path or "").split("/")]
     while parts and parts[-1] == "":
         parts.pop()  # a trailing slash names the same folder
-    bad = (path or "").startswith("/") or any(p in ("", ".", "..") or not SEGMENT.match(p) for p in parts)
+    bad = (path or "").startswith("/") or any(p in ("", "..") or not SEGMENT.match(p) for p in parts)
+    parts = [p for p in parts if p != "."]  # "." names the folder it is in, as MLflow's server reads it
     if bad:
         raise ArtifactError("INVALID_PARAMETER_VALUE",
-                            f"{field} must be a relative path without '..', '.', empty parts, backslashes or "
+                            f"{field} must be a relative path without '..', empty parts, backslashes or "
                             f"control characters, got {path!r}", 400)
     return parts
 
