@@ -14,7 +14,7 @@ import math
 
 from django.http import HttpResponse
 
-from tracking import search, store
+from tracking import protocol, search, store
 from tracking.models import Stage, TrackingError, invalid
 from yardstick.auth import TRACKING_WRITERS, role_of
 from yardstick.inputs import InputError, NotJson, json_object
@@ -38,8 +38,9 @@ def _json_safe(value):
     return value
 
 
-def endpoint(methods, write=False):
-    """An MLflow endpoint answering `methods`, its body parsed into a dict, its errors in MLflow's shape."""
+def endpoint(name, methods, write=False):
+    """The MLflow endpoint `name` answering `methods`: its request read as MLflow's server reads it
+    (tracking/protocol.py), its errors in MLflow's shape."""
 
     def decorate(fn):
         @functools.wraps(fn)
@@ -49,7 +50,7 @@ def endpoint(methods, write=False):
                     raise TrackingError("ENDPOINT_NOT_FOUND", f"{request.method} is not served at {request.path}; "
                                                               f"it answers {' and '.join(methods)}")
                 _check_role(request, write)
-                return respond(fn(request, _body(request)) or {})
+                return respond(fn(request, protocol.parse(name, _request_json(request, name))) or {})
             except TrackingError as err:
                 return respond(err.to_dict(), status=err.status)
 
@@ -69,45 +70,40 @@ def _check_role(request, write):
         raise TrackingError("PERMISSION_DENIED", f"{request.user.username} holds no role")
 
 
-# Fields MLflow's protos declare as one string or number: a list or object there reached code that hashes
-# or compares it (a 500). Repeated fields (experiment_ids, order_by, tags, metrics, ...) are not here.
-SINGLE_VALUED = ("run_id", "run_uuid", "experiment_id", "experiment_name", "name", "new_name", "key", "value",
-                 "view_type", "run_view_type", "filter", "status", "run_name", "user_id", "start_time", "end_time",
-                 "timestamp", "step", "metric_key", "max_results", "page_token", "artifact_location")
-
-
-def _body(request):
+def _request_json(request, name):
+    """The request's fields as JSON: a GET query as MLflow reads it, else the JSON body ({} when empty)."""
     if request.method == "GET":
-        body = {k: (v if len(v) > 1 else v[0]) for k, v in request.GET.lists()}
-    elif not request.body:
+        return protocol.query_json(protocol.ENDPOINTS[name][0], request.GET)
+    if not request.body:
         return {}
-    else:
-        try:
-            body = json_object(request.body)
-        except NotJson as err:
-            raise TrackingError("MALFORMED_REQUEST", f"the request body is not JSON: {err.message}") from None
-        except InputError as err:  # JSON that is refused: not an object, too deep, text that cannot be stored
-            raise invalid(err.message) from None
-    for name in SINGLE_VALUED:
-        if isinstance(body.get(name), (list, dict)):
-            raise invalid(f"Invalid value (a {type(body[name]).__name__}) for parameter '{name}' supplied. It must "
-                          f"be a single string or number, given once.")
-    return body
+    try:
+        return json_object(request.body)
+    except NotJson as err:
+        raise TrackingError("MALFORMED_REQUEST", f"the request body is not JSON: {err.message}") from None
+    except InputError as err:  # JSON that is refused: not an object, too deep, text that cannot be stored
+        raise invalid(err.message) from None
 
 
 def _run_id(body):
     return body.get("run_id") or body.get("run_uuid")
 
 
-def _max_results(body, default=DEFAULT_MAX_RESULTS):
+def _page(rows, body, default=DEFAULT_MAX_RESULTS):
+    limit, offset = _max_results(body, default), _offset(body.get("page_token"))
+    page = list(rows[offset:offset + limit + 1])
+    token = base64.b64encode(json.dumps({"offset": offset + limit}).encode()).decode() if len(page) > limit else None
+    return page[:limit], token
+
+
+def _max_results(body, default):
+    """An absent max_results is `default` (MLflow's clients always send one; its server reads an absent one as 0)."""
     value = body.get("max_results")
-    if value in (None, ""):
+    if value is None:
         return default
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= MAX_RESULTS_LIMIT:
-        raise invalid(f"Invalid value {value!r} for parameter 'max_results' supplied. It must be an integer from "
-                      f"1 to {MAX_RESULTS_LIMIT}.")
-    return int(text)
+    if not 1 <= value <= MAX_RESULTS_LIMIT:
+        raise invalid(f"Invalid value {value} for parameter 'max_results' supplied. It must be a positive integer "
+                      f"at most {MAX_RESULTS_LIMIT}.")
+    return value
 
 
 def _offset(token):
@@ -123,19 +119,6 @@ def _offset(token):
     raise invalid(f"Invalid page token {token!r}: pass the next_page_token of the previous answer")
 
 
-def _page(rows, body, default=DEFAULT_MAX_RESULTS):
-    limit, offset = _max_results(body, default), _offset(body.get("page_token"))
-    page = list(rows[offset:offset + limit + 1])
-    token = base64.b64encode(json.dumps({"offset": offset + limit}).encode()).decode() if len(page) > limit else None
-    return page[:limit], token
-
-
-def _list(value):
-    if value in (None, ""):
-        return []
-    return value if isinstance(value, list) else [value]
-
-
 # -- shapes -------------------------------------------------------------------------------
 
 
@@ -146,158 +129,160 @@ def run_info(run):
             "artifact_uri": run.artifact_uri, "lifecycle_stage": run.lifecycle_stage}
 
 
-def run_dict(run, latest=None):
-    """MLflow's Run: info, data (latest metrics, params, tags) and inputs."""
+def run_dict(run, latest=None, outputs=True):
+    """MLflow's Run: info, data (latest metrics, params, tags), inputs and (read back, not when created)
+    outputs, which are always empty here: runs log no models. As in MLflow's JSON, an empty list is left out."""
     latest = store.latest_metrics([run]).get(run.pk, []) if latest is None else latest
     tags = [{"key": t.key, "value": t.value} for t in run.tags.order_by("key")]
     if run.job.stop_requested or run.job.status == "stopping":
         # Computed, never stored: the client package reads it to stop training at the next step.
         tags.append({"key": store.STOP_TAG, "value": "true"})
-    return {
-        "info": run_info(run),
-        "data": {
-            "metrics": [{"key": m.key, "value": m.value, "timestamp": m.timestamp, "step": m.step} for m in latest],
-            "params": [{"key": p.key, "value": p.value} for p in run.params.order_by("key")],
-            "tags": tags,
-        },
-        "inputs": {},
-    }
+    data = {"metrics": [_metric_dict(m) for m in latest],
+            "params": [{"key": p.key, "value": p.value} for p in run.params.order_by("key")], "tags": tags}
+    return {"info": run_info(run), "data": {k: v for k, v in data.items() if v}, "inputs": store.run_inputs(run),
+            **({"outputs": {}} if outputs else {})}
+
+
+def _metric_dict(metric):
+    return {"key": metric.key, "value": metric.value, "timestamp": metric.timestamp, "step": metric.step}
 
 
 # -- experiments --------------------------------------------------------------------------
 
 
-@endpoint(("POST",), write=True)
+@endpoint("experiments/create", ("POST",), write=True)
 def create_experiment(request, body):
-    experiment = store.create_experiment(body.get("name"), body.get("artifact_location") or "", body.get("tags"))
+    experiment = store.create_experiment(body.field("name"), body.field("artifact_location"), body.field("tags"))
     return {"experiment_id": experiment.experiment_id}
 
 
-@endpoint(("GET",))
+@endpoint("experiments/get", ("GET",))
 def get_experiment(request, body):
-    return {"experiment": store.get_experiment(body.get("experiment_id")).to_mlflow()}
+    return {"experiment": store.get_experiment(body.field("experiment_id")).to_mlflow()}
 
 
-@endpoint(("GET",))
+@endpoint("experiments/get-by-name", ("GET",))
 def get_experiment_by_name(request, body):
-    return {"experiment": store.get_experiment_by_name(body.get("experiment_name")).to_mlflow()}
+    return {"experiment": store.get_experiment_by_name(body.field("experiment_name")).to_mlflow()}
 
 
-@endpoint(("GET", "POST"))
+@endpoint("experiments/search", ("GET", "POST"))
 def search_experiments(request, body):
-    rows = search.experiments(body.get("filter") or "", _list(body.get("order_by")), body.get("view_type"))
+    rows = search.experiments(body.field("filter"), body.field("order_by"), body.get("view_type"))
     page, token = _page(rows, body)
-    return {"experiments": [e.to_mlflow() for e in page], **({"next_page_token": token} if token else {})}
+    return {**({"experiments": [e.to_mlflow() for e in page]} if page else {}),
+            **({"next_page_token": token} if token else {})}
 
 
-@endpoint(("POST",), write=True)
+@endpoint("experiments/update", ("POST",), write=True)
 def update_experiment(request, body):
-    store.rename_experiment(body.get("experiment_id"), body.get("new_name"))
+    store.rename_experiment(body.field("experiment_id"), body.field("new_name"))
 
 
-@endpoint(("POST",), write=True)
+@endpoint("experiments/delete", ("POST",), write=True)
 def delete_experiment(request, body):
-    store.set_experiment_stage(body.get("experiment_id"), Stage.DELETED)
+    store.set_experiment_stage(body.field("experiment_id"), Stage.DELETED)
 
 
-@endpoint(("POST",), write=True)
+@endpoint("experiments/restore", ("POST",), write=True)
 def restore_experiment(request, body):
-    store.set_experiment_stage(body.get("experiment_id"), Stage.ACTIVE)
+    store.set_experiment_stage(body.field("experiment_id"), Stage.ACTIVE)
 
 
-@endpoint(("POST",), write=True)
+@endpoint("experiments/set-experiment-tag", ("POST",), write=True)
 def set_experiment_tag(request, body):
-    store.set_experiment_tag(body.get("experiment_id"), body.get("key"), body.get("value"))
+    store.set_experiment_tag(body.field("experiment_id"), body.field("key"), body.field("value"))
 
 
-@endpoint(("POST",), write=True)
+@endpoint("experiments/delete-experiment-tag", ("POST",), write=True)
 def delete_experiment_tag(request, body):
-    store.delete_experiment_tag(body.get("experiment_id"), body.get("key"))
+    store.delete_experiment_tag(body.field("experiment_id"), body.field("key"))
 
 
 # -- runs ----------------------------------------------------------------------------------
 
 
-@endpoint(("POST",), write=True)
+@endpoint("runs/create", ("POST",), write=True)
 def create_run(request, body):
-    run = store.create_run(body.get("experiment_id"), body.get("user_id") or request.user.username,
-                           body.get("start_time"), body.get("tags"), body.get("run_name") or "",
+    # Deliberately not MLflow's: a run sent without a user or a start time is the token's user's, started now.
+    run = store.create_run(body.field("experiment_id"), body.field("user_id") or request.user.username,
+                           body.get("start_time"), body.field("tags"), body.field("run_name"),
                            created_by=request.user)
-    return {"run": run_dict(run, latest=[])}
+    return {"run": run_dict(run, latest=[], outputs=False)}
 
 
-@endpoint(("GET",))
+@endpoint("runs/get", ("GET",))
 def get_run(request, body):
     return {"run": run_dict(store.get_run(_run_id(body)))}
 
 
-@endpoint(("POST",), write=True)
+@endpoint("runs/update", ("POST",), write=True)
 def update_run(request, body):
     run = store.update_run(_run_id(body), body.get("status"), body.get("end_time"), body.get("run_name"))
     return {"run_info": run_info(run)}
 
 
-@endpoint(("POST",), write=True)
+@endpoint("runs/delete", ("POST",), write=True)
 def delete_run(request, body):
-    store.set_run_stage(_run_id(body), Stage.DELETED)
+    store.set_run_stage(body.field("run_id"), Stage.DELETED)
 
 
-@endpoint(("POST",), write=True)
+@endpoint("runs/restore", ("POST",), write=True)
 def restore_run(request, body):
-    store.set_run_stage(_run_id(body), Stage.ACTIVE)
+    store.set_run_stage(body.field("run_id"), Stage.ACTIVE)
 
 
-@endpoint(("POST",))
+@endpoint("runs/search", ("POST",))
 def search_runs(request, body):
-    rows = search.runs(_list(body.get("experiment_ids")), body.get("filter") or "", _list(body.get("order_by")),
+    rows = search.runs(body.field("experiment_ids"), body.field("filter"), body.field("order_by"),
                        body.get("run_view_type"))
     page, token = _page(rows, body)
     latest = store.latest_metrics(page)
-    return {"runs": [run_dict(r, latest.get(r.pk, [])) for r in page], **({"next_page_token": token} if token else {})}
-
-
-@endpoint(("POST",), write=True)
-def log_batch(request, body):
-    store.log_batch(_run_id(body), body.get("metrics"), body.get("params"), body.get("tags"))
-
-
-@endpoint(("POST",), write=True)
-def log_metric(request, body):
-    store.log_batch(_run_id(body), metrics=[{k: body.get(k) for k in ("key", "value", "timestamp", "step")
-                                             if k in body}])
-
-
-@endpoint(("POST",), write=True)
-def log_param(request, body):
-    store.log_batch(_run_id(body), params=[{"key": body.get("key"), "value": body.get("value")}])
-
-
-@endpoint(("POST",), write=True)
-def set_tag(request, body):
-    store.log_batch(_run_id(body), tags=[{"key": body.get("key"), "value": body.get("value")}])
-
-
-@endpoint(("POST",), write=True)
-def delete_tag(request, body):
-    store.delete_tag(_run_id(body), body.get("key"))
-
-
-@endpoint(("POST",), write=True)
-def log_inputs(request, body):
-    """Datasets and models a run used: accepted and not kept (nothing here reads them), so a client that
-    logs them (MLflow 3 does when a metric names a model or dataset) goes on."""
-    store.get_run(_run_id(body))
-
-
-@endpoint(("GET",))
-def get_metric_history(request, body):
-    rows = store.metric_history(_run_id(body), body.get("metric_key"))
-    page, token = _page(rows, body, default=MAX_RESULTS_LIMIT * 10)
-    return {"metrics": [{"key": m.key, "value": m.value, "timestamp": m.timestamp, "step": m.step} for m in page],
+    return {**({"runs": [run_dict(r, latest.get(r.pk, [])) for r in page]} if page else {}),
             **({"next_page_token": token} if token else {})}
 
 
-@endpoint(("POST",))
+@endpoint("runs/log-batch", ("POST",), write=True)
+def log_batch(request, body):
+    store.log_batch(body.field("run_id"), body.field("metrics"), body.field("params"), body.field("tags"))
+
+
+@endpoint("runs/log-metric", ("POST",), write=True)
+def log_metric(request, body):
+    store.log_batch(_run_id(body), metrics=[{k: body.field(k) for k in ("key", "value", "timestamp", "step")}],
+                    single=True)
+
+
+@endpoint("runs/log-parameter", ("POST",), write=True)
+def log_param(request, body):
+    store.log_batch(_run_id(body), params=[{"key": body.field("key"), "value": body.field("value")}], single=True)
+
+
+@endpoint("runs/set-tag", ("POST",), write=True)
+def set_tag(request, body):
+    store.log_batch(_run_id(body), tags=[{"key": body.field("key"), "value": body.field("value")}], single=True)
+
+
+@endpoint("runs/delete-tag", ("POST",), write=True)
+def delete_tag(request, body):
+    store.delete_tag(body.field("run_id"), body.field("key"))
+
+
+@endpoint("runs/log-inputs", ("POST",), write=True)
+def log_inputs(request, body):
+    """Datasets (and logged models) a run used, shown back in its `inputs` as MLflow does."""
+    store.log_inputs(body.field("run_id"), body.field("datasets"), body.field("models"))
+
+
+@endpoint("metrics/get-history", ("GET",))
+def get_metric_history(request, body):
+    rows = store.metric_history(_run_id(body), body.field("metric_key"))
+    page, token = _page(rows, body, default=MAX_RESULTS_LIMIT * 10)
+    return {**({"metrics": [_metric_dict(m) for m in page]} if page else {}),
+            **({"next_page_token": token} if token else {})}
+
+
+@endpoint("logged-models/search", ("POST",))
 def search_logged_models(request, body):
     """Runs here log no models; MLflow 3's client searches a run's models whenever it lists or downloads
     the run's artifacts (log_table, download_artifacts), and an error there would end those calls."""

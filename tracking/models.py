@@ -129,7 +129,8 @@ class Experiment(models.Model):
             "lifecycle_stage": self.lifecycle_stage,
             "creation_time": int(self.created_at.timestamp() * 1000),
             "last_update_time": int(self.updated_at.timestamp() * 1000),
-            "tags": [{"key": k, "value": v} for k, v in sorted(self.tags.items())],
+            **({"tags": [{"key": k, "value": v} for k, v in sorted(self.tags.items())]} if self.tags else {}),
+            "workspace": "default",  # MLflow 3's; Yardstick has one
         }
 
 
@@ -243,3 +244,37 @@ class Artifact(models.Model):
     class Meta:
         ordering = ["run", "path"]
         constraints = [models.UniqueConstraint(fields=["run", "path"], name="tracking_artifact_unique")]
+
+
+class DatasetInput(models.Model):
+    """A dataset a run used (MLflow's log-inputs), kept as the client described it; runs/get shows it back."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="dataset_inputs")
+    name = models.CharField(max_length=500)
+    digest = models.CharField(max_length=36)
+    source_type = models.TextField()
+    source = models.TextField()
+    schema = models.TextField(blank=True, default="")
+    profile = models.TextField(blank=True, default="")
+    tags = models.JSONField(default=list, blank=True, help_text="[{key, value}], e.g. mlflow.data.context")
+
+    class Meta:
+        ordering = ["run", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "name", "digest"], name="tracking_dataset_input_unique")]
+
+    def to_mlflow(self):
+        dataset = {"name": self.name, "digest": self.digest, "source_type": self.source_type, "source": self.source,
+                   **({"schema": self.schema} if self.schema else {}),
+                   **({"profile": self.profile} if self.profile else {})}
+        return {**({"tags": self.tags} if self.tags else {}), "dataset": dataset}
+
+
+class ModelInput(models.Model):
+    """A logged model a run used, by its id (MLflow 3's log-inputs `models`)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="model_inputs")
+    model_id = models.CharField(max_length=255)
+
+    class Meta:
+        ordering = ["run", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "model_id"], name="tracking_model_input_unique")]

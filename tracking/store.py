@@ -6,6 +6,7 @@ and a message naming the field, the value and what is accepted, before anything
 is written (a refused batch stores nothing).
 """
 
+import posixpath
 import re
 
 from django.db import IntegrityError, transaction
@@ -14,14 +15,23 @@ from django.utils import timezone
 from trainer.models import Job
 from tracking import ingest
 from tracking.models import (
-    MAX_EXPERIMENT_NAME_LENGTH, MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH, SCORE_KEY_TAG, Experiment, Metric, Param,
-    Run, RunStatus, RunTag, Stage, TrackingError, invalid, now_ms, validate_key,
+    MAX_ENTITY_KEY_LENGTH, MAX_EXPERIMENT_NAME_LENGTH, MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH, SCORE_KEY_TAG, Experiment, Metric, Param,
+    Run, RunStatus, RunTag, Stage, DatasetInput, ModelInput, TrackingError, invalid, now_ms, validate_key,
 )
+
+from tracking.protocol import exceeds_maximum_length, invalid_value, missing_value
 
 # MLflow's log-batch limits (mlflow/utils/validation.py).
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_TAGS_PER_BATCH = 100
 MAX_ENTITIES_PER_BATCH = 1000
+# MLflow's other limits and rules (mlflow/utils/validation.py), so its messages can be given word for word.
+DATASET_LIMITS = {"name": 500, "digest": 36, "source": 65535, "schema": 1048575, "profile": 16777215}
+MAX_INPUT_TAG_KEY_LENGTH, MAX_INPUT_TAG_VALUE_LENGTH = 255, 500
+RUN_ID = re.compile(r"^[a-zA-Z0-9][\w\-]{0,255}$")
+MISSING_KEY_NAME = "A key name must be provided."
+BAD_CHARACTERS = ("Names may only contain alphanumerics, underscores (_), dashes (-), periods (.), spaces ( ), "
+                  "colon(:) and slashes (/).")
 RUN_NAME_TAG = "mlflow.runName"
 TEAM_TAG = "yardstick.team"
 FRAMEWORK_TAG = "yardstick.framework"
@@ -39,16 +49,15 @@ STEPS_PARAMS = ("max_steps", "actor_rollout_ref/actor/optim/total_training_steps
 
 
 def create_experiment(name, artifact_location="", tags=()):
-    if not isinstance(name, str) or not name.strip():
-        raise invalid("Experiment name must be a non-empty string, got " + repr(name))
+    """`name` is a non-empty string (tracking/protocol.py checked it), as are the tags' keys and values."""
     if len(name) > MAX_EXPERIMENT_NAME_LENGTH:
-        raise invalid(f"Experiment name has {len(name)} characters; at most {MAX_EXPERIMENT_NAME_LENGTH} are accepted")
+        raise invalid(exceeds_maximum_length("name", MAX_EXPERIMENT_NAME_LENGTH))
     tags = _tags(tags)
     try:
         with transaction.atomic():
             experiment = Experiment.objects.create(name=name, artifact_location=artifact_location or "")
     except IntegrityError:
-        raise TrackingError("RESOURCE_ALREADY_EXISTS", f"Experiment '{name}' already exists.") from None
+        raise TrackingError("RESOURCE_ALREADY_EXISTS", f"Experiment(name={name}) already exists.") from None
     if not artifact_location:
         experiment.artifact_location = f"mlflow-artifacts:/{experiment.pk}"
     for key, value in tags:
@@ -61,9 +70,9 @@ def get_experiment(experiment_id):
     pk = _experiment_pk(experiment_id)
     if pk == 0:
         return Experiment.default()
-    experiment = Experiment.objects.filter(pk=pk).first()
+    experiment = Experiment.objects.filter(pk=pk).first() if pk > 0 else None
     if experiment is None:
-        raise TrackingError("RESOURCE_DOES_NOT_EXIST", f"No Experiment with id={experiment_id} exists")
+        raise TrackingError("RESOURCE_DOES_NOT_EXIST", f"No Experiment with id={pk} exists")
     return experiment
 
 
@@ -80,10 +89,10 @@ def get_experiment_by_name(name):
 
 def rename_experiment(experiment_id, new_name):
     experiment = get_experiment(experiment_id)
-    if not isinstance(new_name, str) or not new_name.strip():
-        raise invalid(f"new_name must be a non-empty string, got {new_name!r}")
+    if experiment.lifecycle_stage != Stage.ACTIVE:
+        raise TrackingError("INVALID_STATE", "Cannot rename a non-active experiment.")
     if Experiment.objects.filter(name=new_name).exclude(pk=experiment.pk).exists():
-        raise TrackingError("RESOURCE_ALREADY_EXISTS", f"Experiment '{new_name}' already exists.")
+        raise TrackingError("RESOURCE_ALREADY_EXISTS", f"Experiment(name={new_name}) already exists.")
     experiment.name, experiment.updated_at = new_name, timezone.now()
     experiment.save(update_fields=["name", "updated_at"])
 
@@ -152,7 +161,7 @@ def create_run(experiment_id, user_id="", start_time=None, tags=(), run_name="",
 
 def get_run(run_id):
     if not isinstance(run_id, str) or not run_id:
-        raise invalid(f"Missing value for required parameter 'run_id', got {run_id!r}")
+        raise invalid(missing_value("run_id"))
     run = Run.objects.select_related("experiment", "job").filter(run_id=run_id).first()
     if run is None:
         raise TrackingError("RESOURCE_DOES_NOT_EXIST", f"Run with id={run_id} not found")
@@ -192,22 +201,31 @@ def set_run_stage(run_id, stage):
     run.save(update_fields=["lifecycle_stage"])
 
 
-def log_batch(run_id, metrics=(), params=(), tags=()):
-    """Validate the whole batch, then store it in one transaction and feed the job's steps."""
+def log_batch(run_id, metrics=(), params=(), tags=(), single=False):
+    """Validate the whole batch, then store it in one transaction and feed the job's steps. `single`: one
+    log-metric, log-parameter or set-tag call, whose errors name the field alone ('key', not 'params[0].key')."""
+    metrics, params, tags = list(metrics or []), list(params or []), list(tags or [])
+    if isinstance(run_id, str) and run_id and not RUN_ID.match(run_id):
+        raise invalid(invalid_value("run_id", run_id))
+    rows = [_metric("" if single else f"metrics[{i}]", m) for i, m in enumerate(metrics)]
+    params = [_param("" if single else f"params[{i}]", p) for i, p in enumerate(params)]
+    tags = [_tag("" if single else f"tags[{i}]", t) for i, t in enumerate(tags)]
+    for kind, limit, count in (("metrics", MAX_METRICS_PER_BATCH, len(metrics)),
+                               ("params", MAX_PARAMS_TAGS_PER_BATCH, len(params)),
+                               ("tags", MAX_PARAMS_TAGS_PER_BATCH, len(tags)),
+                               ("metrics, params, and tags", MAX_ENTITIES_PER_BATCH,
+                                len(metrics) + len(params) + len(tags))):
+        if count > limit:
+            raise invalid(f"A batch logging request can contain at most {limit} {kind}. Got {count} {kind}. "
+                          f"Please split up {kind} across multiple requests and try again.")
+    keys = [k for k, _ in params]
+    dupes = [k for i, k in enumerate(keys) if k in keys[:i]]
+    if dupes:
+        raise invalid(f"Duplicate parameter keys have been submitted: {dupes}. Please ensure the request "
+                      "contains only one param value per param key.")
     run = get_run(run_id)
     _writable(run)
-    metrics, params, tags = list(metrics or []), list(params or []), list(tags or [])
-    if len(metrics) > MAX_METRICS_PER_BATCH:
-        raise invalid(f"A batch logging request can contain at most {MAX_METRICS_PER_BATCH} metrics. "
-                      f"Got {len(metrics)} metrics.")
-    if len(params) > MAX_PARAMS_TAGS_PER_BATCH or len(tags) > MAX_PARAMS_TAGS_PER_BATCH:
-        raise invalid(f"A batch logging request can contain at most {MAX_PARAMS_TAGS_PER_BATCH} params and "
-                      f"{MAX_PARAMS_TAGS_PER_BATCH} tags. Got {len(params)} params and {len(tags)} tags.")
-    if len(metrics) + len(params) + len(tags) > MAX_ENTITIES_PER_BATCH:
-        raise invalid(f"A batch logging request can contain at most {MAX_ENTITIES_PER_BATCH} entities in total.")
-    rows = [_metric(i, m) for i, m in enumerate(metrics)]
-    params = _params(run, params)
-    tags = _tags(tags)
+    _check_params_unchanged(run, params, single)
     with transaction.atomic():
         Param.objects.bulk_create([Param(run=run, key=k, value=v) for k, v in params], ignore_conflicts=True)
         for key, value in tags:
@@ -230,6 +248,30 @@ def log_batch(run_id, metrics=(), params=(), tags=()):
             ingest.rescore(run)
 
 
+def log_inputs(run_id, datasets=(), models=()):
+    """Keep the datasets (and logged models) a run used; a dataset logged again (same name and digest)
+    keeps its first entry, as in MLflow."""
+    if isinstance(run_id, str) and run_id and not RUN_ID.match(run_id):
+        raise invalid(invalid_value("run_id", run_id))
+    inputs = [_dataset_input(d) for d in datasets or []]
+    run = get_run(run_id)
+    _writable(run)
+    with transaction.atomic():
+        for dataset, tags in inputs:
+            DatasetInput.objects.get_or_create(run=run, name=dataset["name"], digest=dataset["digest"],
+                                               defaults={**dataset, "tags": tags})
+        for model in models or []:
+            if model.get("model_id"):
+                ModelInput.objects.get_or_create(run=run, model_id=model["model_id"])
+
+
+def run_inputs(run):
+    """MLflow's RunInputs of `run`: {"dataset_inputs": [...], "model_inputs": [...]}, empty lists left out."""
+    datasets = [d.to_mlflow() for d in run.dataset_inputs.all()]
+    models = [{"model_id": m.model_id} for m in run.model_inputs.all()]
+    return {**({"dataset_inputs": datasets} if datasets else {}), **({"model_inputs": models} if models else {})}
+
+
 def delete_tag(run_id, key):
     run = get_run(run_id)
     _writable(run)
@@ -248,8 +290,8 @@ def jobs_tagged(key):
 def metric_history(run_id, key):
     run = get_run(run_id)
     if not isinstance(key, str) or not key:
-        raise invalid(f"Missing value for required parameter 'metric_key', got {key!r}")
-    return Metric.objects.filter(run=run, key=key).order_by("step", "timestamp", "id")
+        raise invalid(missing_value("metric_key"))
+    return Metric.objects.filter(run=run, key=key).order_by("timestamp", "step", "value", "id")  # MLflow's order
 
 
 def latest_metrics(runs):
@@ -314,9 +356,10 @@ def _describe_job(run, params, tags):
 
 
 def _experiment_pk(value):
+    """An experiment id as MLflow reads one: an integer, given as a string (negative ones name no experiment)."""
     text = str(value).strip() if value is not None else ""
-    if not re.fullmatch(r"\d{1,18}", text):
-        raise invalid(f"experiment_id must be the id of an experiment (digits, e.g. '1'), got {value!r}")
+    if not re.fullmatch(r"[-+]?\d{1,18}", text):
+        raise invalid(f"Invalid experiment ID '{value}'. Experiment ID must be a valid integer.")
     return int(text)
 
 
@@ -357,57 +400,115 @@ def _float(field, value):
     return number
 
 
-def _entry(kind, i, entry):
+def _entry(path, entry):
     if not isinstance(entry, dict):
-        raise invalid(f"{kind}[{i}] must be an object with key and value, got {entry!r}")
+        raise invalid(invalid_value(path or "entry", entry, "an object with key and value is expected"))
     return entry
 
 
-def _metric(i, entry):
-    entry = _entry("metrics", i, entry)
-    key = validate_key("metric", entry.get("key"))
-    if "value" not in entry:
-        raise invalid(f"Missing value for required parameter 'metrics[{i}].value' (metric '{key}')")
-    value = _float(f"metrics[{i}].value (metric '{key}')", entry["value"])
+def _join(path, name):
+    return f"{path}.{name}" if path else name
+
+
+def _metric(path, entry):
+    """(key, value, timestamp, step) of one metric, checked as MLflow's _validate_metric does."""
+    entry = _entry(path, entry)
+    key = _entity_key("metric", _join(path, "name"), entry.get("key"))
+    if entry.get("value") in (None, ""):
+        raise invalid(missing_value(_join(path, "value")))
+    value = _float(_join(path, "value"), entry["value"])
     if entry.get("timestamp") in (None, ""):
-        raise invalid(f"Missing value for required parameter 'metrics[{i}].timestamp' (metric '{key}')")
-    timestamp = _int64(f"metrics[{i}].timestamp", entry["timestamp"])
-    step = _int64(f"metrics[{i}].step", entry.get("step", 0) if entry.get("step") not in (None, "") else 0)
+        raise invalid(missing_value(_join(path, "timestamp")))
+    timestamp = _int64(_join(path, "timestamp"), entry["timestamp"])
+    if timestamp < 0:
+        raise invalid(invalid_value(_join(path, "timestamp"), timestamp,
+                                    f"metric '{key}' (value={value}). Timestamp must be a nonnegative long "
+                                    "(64-bit integer) "))
+    step = _int64(_join(path, "step"), entry.get("step") if entry.get("step") not in (None, "") else 0)
+    if len(key) > MAX_ENTITY_KEY_LENGTH:
+        raise invalid(exceeds_maximum_length("Metric name", MAX_ENTITY_KEY_LENGTH))
     return key, value, timestamp, step
 
 
-def _params(run, params):
-    out = {}
-    for i, entry in enumerate(params):
-        entry = _entry("params", i, entry)
-        key = validate_key("param", entry.get("key"))
-        value = "" if entry.get("value") is None else str(entry["value"])
-        if len(value) > MAX_PARAM_VAL_LENGTH:
-            raise invalid(f"Param value '{value[:40]}...' had length {len(value)}, which exceeded length limit "
-                          f"of {MAX_PARAM_VAL_LENGTH} (param '{key}')")
-        if key in out and out[key] != value:
-            raise invalid(f"Duplicate parameter keys have been submitted: '{key}' with values {out[key]!r} and "
-                          f"{value!r}")
-        out[key] = value
-    existing = dict(Param.objects.filter(run=run, key__in=list(out)).values_list("key", "value"))
-    changed = {k: (existing[k], v) for k, v in out.items() if k in existing and existing[k] != v}
-    if changed:
-        detail = ", ".join(f"'{k}': old={old!r}, new={new!r}" for k, (old, new) in changed.items())
-        raise invalid(f"Changing param values is not allowed. Params were already logged for run ID "
-                      f"'{run.run_id}': {detail}")
-    return list(out.items())
+def _param(path, entry):
+    """(key, value) of one param. A value over MLflow's limit is refused: MLflow's server cuts it short
+    (MLFLOW_TRUNCATE_LONG_VALUES), which would keep a value the run never logged."""
+    entry = _entry(path, entry)
+    key = _entity_key("param", _join(path, "key"), entry.get("key"))
+    value = "" if entry.get("value") is None else str(entry["value"])
+    if len(key) > MAX_ENTITY_KEY_LENGTH:
+        raise invalid(exceeds_maximum_length("Param key", MAX_ENTITY_KEY_LENGTH))
+    if len(value) > MAX_PARAM_VAL_LENGTH:
+        raise invalid(exceeds_maximum_length("Param value", MAX_PARAM_VAL_LENGTH))
+    return key, value
+
+
+def _tag(path, entry):
+    """(key, value) of one run or experiment tag; a value over MLflow's limit is refused (see _param)."""
+    entry = _entry(path, entry)
+    key = _entity_key("tag", _join(path, "key"), entry.get("key"))
+    value = "" if entry.get("value") is None else str(entry["value"])
+    if len(key) > MAX_ENTITY_KEY_LENGTH:
+        raise invalid(exceeds_maximum_length(_join(path, "key"), MAX_ENTITY_KEY_LENGTH))
+    if len(value) > MAX_TAG_VAL_LENGTH:
+        raise invalid(exceeds_maximum_length(_join(path, "value"), MAX_TAG_VAL_LENGTH))
+    if key == SCORE_KEY_TAG and value:
+        validate_key("score key", value)
+    return key, value
 
 
 def _tags(tags):
-    out = []
-    for i, entry in enumerate(tags or []):
-        entry = _entry("tags", i, entry)
-        key = validate_key("tag", entry.get("key"))
-        value = "" if entry.get("value") is None else str(entry["value"])
-        if len(value) > MAX_TAG_VAL_LENGTH:
-            raise invalid(f"Tag value '{value[:40]}...' had length {len(value)}, which exceeded length limit of "
-                          f"{MAX_TAG_VAL_LENGTH} (tag '{key}')")
-        if key == SCORE_KEY_TAG and value:
-            validate_key("score key", value)
-        out.append((key, value))
-    return out
+    return [_tag("", t) for t in tags or []]
+
+
+def _entity_key(what, path, key):
+    """A metric, param or tag name checked as MLflow checks one (mlflow.utils.validation); return it."""
+    if key is None:
+        if what == "tag":
+            raise invalid(missing_value(path))
+        raise invalid(invalid_value(path, "" if what == "param" else None,
+                                    ("Metric name cannot be None. " if what == "metric" else "") + MISSING_KEY_NAME))
+    if not isinstance(key, str):
+        raise invalid(invalid_value(path, key, "a string is expected"))
+    if not re.fullmatch(r"[/\w.\- :]*", key):
+        raise invalid(invalid_value(path, key, BAD_CHARACTERS))
+    normal = posixpath.normpath(key)
+    if normal != key or normal == "." or normal.startswith("..") or normal.startswith("/"):
+        raise invalid(invalid_value(path, key, "Names may be treated as files in certain cases, and must not "
+                                               f"resolve to other names when treated as such. This name would "
+                                               f"resolve to {normal!r}"))
+    return key
+
+
+def _check_params_unchanged(run, params, single):
+    existing = dict(Param.objects.filter(run=run, key__in=[k for k, _ in params]).values_list("key", "value"))
+    changed = [{"key": k, "old_value": existing[k], "new_value": v} for k, v in params
+               if k in existing and existing[k] != v]
+    if not changed:
+        return
+    if single:
+        c = changed[0]
+        raise invalid(f"Changing param values is not allowed. Param with key='{c['key']}' was already logged with "
+                      f"value='{c['old_value']}' for run ID='{run.run_id}'. Attempted logging new value "
+                      f"'{c['new_value']}'.")
+    raise invalid(f"Changing param values is not allowed. Params were already logged='{changed}' for run "
+                  f"ID='{run.run_id}'.")
+
+
+def _dataset_input(entry):
+    """(dataset fields, tags) of one dataset input, checked as MLflow's _validate_dataset does."""
+    # A field the request left out is "" (protobuf's default), as MLflow's server reads it.
+    dataset = {f: v for f, v in (entry.get("dataset") or {}).items() if v is not None}
+    for field, limit in DATASET_LIMITS.items():
+        if dataset.get(field) is not None and len(dataset[field]) > limit:
+            raise invalid(exceeds_maximum_length(field, limit))
+    tags = []
+    for tag in entry.get("tags") or []:
+        tag = {"key": tag.get("key") or "", "value": tag.get("value") or ""}
+        if len(tag["key"]) > MAX_INPUT_TAG_KEY_LENGTH:
+            raise invalid(exceeds_maximum_length("key", MAX_INPUT_TAG_KEY_LENGTH))
+        if len(tag["value"]) > MAX_INPUT_TAG_VALUE_LENGTH:
+            raise invalid(exceeds_maximum_length("value", MAX_INPUT_TAG_VALUE_LENGTH))
+        tags.append({"key": tag["key"], "value": tag["value"]})
+    fields = {f: dataset.get(f) or "" for f in ("name", "digest", "source_type", "source", "schema", "profile")}
+    return fields, tags

@@ -9,7 +9,7 @@ Anything else under /api/2.0/mlflow-artifacts/ (multipart uploads, presigned URL
 MLflow's ENDPOINT_NOT_FOUND: the client then takes the plain path above.
 """
 
-from django.http import FileResponse, JsonResponse
+from django.http import FileResponse, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from tracking import artifacts
@@ -54,7 +54,7 @@ def artifact(request, path):
                        declared_bytes=int(length) if length and length.isdigit() else None)
     except ArtifactError as err:
         return _error(err)
-    return JsonResponse({})
+    return HttpResponse(b"")  # MLflow's server answers an upload with an empty 200
 
 
 def listing(request):

@@ -103,12 +103,14 @@ def test_a_failed_run_fails_its_job_and_async_metrics_arrive(mlflow_client):
 
 
 @pytest.mark.parametrize("call, code, says", [
-    (lambda c, rid: c.log_metric(rid, "bad@key", 1.0), "INVALID_PARAMETER_VALUE", "Invalid metric name"),
+    (lambda c, rid: c.log_metric(rid, "bad@key", 1.0), "INVALID_PARAMETER_VALUE",
+     "Invalid value \"bad@key\" for parameter 'name' supplied: Names may only contain"),
     (lambda c, rid: c.log_param(rid, "lr", "0.2"), "INVALID_PARAMETER_VALUE", "Changing param values is not allowed"),
-    (lambda c, rid: c.log_param(rid, "big", "x" * 6001), "INVALID_PARAMETER_VALUE", "exceeded length limit of 6000"),
+    (lambda c, rid: c.log_param(rid, "big", "x" * 6001), "INVALID_PARAMETER_VALUE",
+     "'Param value' exceeds the maximum length of 6000 characters"),
     (lambda c, rid: c.get_run("0" * 32), "RESOURCE_DOES_NOT_EXIST", "not found"),
     (lambda c, rid: c.delete_tag(rid, "nope"), "RESOURCE_DOES_NOT_EXIST", "No tag with name: nope"),
-    (lambda c, rid: c.create_experiment("bad"), "RESOURCE_ALREADY_EXISTS", "Experiment 'bad' already exists"),
+    (lambda c, rid: c.create_experiment("bad"), "RESOURCE_ALREADY_EXISTS", "Experiment(name=bad) already exists."),
     (lambda c, rid: c.get_experiment_by_name("nope"), None, None),
 ])
 def test_bad_input_gets_mlflows_error_and_stores_nothing(mlflow_client, call, code, says):
@@ -136,7 +138,8 @@ def test_a_batch_with_one_bad_metric_stores_none_of_it(mlflow_client, live_serve
     resp = requests.post(f"{live_server.url}/api/2.0/mlflow/runs/log-batch", json=body,
                          headers={"Authorization": f"Bearer {api_token(reporter)}"})
     assert resp.status_code == 400
-    assert resp.json()["error_code"] == "INVALID_PARAMETER_VALUE" and "metric 'bad'" in resp.json()["message"]
+    assert resp.json()["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert resp.json()["message"].startswith("Invalid value \"lots\" for parameter 'metrics[1].value' supplied")
     assert Metric.objects.count() == 0 and not mlflow_client.get_run(rid).data.params
 
 
