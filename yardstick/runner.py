@@ -171,7 +171,7 @@ class Child:
     restart_at: float = None
     readers: list = field(default_factory=list)  # a thread per output stream, copying it to `log`
     log: logs.PartLog = None
-    hidden: deque = field(default_factory=lambda: deque(maxlen=LAST_LINES))  # the last lines kept off the terminal
+    hidden: deque = field(default_factory=lambda: deque(maxlen=LAST_LINES))  # kept off the terminal since its last line there
     env: dict = field(default_factory=dict)
     # An embedded server (EmbeddedPostgres or EmbeddedRedis) that this entry watches
     # instead of a process of its own: PostgreSQL daemonizes, so its liveness is
@@ -201,13 +201,14 @@ class Runner:
         self.verbose = verbose
         self.log_dir = settings.DATA_DIR / "log"
         self.own_packages = own_packages(settings)
-        self.up_log = logs.PartLog(self.log_dir / "up.log")  # the runner's own lines
+        self.up_log = None  # the runner's own lines, once it holds the data dir (one writer to each file)
 
     # -- output ------------------------------------------------------------
 
     def say(self, name, line, to_file=None):
         """Print the runner's `line` (about part `name`) and keep it in up.log, as `to_file` when given."""
-        self.up_log.write(f"{name:>9} | {to_file or line}")
+        if self.up_log is not None:
+            self.up_log.write(f"{name:>9} | {to_file or line}")
         self._print(name, line)
 
     def _print(self, name, line):
@@ -217,12 +218,13 @@ class Runner:
 
     def _read(self, child, stream, shows):
         """Copy `stream` (one of `child`'s outputs) into its log file until it closes; print the lines
-        `shows` picks, and keep the last others for when it exits."""
+        `shows` picks, and keep the others since the last one printed, for when it exits."""
         for raw in iter(stream.readline, b""):
             line = raw.decode(errors="replace").rstrip()
             child.log.write(line)
             if self.verbose or shows(line):
                 self._print(child.name, line)
+                child.hidden.clear()  # what came before it the terminal has no need of: it saw what followed
             else:
                 child.hidden.append(line)
         stream.close()
@@ -249,8 +251,8 @@ class Runner:
             reader.join(max(0.0, deadline - time.monotonic()))
 
     def _show_last_lines(self, child):
-        """After `child` exited by itself (not killed by a signal), print the last lines the terminal did not get:
-        why it ended is often among them."""
+        """After `child` exited by itself (not killed by a signal), print the lines it wrote after the last one the
+        terminal got: why it ended is among them when no record said so."""
         if child.process is None or child.process.returncode is None or child.process.returncode < 0:
             return
         self._drain(child)
@@ -269,6 +271,7 @@ class Runner:
         except AlreadyRunning as err:
             self.say("up", str(err))
             return 1
+        self.up_log = logs.PartLog(self.log_dir / "up.log")
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: self.stopping.set())
         try:
@@ -489,10 +492,9 @@ class Runner:
             self.say("postgres", "stopping")
             self.pg.stop()
         self.say("up", "stopped")
-        for child in self.children + self.servers:
-            if child.log is not None:
-                child.log.close()
-        self.up_log.close()
+        for log in [child.log for child in self.children + self.servers] + [self.up_log]:
+            if log is not None:
+                log.close()
 
 
 def own_packages(settings):

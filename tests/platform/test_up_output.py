@@ -126,4 +126,3 @@ def test_a_part_that_exits_by_itself_has_its_last_lines_printed_and_every_line_i
     kept = (tmp_path / "log" / "demo.log").read_text()
     for text in ("-------------- demo@vm", "Task t[1] succeeded", "job 7 (demo) started", "CommandError"):
         assert text in kept
-    assert "started demo (pid" in (tmp_path / "log" / "up.log").read_text()
