@@ -11,12 +11,15 @@ import logging
 import sys
 import time
 
+import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpResponse
 from django.test import RequestFactory
 from django.urls import resolve
 from django.utils.log import log_response
 
 from tests.waiting import wait_for
+from yardstick.env import envchoice
 from yardstick.logs import PartLog, RecordsForPeople
 from yardstick.runner import Child, Runner
 
@@ -63,6 +66,15 @@ def test_an_uncaught_traceback_is_shown_even_after_a_hidden_record():
     assert shown(["INFO celery.app.trace: Task x[1] succeeded in 0.01s: None",
                   "Traceback (most recent call last):", "RuntimeError: died"]) == [
         "Traceback (most recent call last):", "RuntimeError: died"]
+
+
+def test_the_terminal_level_is_a_level_name_in_any_case_and_a_typo_stops_start_up():
+    levels = ("DEBUG", "INFO", "WARNING", "ERROR")
+    assert envchoice("YARDSTICK_LOG_LEVEL", levels, "WARNING", environ={}) == "WARNING"
+    assert envchoice("YARDSTICK_LOG_LEVEL", levels, "WARNING", environ={"YARDSTICK_LOG_LEVEL": " info "}) == "INFO"
+    with pytest.raises(ImproperlyConfigured,
+                       match=r"^YARDSTICK_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, got 'loud'$"):
+        envchoice("YARDSTICK_LOG_LEVEL", levels, "WARNING", environ={"YARDSTICK_LOG_LEVEL": "loud"})
 
 
 def test_a_part_log_rotates_past_its_size_keeping_its_backups(tmp_path):
