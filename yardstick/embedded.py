@@ -260,7 +260,7 @@ class EmbeddedPostgres:
         # The binaries are shared by every data dir: a marker beside them says they were
         # opened to this user (by uid, so a user deleted and made again is handed them again).
         marker = bin_path.parent / f".handed-to-{self.system_user}"
-        with _machine_lock(f"postgres-user-{self.system_user}"):
+        with _machine_lock("embedded-postgres-hand-over"):
             entry = ensure_user_exists(self.system_user)
             if _read(marker) != str(entry.pw_uid):
                 ensure_prefix_permissions(bin_path)

@@ -16,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from collector.agent.sources import node_name
 from yardstick import embedded
-from yardstick.env import envbool, envint, envlist, envpath, envurl
+from yardstick.env import envbool, envchoice, envint, envlist, envpath, envurl
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -307,7 +307,6 @@ WHITENOISE_AUTOREFRESH = DEBUG
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-from yardstick.env import envchoice  # noqa: E402
 
 # The level from which every part's log records reach `up`'s terminal (Yardstick's own INFO records,
 # such as a job starting or ending, always do; yardstick/logs.py); every record goes to the part's log file.
