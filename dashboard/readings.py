@@ -25,7 +25,7 @@ from costs.prices import PriceBook, burn_usd_per_h, model_key
 from costs.report import group_key
 from dashboard.figures import sparkline
 from tracking import artifacts
-from tracking.ingest import DEFAULT_SCORE_KEYS, KNOWN_KEYS, score_key
+from tracking.ingest import DEFAULT_SCORE_KEYS, KNOWN_KEYS, STEP_MAX, score_key, unchartable
 from tracking.models import SCORE_KEY_TAG, Metric
 from trainer.models import Job, Sample, Step
 
@@ -278,6 +278,7 @@ def external_run(job):
         "artifacts_mb": sum(a.size_bytes for a in files) / artifacts.MB,
         "score_key": key, "score_why": why, "score_own": bool(tags.get(SCORE_KEY_TAG)),
         "logged_keys": sorted(run.metrics.values_list("key", flat=True).distinct()),
+        "unchartable": unchartable(run), "step_max": STEP_MAX,
         "experiment_score_key": run.experiment.score_key, "default_score_keys": DEFAULT_SCORE_KEYS,
     }
 

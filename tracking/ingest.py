@@ -30,7 +30,7 @@ import math
 import re
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Count, F, Q
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -97,6 +97,12 @@ log = logging.getLogger(__name__)
 def chartable(step):
     """Whether a logged step can be one of the job's Step rows (MLflow's steps are 64-bit; Step.step is not)."""
     return 0 <= step <= STEP_MAX
+
+
+def unchartable(run):
+    """[(key, points)] of what `run` logged at steps that cannot be job steps (see `chartable`), by key."""
+    outside = Metric.objects.filter(run=run).filter(Q(step__lt=0) | Q(step__gt=STEP_MAX))
+    return list(outside.values("key").annotate(points=Count("id")).order_by("key").values_list("key", "points"))
 
 
 def score_key(run, logged_keys=()):

@@ -121,3 +121,26 @@ def test_a_long_runs_metric_charts_hold_at_most_the_point_limit_and_its_newest_v
                                 for s in range(1, 5001)])
     steps, values = readings.run_metric_series(run, max_points=100)["train/loss"]
     assert len(steps) <= 101 and steps[0] == 1 and steps[-1] == 5000 and values[-1] == 5000.0
+
+
+def test_points_at_steps_no_job_step_can_hold_are_kept_drawn_and_named_on_the_page(viewer_client):
+    run = _run()
+    _log(run, -1, reward=0.05)  # a baseline before the first step, as people log it
+    _log(run, 2**40, reward=0.9, kl=0.2)  # a timestamp used as the step
+    _log(run, 3, reward=0.3)
+    resp = viewer_client.get(f"/jobs/{run.job_id}")
+    assert resp.status_code == 200
+    assert [s.step for s in run.job.steps.all()] == [3], "only the step a job can hold"
+    html = resp.content.decode()
+    note = html.split('id="logged-unchartable">', 1)[1].split("</p>", 1)[0]
+    assert "outside 0 to 2,147,483,647" in note
+    assert "<code>kl</code> (1 point)" in note and "<code>reward</code> (2 points)" in note
+    figs = json.loads(resp.context["figures_json"])
+    drawn = [x for trace in figs["logged:other"]["data"] if trace["name"] == "reward" for x in trace["x"]]
+    assert sorted(drawn) == [-1, 3, 2**40]
+
+
+def test_a_run_with_every_step_chartable_has_no_such_note(viewer_client):
+    run = _run()
+    _log(run, 1, reward=0.1)
+    assert 'id="logged-unchartable"' not in viewer_client.get(f"/jobs/{run.job_id}").content.decode()
