@@ -283,13 +283,18 @@ def forget_mlflow_state():
     MLFLOW_EXPERIMENT_ID environment variable, which a later test's client would otherwise inherit."""
     import mlflow
     from mlflow.tracking import fluent
+    from mlflow.tracking._tracking_service.utils import is_tracking_uri_set
 
     try:
-        mlflow.flush_async_logging()
-        while mlflow.active_run():
-            mlflow.end_run()
+        # With no tracking URI nothing was logged here, and asking for the store would make
+        # MLflow's default one: an mlflow.db in the working directory.
+        if is_tracking_uri_set():
+            mlflow.flush_async_logging()
+            while mlflow.active_run():
+                mlflow.end_run()
     except Exception:  # the test revoked the token or broke the run on purpose: forget the run
-        fluent._active_run_stack.get().clear()
+        pass
+    fluent._active_run_stack.get().clear()
     fluent._active_experiment_id = None
     for name in ("MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID"):
         os.environ.pop(name, None)
