@@ -20,8 +20,9 @@ points 0..100:
 
 The first score value is the baseline (Job.baseline_pass1); the cost engine
 then computes IPD, cost per point, $ per 1M rollout tokens (from Step.gen_tokens:
-TRL's cumulative `num_tokens` differenced, veRL's per-step
-`perf/total_num_tokens`) and tokens per joule exactly as for embedded jobs.
+TRL's cumulative `num_tokens` differenced; veRL's and NeMo RL's batch token
+totals times the generated share of the mean lengths, see GENERATED_SHARE) and
+tokens per joule exactly as for embedded jobs.
 """
 
 import json
@@ -64,7 +65,6 @@ KNOWN_KEYS = {
     "actor/pg_clipfrac": "train/clip_ratio",
     "response_length/mean": "train/response_length_mean",
     "response_length/clip_ratio": "train/truncated_rate",
-    "perf/throughput": "performance/gen_tokens_per_s",
     "perf/mfu/actor": "performance/mfu",
     "timing_s/step": "timing/step_s",
     "timing_s/gen": "timing/generate_s",
@@ -74,14 +74,21 @@ KNOWN_KEYS = {
     "train/kl_penalty": "train/kl",
     "train/approx_entropy": "train/entropy",
     "train/mean_gen_tokens_per_sample": "train/response_length_mean",
-    "performance/tokens_per_sec": "performance/gen_tokens_per_s",
     "timing/train/total_step_time": "timing/step_s",
     "timing/train/generation": "timing/generate_s",
     "timing/train/policy_training": "timing/train_s",
 }
-# Rollout token counters: cumulative ones are differenced per step, per-step ones taken as they are.
+# Rollout token counters: cumulative ones are differenced per step (TRL's counts prompt tokens too, and
+# logs nothing to take them out with: docs/figures.md says so).
 CUMULATIVE_TOKENS = ("num_tokens",)
-STEP_TOKENS = ("perf/total_num_tokens",)
+# (the step's batch tokens, prompt and generated alike; the mean prompt length; the mean generated length),
+# all over the same sequences: the generated tokens are the batch's share of generated length. veRL's and
+# NeMo RL's throughputs (perf/throughput, performance/tokens_per_sec) count prompt tokens too, and per GPU
+# for veRL: the rollout throughput is the generated tokens over the generation time instead.
+GENERATED_SHARE = (
+    ("perf/total_num_tokens", "prompt_length/mean", "response_length/mean"),  # veRL
+    ("train/total_num_tokens", "train/mean_prompt_length", "train/mean_gen_tokens_per_sample"),  # NeMo RL
+)
 
 VERL_ACC = re.compile(r"^val-core/.+/acc/mean(@|_at_)\d+$")
 # veRL's core validation key when the reward function returns a bare score (its gsm8k and MATH ones): no acc.
@@ -163,7 +170,7 @@ def ingest(run, metrics):
         pass1 = points(score, raw[score]) if score in raw else None
         if pass1 is not None:
             mapped["eval/pass1"] = pass1
-        rows.append(_merge_step(job, step, mapped, pass1, gen_tokens))
+        rows.append(_with_rollout_rate(job, *_merge_step(job, step, mapped, pass1, gen_tokens)))
     if any(key in CUMULATIVE_TOKENS for key, *_ in metrics):
         _redifference_later_steps(run, job, set(by_step))
     _update_job(job, rows)
@@ -196,9 +203,11 @@ def rescore(run):
 
 def _step_tokens(run, step, raw):
     """Rollout tokens generated in `step`, from the counters logged at it, or None."""
-    for key in STEP_TOKENS:
-        if key in raw and math.isfinite(raw[key]):
-            return int(raw[key])
+    for total_key, prompt_key, generated_key in GENERATED_SHARE:
+        parts = [raw.get(total_key), raw.get(prompt_key), raw.get(generated_key)]
+        if all(v is not None and math.isfinite(v) and v >= 0 for v in parts) and parts[1] + parts[2] > 0:
+            total, prompt, generated = parts
+            return round(total * generated / (prompt + generated))
     for key in CUMULATIVE_TOKENS:
         if key in raw and math.isfinite(raw[key]):
             before = (Metric.objects.filter(run=run, key=key, step__lt=step).order_by("-step", "-timestamp")
@@ -220,7 +229,7 @@ def _redifference_later_steps(run, job, steps):
                      .values_list("value", flat=True).first())
             tokens = _step_tokens(run, later, {key: value})
             if tokens is not None:
-                _merge_step(job, later, {"performance/gen_tokens": tokens}, None, tokens)
+                _with_rollout_rate(job, *_merge_step(job, later, {"performance/gen_tokens": tokens}, None, tokens))
 
 
 def _merge_step(job, step, mapped, pass1, gen_tokens):
@@ -244,6 +253,22 @@ def _merge_step(job, step, mapped, pass1, gen_tokens):
         )
         merged = cur.fetchone()[0]
     return step, merged if isinstance(merged, dict) else json.loads(merged)
+
+
+def _with_rollout_rate(job, step, merged):
+    """(step, merged) with the step's rollout throughput, its generated tokens over its generation time,
+    once the step has both (NeMo RL logs its timings in a batch of their own, after the tokens)."""
+    tokens, seconds = merged.get("performance/gen_tokens"), merged.get("timing/generate_s")
+    if not (isinstance(tokens, (int, float)) and isinstance(seconds, (int, float)) and math.isfinite(seconds)
+            and seconds > 0):
+        return step, merged
+    rate = tokens / seconds
+    if merged.get("performance/gen_tokens_per_s") != rate:
+        with connection.cursor() as cur:
+            cur.execute("UPDATE trainer_step SET metrics = metrics || jsonb_build_object(%s, %s::float8) "
+                        "WHERE job_id = %s AND step = %s", ["performance/gen_tokens_per_s", rate, job.pk, step])
+        merged = {**merged, "performance/gen_tokens_per_s": rate}
+    return step, merged
 
 
 def _update_job(job, rows):

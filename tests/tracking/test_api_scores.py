@@ -52,18 +52,24 @@ def test_known_keys_of_trl_verl_and_nemo_rl_land_on_yardsticks_charts(mlflow_cli
     rid = mlflow_client.create_run(mlflow_client.create_experiment("keys")).info.run_id
     mlflow_client.log_batch(rid, metrics=[mlflow.entities.Metric(k, v, 1, 1) for k, v in {
         "critic/score/mean": 0.4, "actor/kl_loss": 0.02, "actor/entropy": 1.1, "perf/throughput": 900.0,
-        "perf/total_num_tokens": 4096.0, "response_length/mean": 33.0, "timing_s/step": 2.5}.items()])
+        "perf/total_num_tokens": 4096.0, "prompt_length/mean": 95.0, "response_length/mean": 33.0,
+        "timing_s/gen": 1.2, "timing_s/step": 2.5}.items()])
     mlflow_client.log_batch(rid, metrics=[mlflow.entities.Metric(k, v, 1, 2) for k, v in {
         "train/reward": 0.6, "train/kl_penalty": 0.03, "train/approx_entropy": 1.0,
-        "performance/tokens_per_sec": 800.0}.items()])
+        "train/total_num_tokens": 9000.0, "train/mean_prompt_length": 50.0, "train/mean_gen_tokens_per_sample": 100.0,
+        "timing/train/generation": 3.0, "performance/tokens_per_sec": 800.0}.items()])
     step1, step2 = Step.objects.filter(job=_job(rid)).order_by("step")
+    # veRL's 4,096 batch tokens are prompts and responses: 33 of every 95 + 33 generated. Its throughput
+    # (all tokens per GPU-second) is not the rollout throughput: generated tokens over the generation time.
     assert {k: step1.metrics[k] for k in ("train/reward_mean", "train/kl", "train/entropy",
                                           "performance/gen_tokens_per_s", "performance/gen_tokens",
                                           "train/response_length_mean", "timing/step_s")} == {
-        "train/reward_mean": 0.4, "train/kl": 0.02, "train/entropy": 1.1, "performance/gen_tokens_per_s": 900.0,
-        "performance/gen_tokens": 4096, "train/response_length_mean": 33.0, "timing/step_s": 2.5}
-    assert (step1.gen_tokens, step1.step_s, step1.metrics["critic/score/mean"]) == (4096, 2.5, 0.4)
+        "train/reward_mean": 0.4, "train/kl": 0.02, "train/entropy": 1.1, "performance/gen_tokens_per_s": 1056 / 1.2,
+        "performance/gen_tokens": 1056, "train/response_length_mean": 33.0, "timing/step_s": 2.5}
+    assert (step1.gen_tokens, step1.step_s, step1.metrics["critic/score/mean"]) == (1056, 2.5, 0.4)
     assert (step2.metrics["train/reward_mean"], step2.metrics["train/kl"], step2.reward_mean) == (0.6, 0.03, 0.6)
+    # NeMo RL's likewise: 9,000 tokens, 100 of every 150 generated, in 3 s of generation.
+    assert (step2.gen_tokens, step2.metrics["performance/gen_tokens_per_s"]) == (6000, 2000.0)
     assert _job(rid).latest_reward_mean == 0.6
 
 

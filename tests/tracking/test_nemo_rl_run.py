@@ -104,11 +104,15 @@ def test_a_nemo_rl_run_is_a_nemo_rl_job_with_its_steps_charted_and_its_validatio
         "train/response_length_mean", "performance/gen_tokens_per_s", "timing/step_s", "timing/generate_s",
         "timing/train_s")} == {
         "train/reward_mean": 0.25, "train/kl": 0.001, "train/entropy": 0.8, "train/loss": 0.02, "train/grad_norm": 0.4,
-        "train/lr": 5e-06, "train/response_length_mean": 291.0, "performance/gen_tokens_per_s": 2600.0,
+        "train/lr": 5e-06, "train/response_length_mean": 291.0,
+        # Its throughputs count prompt tokens too: the generated share of its 220,000 batch tokens
+        # (291 of every 120 + 291), over the 35 s of generation, once the timings arrive after the tokens.
+        "performance/gen_tokens_per_s": 155_766 / 35.0,
         "timing/step_s": 81.0, "timing/generate_s": 35.0, "timing/train_s": 30.0}
     rows = Step.objects.filter(job=job).order_by("step")
     assert [(r.reward_mean, r.step_s, r.eval_pass1) for r in rows] == [(None, None, 30.0), (0.25, 81.0, None),
                                                                        (0.5, 82.0, 45.0)]
+    assert [r.gen_tokens for r in rows] == [None, 155_766, 155_922]  # 220,000 x 292 / 412 at step 2
     job.refresh_from_db()
     assert (job.baseline_pass1, job.latest_pass1, job.latest_reward_mean) == (30.0, 45.0, 0.5)
 

@@ -157,8 +157,10 @@ def test_verls_step_metrics_land_on_yardsticks_charts_and_its_validation_is_the_
         "performance/gen_tokens", "performance/mfu", "timing/generate_s", "timing/train_s", "timing/step_s")} == {
         "train/reward_mean": 0.2, "train/kl": 0.001, "train/entropy": 0.9, "train/loss": -0.01,
         "train/grad_norm": 0.5, "train/lr": 1e-06, "train/clip_ratio": 0.002, "train/response_length_mean": 201.0,
-        "train/truncated_rate": 0.05, "performance/gen_tokens_per_s": 3200.0, "performance/gen_tokens": 400_000,
+        "train/truncated_rate": 0.05, "performance/gen_tokens_per_s": 258_521 / 30.0, "performance/gen_tokens": 258_521,
         "performance/mfu": 0.31, "timing/generate_s": 30.0, "timing/train_s": 20.0, "timing/step_s": 61.0}
+    # perf/total_num_tokens counts prompts and responses (201 of every 110 + 201 tokens generated), and
+    # perf/throughput is all tokens per GPU-second: the rollout figures are the generated share.
     assert first["critic/score/mean"] == 0.2 and first["timing_s/gen"] == 30.0, "raw keys kept beside"
     # veRL's MLflow adapter rewrites '@' (MLflow refuses it): the score arrives as mean_at_1, taken as logged.
     score = "val-core/openai/gsm8k/reward/mean_at_1"
@@ -167,7 +169,7 @@ def test_verls_step_metrics_land_on_yardsticks_charts_and_its_validation_is_the_
                                                                            (3, 0.47)]
     rows = Step.objects.filter(job=job).order_by("step")
     assert [(r.reward_mean, r.step_s, r.gen_tokens, r.eval_pass1) for r in rows] == [
-        (None, None, None, 0.31), (0.2, 61.0, 400_000, None), (0.4, 62.0, 400_000, None),
-        (pytest.approx(0.6), 63.0, 400_000, 0.47)]
+        (None, None, None, 0.31), (0.2, 61.0, 258_521, None), (0.4, 62.0, 258_974, None),
+        (pytest.approx(0.6), 63.0, 259_425, 0.47)]
     job.refresh_from_db()
     assert (job.baseline_pass1, job.latest_pass1, job.latest_reward_mean) == (0.31, 0.47, pytest.approx(0.6))
