@@ -20,7 +20,7 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from collector.agent import schema
-from collector.models import Device, LatestSample, Node
+from collector.models import Device, LatestSample, Node, Rollup1m
 
 log = logging.getLogger(__name__)
 
@@ -395,6 +395,36 @@ def rollup_minutes(lo=None, hi=None, pairs=None):
                        "JOIN telemetry_rollup_1m r ON r.device_id = p.device_id AND r.bucket = p.bucket"),
                 [[p[0] for p in pairs], [p[1] for p in pairs]])
         return cur.fetchall()
+
+
+_HELD_ACTIVITY = """
+SELECT h.device_id, sum(h.held_s),
+       sum(r.util_mean_pct * h.held_s) / nullif(sum(h.held_s) FILTER (WHERE r.util_mean_pct IS NOT NULL), 0),
+       sum(r.sm_active_mean_pct * h.held_s)
+           / nullif(sum(h.held_s) FILTER (WHERE r.sm_active_mean_pct IS NOT NULL), 0),
+       sum(r.tensor_active_mean_pct * h.held_s)
+           / nullif(sum(h.held_s) FILTER (WHERE r.tensor_active_mean_pct IS NOT NULL), 0),
+       sum(r.throttled_samples), sum(r.reasons_samples)
+FROM unnest(%s::int8[], %s::timestamptz[], %s::float8[]) AS h(device_id, minute, held_s)
+JOIN telemetry_rollup_1m r ON r.device_id = h.device_id AND r.bucket = h.minute
+GROUP BY h.device_id
+ORDER BY h.device_id
+"""
+
+
+def held_activity(held):
+    """What devices did in the minutes someone held them: for `held`, [(device id, minute, seconds held)], a row
+    per device of (device id, seconds held, utilization %, SM active %, tensor active %, throttled samples,
+    samples that report why), each minute's rollup weighted by the seconds held in it; a minute without a
+    rollup counts for nothing, a figure no minute reports is None."""
+    with connection.cursor() as cur:
+        cur.execute(_HELD_ACTIVITY, [[h[0] for h in held], [h[1] for h in held], [h[2] for h in held]])
+        return cur.fetchall()
+
+
+def rollup_minutes_in(lo, hi):
+    """The 1-minute rollups (Rollup1m) with lo <= bucket < hi, as a queryset another app may narrow."""
+    return Rollup1m.objects.filter(bucket__gte=lo, bucket__lt=hi)
 
 
 def oldest_rollup_minute():

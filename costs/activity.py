@@ -6,9 +6,10 @@ each minute weighted by the seconds the job held the device in it, so a job that
 was while it held it. It lags attribution (about a minute), like the job's cost.
 """
 
-from django.db import connection
-
+from collector import store
 from collector.models import Device
+from costs.models import Allocation
+from trainer.models import Step
 
 # A device whose clocks were held down for at least this share of the samples that report why is flagged.
 THROTTLED_SHARE = 0.2
@@ -16,29 +17,13 @@ THROTTLED_SHARE = 0.2
 # flagged: kept busy without doing the matrix work it is paid for.
 BUSY_PCT, IDLE_TENSOR_PCT = 50.0, 10.0
 
-_ACTIVITY = """
-SELECT a.device_id, sum(a.held_s),
-       sum(r.util_mean_pct * a.held_s) / nullif(sum(a.held_s) FILTER (WHERE r.util_mean_pct IS NOT NULL), 0),
-       sum(r.sm_active_mean_pct * a.held_s)
-           / nullif(sum(a.held_s) FILTER (WHERE r.sm_active_mean_pct IS NOT NULL), 0),
-       sum(r.tensor_active_mean_pct * a.held_s)
-           / nullif(sum(a.held_s) FILTER (WHERE r.tensor_active_mean_pct IS NOT NULL), 0),
-       sum(r.throttled_samples), sum(r.reasons_samples)
-FROM costs_allocation a
-JOIN telemetry_rollup_1m r ON r.device_id = a.device_id AND r.bucket = a.minute
-WHERE a.job_id = %s AND a.held_s > 0
-GROUP BY a.device_id
-ORDER BY a.device_id
-"""
-
 
 def job_activity(job):
     """[{device (Device.to_dict with node), held_s, util_pct, sm_active_pct, tensor_active_pct, throttled_share
     (0..1), throttled_pct, throttled, idle_tensor}] for each device the job was charged for; a figure the device
     does not report is None."""
-    with connection.cursor() as cur:
-        cur.execute(_ACTIVITY, [job.pk])
-        rows = cur.fetchall()
+    held = Allocation.objects.filter(job_id=job.pk, held_s__gt=0).values_list("device_id", "minute", "held_s")
+    rows = store.held_activity(list(held))
     devices = {d.pk: d for d in Device.objects.filter(pk__in=[r[0] for r in rows]).select_related("node")}
     out = []
     for device_id, held_s, util, sm, tensor, throttled, reasons in rows:
@@ -76,16 +61,6 @@ def peak_flops(model):
     return None
 
 
-# A job's steps: the mean MFU its trainer reported, and its model FLOPs and seconds over the steps that give both.
-_MFU = """
-SELECT avg((metrics->>'performance/mfu')::float8), count(metrics->>'performance/mfu'),
-       sum((metrics->>'performance/model_flops')::float8) FILTER (WHERE timed),
-       sum((metrics->>'timing/step_s')::float8) FILTER (WHERE timed)
-FROM (SELECT metrics, metrics ? 'performance/model_flops' AND (metrics->>'timing/step_s')::float8 > 0 AS timed
-      FROM trainer_step WHERE job_id = %s) s
-"""
-
-
 def job_mfu(job, activity):
     """The job's model FLOPs utilization beside what its devices did: {"mfu" (0..1 or None), "how", "why"}.
 
@@ -94,9 +69,7 @@ def job_mfu(job, activity):
     (`activity`, job_activity's rows). Reported (how "reported"): the mean MFU the trainer logged
     (performance/mfu, e.g. veRL's perf/mfu/actor). `why` says what is missing when there is none.
     """
-    with connection.cursor() as cur:
-        cur.execute(_MFU, [job.pk])
-        reported, count, flops, seconds = cur.fetchone()
+    reported, count, flops, seconds = Step.flops_totals(job)
     if count:
         return {"mfu": reported, "mfu_pct": 100 * reported, "how": "reported", "why": ""}
     if not seconds:

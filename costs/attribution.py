@@ -40,11 +40,11 @@ from datetime import timedelta
 from decimal import ROUND_DOWN, Decimal
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from collector import store
-from costs.models import AttributionState
+from costs.models import Allocation, AttributionState
 from trainer.models import Job, Stint
 
 log = logging.getLogger(__name__)
@@ -149,20 +149,12 @@ def _rollups(lo, hi, pairs=None):
 def _changed_minutes(lo, hi):
     """(device, minute) pairs in [lo, hi) whose rollup has no allocation or changed since it was attributed.
 
-    The one read of the collector's table left here: it compares every rollup of LATE_WINDOW (6 h of every
-    device) with the allocations made from it, which only the database can do without shipping them."""
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            SELECT r.device_id, r.bucket FROM telemetry_rollup_1m r
-            WHERE r.bucket >= %s AND r.bucket < %s AND NOT EXISTS (
-                SELECT 1 FROM costs_allocation a
-                WHERE a.device_id = r.device_id AND a.minute = r.bucket AND a.rollup_samples = r.samples
-                  AND a.rollup_covered_s = r.covered_s AND a.rollup_energy_j = r.energy_j)
-            """,
-            [lo, hi],
-        )
-        return cur.fetchall()
+    It compares every rollup of LATE_WINDOW (6 h of every device) with the allocations made from it, which
+    only the database can do without shipping them: one NOT EXISTS over collector.store.rollup_minutes_in."""
+    attributed = Allocation.objects.filter(
+        device_id=OuterRef("device_id"), minute=OuterRef("bucket"), rollup_samples=OuterRef("samples"),
+        rollup_covered_s=OuterRef("covered_s"), rollup_energy_j=OuterRef("energy_j"))
+    return list(store.rollup_minutes_in(lo, hi).exclude(Exists(attributed)).values_list("device_id", "bucket"))
 
 
 # -- writing ------------------------------------------------------------------------

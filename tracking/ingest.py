@@ -25,12 +25,11 @@ totals times the generated share of the mean lengths, see GENERATED_SHARE) and
 tokens per joule exactly as for embedded jobs.
 """
 
-import json
 import logging
 import math
 import re
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count, F, Q
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -170,7 +169,7 @@ def ingest(run, metrics):
         pass1 = points(score, raw[score]) if score in raw else None
         if pass1 is not None:
             mapped["eval/pass1"] = pass1
-        rows.append(_with_rollout_rate(job, *_merge_step(job, step, mapped, pass1, gen_tokens)))
+        rows.append(_merge_step(job, step, mapped))
     if any(key in CUMULATIVE_TOKENS for key, *_ in metrics):
         _redifference_later_steps(run, job, set(by_step))
     _update_job(job, rows)
@@ -187,14 +186,8 @@ def rescore(run):
     key = score_key(run)
     job = run.job
     with transaction.atomic():
-        for row in Step.objects.filter(job=job).select_for_update():
-            value = row.metrics.get(key)
-            pass1 = points(key, value) if isinstance(value, (int, float)) else None
-            row.eval_pass1 = pass1
-            row.metrics = {k: v for k, v in row.metrics.items() if k != "eval/pass1"}
-            if pass1 is not None:
-                row.metrics["eval/pass1"] = pass1
-            row.save(update_fields=["eval_pass1", "metrics"])
+        Step.rescore(job.pk, lambda metrics: points(key, metrics[key])
+                     if isinstance(metrics.get(key), (int, float)) else None)
         scored = Step.objects.filter(job=job, eval_pass1__isnull=False).order_by("step")
         first, last = scored.first(), scored.last()
         Job.objects.filter(pk=job.pk).update(baseline_pass1=first.eval_pass1 if first else None,
@@ -229,45 +222,21 @@ def _redifference_later_steps(run, job, steps):
                      .values_list("value", flat=True).first())
             tokens = _step_tokens(run, later, {key: value})
             if tokens is not None:
-                _with_rollout_rate(job, *_merge_step(job, later, {"performance/gen_tokens": tokens}, None, tokens))
+                _merge_step(job, later, {"performance/gen_tokens": tokens})
 
 
-def _merge_step(job, step, mapped, pass1, gen_tokens):
-    """Insert or merge one Step row in one statement (two batches at the same step never lose each
-    other's keys); return (step, the merged metrics)."""
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            INSERT INTO trainer_step (job_id, step, at, metrics, reward_mean, eval_pass1, gen_tokens, step_s)
-            VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s)
-            ON CONFLICT (job_id, step) DO UPDATE SET
-                metrics = trainer_step.metrics || EXCLUDED.metrics,
-                reward_mean = COALESCE(EXCLUDED.reward_mean, trainer_step.reward_mean),
-                eval_pass1 = COALESCE(EXCLUDED.eval_pass1, trainer_step.eval_pass1),
-                gen_tokens = COALESCE(EXCLUDED.gen_tokens, trainer_step.gen_tokens),
-                step_s = COALESCE(EXCLUDED.step_s, trainer_step.step_s)
-            RETURNING metrics
-            """,
-            [job.pk, step, timezone.now(), json.dumps(mapped), mapped.get("train/reward_mean"), pass1, gen_tokens,
-             mapped.get("timing/step_s")],
-        )
-        merged = cur.fetchone()[0]
-    return step, merged if isinstance(merged, dict) else json.loads(merged)
-
-
-def _with_rollout_rate(job, step, merged):
-    """(step, merged) with the step's rollout throughput, its generated tokens over its generation time,
-    once the step has both (NeMo RL logs its timings in a batch of their own, after the tokens)."""
+def _merge_step(job, step, mapped):
+    """(step, the step's metrics once `mapped` is merged in, with its rollout throughput: its generated tokens
+    over its generation time, once the step has both; NeMo RL logs its timings in a batch of their own,
+    after the tokens)."""
+    merged = Step.merge(job.pk, step, mapped)
     tokens, seconds = merged.get("performance/gen_tokens"), merged.get("timing/generate_s")
     if not (isinstance(tokens, (int, float)) and isinstance(seconds, (int, float)) and math.isfinite(seconds)
             and seconds > 0):
         return step, merged
     rate = tokens / seconds
     if merged.get("performance/gen_tokens_per_s") != rate:
-        with connection.cursor() as cur:
-            cur.execute("UPDATE trainer_step SET metrics = metrics || jsonb_build_object(%s, %s::float8) "
-                        "WHERE job_id = %s AND step = %s", ["performance/gen_tokens_per_s", rate, job.pk, step])
-        merged = {**merged, "performance/gen_tokens_per_s": rate}
+        merged = Step.merge(job.pk, step, {"performance/gen_tokens_per_s": rate})
     return step, merged
 
 

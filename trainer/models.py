@@ -21,6 +21,8 @@ namespaced metrics per GRPO update (step 0: the baseline evaluation); `Sample`
 keeps a few rollouts per step so a person can read what the model wrote.
 """
 
+import json
+import math
 import re
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
@@ -683,6 +685,13 @@ class Stint(models.Model):
         }
 
 
+def _finite(value):
+    """`value` when it is a finite number (not a bool), else None: what a float column of a step may hold."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
+
+
 class Step(models.Model):
     """One GRPO update's metrics (step 0: the baseline evaluation before any update).
 
@@ -704,9 +713,63 @@ class Step(models.Model):
         ordering = ["job", "step"]
         constraints = [models.UniqueConstraint(fields=["job", "step"], name="trainer_step_unique")]
 
-    # Metrics also copied to columns of the row: read those, not the jsonb.
+    # Metrics also copied to columns of the row: read those, not the jsonb. Step.merge is the one writer.
     COLUMNS = {"train/reward_mean": "reward_mean", "eval/pass1": "eval_pass1",
                "performance/gen_tokens": "gen_tokens", "timing/step_s": "step_s"}
+
+    @classmethod
+    def merge(cls, job_id, step, metrics):
+        """Write `metrics` (namespaced keys; JSON values) into the job's row for `step`, inserting it when
+        there is none, and return the row's metrics as they now are.
+
+        Every writer of the table comes here: the built-in trainer (one call a step, then its checkpoint
+        time) and tracking (a run's batches, which may split one step). Keys already there and not in
+        `metrics` are kept, so two batches at one step never lose each other's; each column of COLUMNS
+        takes its metric's value when that is a finite number and keeps what it had otherwise.
+        """
+        columns = list(cls.COLUMNS.values())
+        values = [_finite(metrics.get(key)) for key in cls.COLUMNS]
+        if values[columns.index("gen_tokens")] is not None:
+            values[columns.index("gen_tokens")] = int(values[columns.index("gen_tokens")])
+        table = cls._meta.db_table
+        keep = ", ".join(f"{c} = COALESCE(EXCLUDED.{c}, {table}.{c})" for c in columns)
+        with connection.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {table} (job_id, step, at, metrics, {', '.join(columns)}) "
+                f"VALUES (%s, %s, %s, %s::jsonb, {', '.join(['%s'] * len(columns))}) "
+                f"ON CONFLICT (job_id, step) DO UPDATE SET metrics = {table}.metrics || EXCLUDED.metrics, {keep} "
+                "RETURNING metrics",
+                [job_id, step, timezone.now(), json.dumps(metrics), *values],
+            )
+            merged = cur.fetchone()[0]
+        return merged if isinstance(merged, dict) else json.loads(merged)
+
+    @classmethod
+    def rescore(cls, job_id, score_of):
+        """Set every step's score (eval/pass1, metric and column) of the job to `score_of(metrics)`, removing
+        it where that is None (the job's score key changed). Call it inside a transaction."""
+        for row in cls.objects.filter(job_id=job_id).select_for_update():
+            pass1 = score_of(row.metrics)
+            row.eval_pass1 = pass1
+            row.metrics = {k: v for k, v in row.metrics.items() if k != "eval/pass1"}
+            if pass1 is not None:
+                row.metrics["eval/pass1"] = pass1
+            row.save(update_fields=["eval_pass1", "metrics"])
+
+    @classmethod
+    def flops_totals(cls, job):
+        """(mean reported MFU, how many steps reported one, model FLOPs, seconds) of the job's steps: MFU from
+        performance/mfu; FLOPs and seconds summed over the steps that give both performance/model_flops and a
+        positive timing/step_s. Sums are None when no step gives both."""
+        with connection.cursor() as cur:
+            cur.execute(f"""
+                SELECT avg((metrics->>'performance/mfu')::float8), count(metrics->>'performance/mfu'),
+                       sum((metrics->>'performance/model_flops')::float8) FILTER (WHERE timed),
+                       sum((metrics->>'timing/step_s')::float8) FILTER (WHERE timed)
+                FROM (SELECT metrics, metrics ? 'performance/model_flops'
+                             AND (metrics->>'timing/step_s')::float8 > 0 AS timed
+                      FROM {cls._meta.db_table} WHERE job_id = %s) s""", [job.pk])
+            return cur.fetchone()
 
     def to_dict(self):
         return {"step": self.step, "at": _iso(self.at), "metrics": self.metrics}

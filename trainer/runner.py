@@ -457,13 +457,13 @@ def _steps(job, trainer, config, resume_from, built, stints, progress):
         metrics["timing/checkpoint_s"] = 0.0
         metrics["timing/step_s"] = time.perf_counter() - started
         metrics = _clean(metrics)
-        row, kept = _record(job, step, metrics, result.samples, config)
+        kept = _record(job, step, metrics, result.samples, config)
 
         # -- checkpoint ------------------------------------------------------------------
         if step % config.checkpoint_every == 0 or step == config.steps:
             metrics["timing/checkpoint_s"] = _checkpoint(job, trainer, config)
             metrics["timing/step_s"] = time.perf_counter() - started
-            Step.objects.filter(pk=row.pk).update(metrics=metrics, step_s=metrics["timing/step_s"])
+            Step.merge(job.pk, step, {key: metrics[key] for key in ("timing/checkpoint_s", "timing/step_s")})
 
         # -- publish -----------------------------------------------------------------------
         publish(f"job.{job.pk}", "step", {"job": job.pk, "step": step, "steps": config.steps, "metrics": metrics,
@@ -517,15 +517,12 @@ def _set_phase(job, text):
 
 
 def _record(job, step, metrics, samples, config):
-    """Save one step's row, its samples and the job's running figures; return the row and the kept
-    samples (as Sample.to_dict gives them, for the step's live event)."""
+    """Save one step's row, its samples and the job's running figures; return the kept samples (as
+    Sample.to_dict gives them, for the step's live event)."""
     pass1 = metrics.get("eval/pass1")
     reward = metrics.get("train/reward_mean")
     with transaction.atomic():
-        row = Step.objects.create(
-            job=job, step=step, metrics=metrics, reward_mean=reward, eval_pass1=pass1,
-            gen_tokens=_int(metrics.get("performance/gen_tokens")), step_s=metrics.get("timing/step_s"),
-        )
+        Step.merge(job.pk, step, metrics)
         kept = Sample.objects.bulk_create([
             Sample(job=job, step=step, index=i, prompt=s["prompt"], completion=s["completion"],
                    reward=float(s["reward"]), advantage=float(s["advantage"]), tool_calls=int(s.get("tool_calls", 0)))
@@ -539,7 +536,7 @@ def _record(job, step, metrics, samples, config):
             if step == 0:
                 fields["baseline_pass1"] = pass1
         _update_active(job, **fields)
-    return row, [s.to_dict() for s in kept]
+    return [s.to_dict() for s in kept]
 
 
 def _checkpoint(job, trainer, config):
@@ -591,10 +588,6 @@ def _steps_done(job):
 def _error_text(err):
     text = f"{type(err).__name__}: {err}".strip()
     return text if len(text) <= 4000 else text[:4000] + "…"
-
-
-def _int(value):
-    return None if value is None else int(value)
 
 
 def _clean(metrics):
