@@ -13,7 +13,7 @@ from pathlib import Path
 from django.core.management.base import CommandError
 from django.db import connection, transaction
 
-from collector import store
+from collector import signals, store
 from collector.agent.batch import Batch
 from collector.agent.smi import read_smi_log
 from collector.agent.sources.dcgm import parse_metrics, readings_from_metrics
@@ -130,14 +130,11 @@ def _store(devices, rows, holders, labels, report):
 
 
 def into_cost_review(report, now=None):
-    """Roll up and attribute the window `report` imported, so the cost review shows it now.
-
-    The periodic tasks look back minutes, not to last year's log. Return
-    attribute_window's summary ({"from", "to", "rows"}), or None when nothing
-    new was imported.
+    """Roll up the window `report` imported and tell the apps above (collector.signals.imported), so the
+    cost review shows it now: the periodic tasks look back minutes, not to last year's log. Return the
+    summary a receiver gave (costs: {"from", "to", "rows"} it attributed), or None when nothing new was
+    imported or nobody summed it up.
     """
-    from costs.attribution import attribute_window
-
     if not report.imported or report.first_ts is None:
         return None
     # roll_up does a bounded amount per call; one that did all it may do leaves more behind
@@ -145,7 +142,8 @@ def into_cost_review(report, now=None):
         pass
     lo = report.first_ts.astimezone(timezone.utc).replace(second=0, microsecond=0)
     hi = report.last_ts.astimezone(timezone.utc).replace(second=0, microsecond=0) + timedelta(minutes=1)
-    return attribute_window(lo, hi, now=now)
+    answers = signals.imported.send(sender=into_cost_review, lo=lo, hi=hi, now=now)
+    return next((summary for _receiver, summary in answers if summary is not None), None)
 
 
 def conclude(report, path, node):

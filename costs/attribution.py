@@ -146,6 +146,11 @@ def _rollups(lo, hi, pairs=None):
     return [(*r[:6], r[6] or IDLE_TEAM, r[7]) for r in store.rollup_minutes(lo, hi, pairs)]
 
 
+def attribute_imported(sender, lo, hi, now=None, **kwargs):
+    """collector.signals.imported's receiver: attribute the imported window; return attribute_window's summary."""
+    return attribute_window(lo, hi, now=now)
+
+
 def _changed_minutes(lo, hi):
     """(device, minute) pairs in [lo, hi) whose rollup has no allocation or changed since it was attributed.
 
