@@ -27,8 +27,9 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
-from trainer.models import DEVICE_ACCEPTED, DEVICE_RE, ENDED, NAME_MAX, TEAM_MAX, Job, Source, Status
-from trainer.models import _budget, _init_from, _text
+from trainer import inputs
+from trainer.inputs import NAME_MAX, TEAM_MAX
+from trainer.models import ENDED, Job, Source, Status
 from yardstick.inputs import InputError
 from yardstick.live import publish
 
@@ -86,8 +87,8 @@ class Campaign(models.Model):
         from trainer.rl.config import ConfigError, TrainConfig
         from trainer.rl.envs import ENV_NAMES
 
-        name = _text("name", name, NAME_MAX)
-        team = _text("team", team, TEAM_MAX)
+        name = inputs.text("name", name, NAME_MAX)
+        team = inputs.text("team", team, TEAM_MAX)
         accepted = f"a list of environment names, each one of {', '.join(ENV_NAMES)}"
         if not isinstance(envs, list) or not envs or not all(isinstance(e, str) and e in ENV_NAMES for e in envs):
             raise InputError("envs", f"envs must be {accepted}, at least one; got {envs!r}")
@@ -107,15 +108,14 @@ class Campaign(models.Model):
             raise InputError(f"run_config.{err.field}", err.message) from None
         except TypeError as err:
             raise InputError("run_config", f"run_config is not usable: {err}") from None
-        budget = _budget(budget_usd)
-        if not isinstance(device, str) or not DEVICE_RE.fullmatch(device):
-            raise InputError("device", f"device must be {DEVICE_ACCEPTED}, got {device!r}")
+        budget = inputs.budget(budget_usd)
+        device = inputs.device(device)
         if isinstance(eval_size, bool) or not isinstance(eval_size, int) or not 1 <= eval_size <= EVAL_SIZE_MAX:
             raise InputError("eval_size", f"eval_size must be an integer from 1 to {EVAL_SIZE_MAX}, got {eval_size!r}")
         if not isinstance(loop, bool):
             raise InputError("loop", f"loop must be true or false, got {loop!r}")
         try:
-            source, step = _init_from(start_from, start_step)
+            source, step = inputs.init_from(start_from, start_step)
         except InputError as err:
             field = {"init_from": "start_from", "init_step": "start_step"}[err.field]
             raise InputError(field, err.message.replace("init_from", "start_from").replace("init_step", "start_step"))

@@ -23,9 +23,7 @@ keeps a few rollouts per step so a person can read what the model wrote.
 
 import json
 import math
-import re
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
 
 from celery import current_app
 from django.conf import settings
@@ -34,18 +32,10 @@ from django.db.models import DateTimeField, F, Q, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from trainer import stoploss
+from trainer import inputs, stoploss
+from trainer.inputs import BUDGET_PLACES, ENV_MAX, NAME_MAX, TEAM_MAX
 from yardstick.inputs import InputError
 from yardstick.live import publish
-
-DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d{1,2})$")
-DEVICE_ACCEPTED = "auto, cpu, cuda or cuda:N"
-NAME_MAX = 200
-TEAM_MAX = 100
-ENV_MAX = 50
-# Budgets are kept to the micro-dollar: a small CPU job's whole budget can be a fraction of a cent.
-BUDGET_PLACES = 6
-BUDGET_MAX_USD = Decimal("9999999999.999999")  # what DecimalField(16, 6) holds
 
 
 class Status(models.TextChoices):
@@ -163,10 +153,10 @@ class Job(models.Model):
         from trainer.rl.config import ConfigError, TrainConfig
         from trainer.workers import device_refusal, place
 
-        name = _text("name", name, NAME_MAX)
-        team = _text("team", team, TEAM_MAX)
+        name = inputs.text("name", name, NAME_MAX)
+        team = inputs.text("team", team, TEAM_MAX)
         if not isinstance(env, str) or not env.strip():
-            raise InputError("env", f"env is required: one of {', '.join(_env_names())}")
+            raise InputError("env", f"env is required: one of {', '.join(inputs.env_names())}")
         config = {} if config is None else config
         if not isinstance(config, dict):
             raise InputError("config", f"config must be an object of TrainConfig fields, got {config!r}")
@@ -179,11 +169,11 @@ class Job(models.Model):
             raise InputError(field, err.message) from None
         except TypeError as err:  # a dataclass refusing something from_dict let through
             raise InputError("config", f"config is not usable: {err}") from None
-        budget = _budget(budget_usd)
+        budget = inputs.budget(budget_usd)
         stop_rule = stoploss.parse(stop_loss)
-        if not isinstance(device, str) or not DEVICE_RE.fullmatch(device):  # fullmatch: "$" lets "cuda:1\n" through
-            raise InputError("device", f"device must be {DEVICE_ACCEPTED}, got {device!r}")
-        devices, node, pool = _devices(devices, device), _name_field("node", node, 255), _name_field("pool", pool, TEAM_MAX)
+        device = inputs.device(device)
+        devices = inputs.devices(devices, device)
+        node, pool = inputs.name_field("node", node, 255), inputs.name_field("pool", pool, TEAM_MAX)
         if cfg.prompts_per_step < devices:  # each device takes whole prompt groups
             raise InputError("config.prompts_per_step", f"config.prompts_per_step must be at least devices ({devices}): "
                                                         f"each device takes whole prompt groups; got {cfg.prompts_per_step}")
@@ -194,7 +184,7 @@ class Job(models.Model):
             placement = None
         else:
             placement = place(device, devices, node, pool)
-        source, init_step = _init_from(init_from, init_step)
+        source, init_step = inputs.init_from(init_from, init_step)
 
         with transaction.atomic():
             job = cls.objects.create(
@@ -877,17 +867,7 @@ class Worker(models.Model):
                 "devices": self.devices, "cores": self.cores, "gpus": self.gpus, "seen_at": _iso(self.seen_at)}
 
 
-# -- input helpers ------------------------------------------------------------
-
-
-def status_filter(value):
-    """A ?status= filter: None (all jobs) when empty, else one of Status; InputError naming the accepted ones."""
-    if not value:
-        return None
-    if value not in Status.values:
-        raise InputError("status", f"status must be one of {', '.join(Status.values)}, or empty for all jobs; "
-                                      f"got {value!r}")
-    return value
+# -- helpers ------------------------------------------------------------------
 
 
 def _iso(dt):
@@ -898,94 +878,3 @@ def _either(statuses):
     """"a, b or c" of some statuses, for refusals that name the ones that would do."""
     names = [Status(s).value for s in statuses]
     return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
-
-
-def _env_names():
-    from trainer.rl.envs import ENV_NAMES
-
-    return ENV_NAMES
-
-
-def _text(field, value, max_len):
-    if not isinstance(value, str) or not value.strip():
-        raise InputError(field, f"{field} is required: a non-empty string of at most {max_len} characters")
-    value = value.strip()
-    if len(value) > max_len:
-        raise InputError(field, f"{field} must be at most {max_len} characters, got {len(value)}")
-    return value
-
-
-DEVICES_MAX = 64
-
-
-def _devices(value, device):
-    """The number of devices a job trains on: an integer 1..DEVICES_MAX; several need a kind, not one GPU."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= DEVICES_MAX:
-        raise InputError("devices", f"devices must be a whole number from 1 to {DEVICES_MAX}, got {value!r}")
-    if value > 1 and device.startswith("cuda:"):
-        raise InputError("devices", f"devices {value} needs device auto, cpu or cuda (one process per device); "
-                                    f"{device} names one GPU")
-    return value
-
-
-def _name_field(field, value, max_len):
-    """A node or pool name: empty for any, else a name as its worker announces it."""
-    if value is None:
-        return ""
-    if not isinstance(value, str) or len(value) > max_len or any(c.isspace() for c in value):
-        raise InputError(field, f"{field} must be a {field} name (no spaces, at most {max_len} characters) or "
-                                f"empty for any, got {value!r}")
-    return value
-
-
-def _init_from(init_from, init_step):
-    """Return (the job to continue, the checkpoint step) for Job.start, (None, None) when starting from the
-    base policy, or raise InputError naming init_from or init_step."""
-    if init_from is None or init_from == "":
-        if init_step not in (None, ""):
-            raise InputError("init_step", "init_step needs init_from: the id of the job whose checkpoint to start from")
-        return None, None
-    if isinstance(init_from, Job):
-        source = init_from
-    else:
-        if isinstance(init_from, bool) or not (isinstance(init_from, int) or (isinstance(init_from, str)
-                                                                               and init_from.strip().isdigit())):
-            raise InputError("init_from", f"init_from must be the id of an ended job with a checkpoint, got {init_from!r}")
-        source = Job.objects.filter(pk=int(init_from)).first() if int(init_from) < 2**31 else None
-        if source is None:
-            raise InputError("init_from", f"init_from must be the id of an ended job with a checkpoint; "
-                                          f"there is no job {init_from}")
-    refusal = source.continue_refusal()
-    if refusal:
-        raise InputError("init_from", f"init_from: {refusal}")
-    kept = source.kept_checkpoint_steps()
-    if init_step in (None, ""):
-        return source, kept[-1]
-    try:
-        step = int(init_step) if not isinstance(init_step, (bool, float)) else None
-    except (TypeError, ValueError):
-        step = None
-    if step not in kept:
-        raise InputError("init_step", f"init_step must be one of the checkpoint steps job {source.pk} keeps "
-                                      f"({', '.join(map(str, kept))}), or empty for its final one; got {init_step!r}")
-    return source, step
-
-
-def _budget(value):
-    """Return the budget as a Decimal (cents), None when not given, or raise InputError."""
-    if value is None or value == "":
-        return None
-    accepted = (f"budget_usd must be a number of dollars >= 0 with at most {BUDGET_PLACES} decimal places, "
-                "or null for no budget")
-    if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
-        raise InputError("budget_usd", f"{accepted}, got {value!r}")
-    try:
-        amount = Decimal(str(value).strip())
-    except InvalidOperation:
-        raise InputError("budget_usd", f"{accepted}, got {value!r}") from None
-    if not amount.is_finite() or amount < 0 or amount > BUDGET_MAX_USD:
-        raise InputError("budget_usd", f"{accepted}, got {value!r}")
-    if amount.as_tuple().exponent < -BUDGET_PLACES and amount != amount.quantize(Decimal(1).scaleb(-BUDGET_PLACES)):
-        # Never round a budget silently: $0.0000004 is not a budget of $0.
-        raise InputError("budget_usd", f"{accepted}, got {value!r}")
-    return amount

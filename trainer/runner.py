@@ -40,7 +40,8 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from trainer.models import ACTIVE, DEVICE_ACCEPTED, DEVICE_RE, ENDED, Job, Sample, Status, Step, Stint
+from trainer.inputs import DEVICE_ACCEPTED, DEVICE_RE
+from trainer.models import ACTIVE, ENDED, Job, Sample, Status, Step, Stint
 from trainer.signals import run_ended
 from trainer.workers import DeviceUnavailable
 from yardstick.live import publish

@@ -8,7 +8,8 @@ job in the wrong state (409).
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 
-from trainer.models import CONTROLS, Job, Sample, Step, status_filter
+from trainer.inputs import status_filter
+from trainer.models import CONTROLS, Job, Sample, Step
 from yardstick.auth import require_role
 from yardstick.inputs import InputError, json_object
 
