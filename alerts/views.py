@@ -12,8 +12,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from alerts.models import KINDS, SILENCE_MAX_MIN, Alert, AlertRule, Channel, Delivery
-from trainer.views import _bad, _int_param, _methods
 from yardstick.auth import has_role, require_role
+from yardstick.http import bad, int_param, methods
 from yardstick.inputs import InputError, json_object
 
 HISTORY = 100
@@ -43,17 +43,17 @@ def _missing(what, pk):
 def _alerts(request):
     """?state=firing|resolved (default both: firing first), ?limit= of the others (default 100)."""
     try:
-        limit = _int_param(request, "limit", HISTORY, 1, 1000)
+        limit = int_param(request, "limit", HISTORY, 1, 1000)
         state = request.GET.get("state", "")
         if state not in ("", *Alert.State.values):
             raise InputError("state", f"state must be firing or resolved (or empty for both), got {state!r}")
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     return JsonResponse({"alerts": [a.to_dict() for a in listing(state or None, limit)],
                          "deliveries": [d.to_dict() for d in recent_deliveries()]})
 
 
-alerts_api = _methods(GET=_alerts)
+alerts_api = methods(GET=_alerts)
 
 
 @require_role("operator")
@@ -66,7 +66,7 @@ def _ack(request, alert_id):
     return JsonResponse(alert.to_dict())
 
 
-ack_api = _methods(POST=_ack)
+ack_api = methods(POST=_ack)
 
 
 @require_role("operator")
@@ -86,11 +86,11 @@ def _silence(request, alert_id):
                              f"minutes is required: a whole number of minutes from 1 to {SILENCE_MAX_MIN}")
         alert.silence(body["minutes"], by=request.user.username)
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     return JsonResponse(alert.to_dict())
 
 
-silence_api = _methods(POST=_silence)
+silence_api = methods(POST=_silence)
 
 
 # -- /api/alert-rules and /api/alert-channels --------------------------------------------------------
@@ -111,11 +111,11 @@ def _create_rule(request):
     try:
         rule = AlertRule.create(json_object(request.body), by=request.user)
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     return JsonResponse(rule.to_dict(), status=201)
 
 
-rules_api = _methods(GET=_list_rules, POST=_create_rule)
+rules_api = methods(GET=_list_rules, POST=_create_rule)
 
 
 @require_role("viewer")
@@ -132,7 +132,7 @@ def _change_rule(request, rule_id):
     try:
         rule.change(json_object(request.body))
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     return JsonResponse(rule.to_dict())
 
 
@@ -142,7 +142,7 @@ def _delete_rule(request, rule_id):
     return JsonResponse({"deleted": rule_id}) if deleted else _missing("alert rule", rule_id)
 
 
-rule_api = _methods(GET=_rule, PATCH=_change_rule, DELETE=_delete_rule)
+rule_api = methods(GET=_rule, PATCH=_change_rule, DELETE=_delete_rule)
 
 
 @require_role("admin")
@@ -160,11 +160,11 @@ def _create_channel(request):
             raise InputError(unknown[0], f"unknown field {unknown[0]!r}; accepted fields are name, kind, target")
         channel = Channel.create(name=body.get("name"), kind=body.get("kind"), target=body.get("target"))
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     return JsonResponse(channel.to_dict(), status=201)
 
 
-channels_api = _methods(GET=_list_channels, POST=_create_channel)
+channels_api = methods(GET=_list_channels, POST=_create_channel)
 
 
 # -- the page ----------------------------------------------------------------------------------------

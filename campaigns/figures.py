@@ -27,6 +27,7 @@ from decimal import Decimal
 
 from costs.intelligence import ipd, jobs_money, score_cost_curve
 from costs.money import exact_usd, ipd_text, usd_text
+from trainer.kinds import kind_of
 
 PROJECTION_RUNS = 3
 PROJECTION_POINTS_DEFAULT = 5
@@ -60,8 +61,9 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
         start_usd = total
         total += usd
         after = evals.get(job.pk)
-        external = job.source == "external"
-        own = money[job.pk]["gain_points"] if external else _delta(after, before, job.env)
+        # A run whose policy Yardstick does not hold has no retention evals: its own score's gain instead.
+        evaluated = kind_of(job).holds_policy
+        own = _delta(after, before, job.env) if evaluated else money[job.pk]["gain_points"]
         net = None
         if after is not None and before is not None and all(e in after and e in before for e in campaign.envs):
             net = sum(after[e] - before[e] for e in campaign.envs)
@@ -74,7 +76,7 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
             "start_usd": exact_usd(start_usd), "cumulative_usd": exact_usd(total),
             "finished_at": job.finished_at.isoformat() if job.finished_at else None,
             "before": before, "after": after,
-            "own_gain_points": own, "own_gain_from": "its own eval score" if external else "retention evals",
+            "own_gain_points": own, "own_gain_from": "retention evals" if evaluated else "its own eval score",
             "net_gain_points": net,
             "marginal_ipd": _ratio(marginal), "marginal_ipd_display": ipd_text(marginal), "marginal_state": state,
             "usd_per_point": exact_usd(usd_per_point), "usd_per_point_display": usd_text(usd_per_point),
@@ -133,7 +135,7 @@ def projection(campaign, jobs, points, latest):
         env = jobs[-1].env
     else:
         env = campaign.next_env()
-    recent = [j for j in jobs if j.env == env and j.source == "embedded"][-PROJECTION_RUNS:]
+    recent = [j for j in jobs if j.env == env and kind_of(j).holds_policy][-PROJECTION_RUNS:]
     xs, ys = [], []
     for job in recent:
         curve = score_cost_curve(job)

@@ -29,7 +29,8 @@ from django.utils import timezone
 
 from trainer import inputs
 from trainer.inputs import NAME_MAX, TEAM_MAX
-from trainer.models import ENDED, Job, Source, Status
+from trainer.kinds import kind_of
+from trainer.models import ENDED, Job, Status
 from yardstick.inputs import InputError
 from yardstick.live import publish
 
@@ -406,7 +407,7 @@ def on_run_ended(sender, job, **kwargs):
     """trainer.signals.run_ended, in the worker that ran `job`: evaluate retention at the run's end, then
     take the loop's next step."""
     campaign = campaign_of(job)
-    if campaign is None or job.source != Source.EMBEDDED:
+    if campaign is None or not kind_of(job).holds_policy:  # no checkpoint of Yardstick's to evaluate
         return
     try:
         campaign.evaluate_retention(after=job)

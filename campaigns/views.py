@@ -17,9 +17,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from campaigns import charts, figures
 from campaigns.models import Campaign
-from trainer.views import _bad, _int_param, _methods
 from yardstick.auth import require_role
+from yardstick.http import bad, bad_page, int_param, methods, script_json
 from yardstick.inputs import InputError, json_object
+from yardstick.text import csv_text
 
 CREATE_FIELDS = ("name", "team", "envs", "schedule", "run_config", "budget_usd", "device", "eval_size",
                  "start_from", "start_step", "loop")
@@ -32,7 +33,7 @@ def _missing(campaign_id):
 
 def _points(request):
     """?points= (the projection's N), an integer 1..POINTS_MAX; InputError naming it."""
-    return _int_param(request, "points", figures.PROJECTION_POINTS_DEFAULT, 1, POINTS_MAX)
+    return int_param(request, "points", figures.PROJECTION_POINTS_DEFAULT, 1, POINTS_MAX)
 
 
 # -- /api/campaigns ----------------------------------------------------------------------------
@@ -57,11 +58,11 @@ def _create(request):
         given = {k: body[k] for k in CREATE_FIELDS if k in body}
         campaign = Campaign.create(**{"name": None, "team": None, "envs": None, **given}, created_by=request.user)
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     return JsonResponse(campaign.to_dict(), status=201)
 
 
-campaigns_api = _methods(GET=_list, POST=_create)
+campaigns_api = methods(GET=_list, POST=_create)
 
 
 @require_role("viewer")
@@ -72,12 +73,12 @@ def _detail(request, campaign_id):
     try:
         points = _points(request)
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     Campaign.join_tagged_runs()  # an external run tagged since the last periodic join is in the figures already
     return JsonResponse({**campaign.to_dict(), "figures": figures.summary(campaign, points)})
 
 
-campaign_api = _methods(GET=_detail)
+campaign_api = methods(GET=_detail)
 
 
 @require_role("operator")
@@ -98,11 +99,11 @@ def _add_run(request, campaign_id):
             raise InputError("job", f"job must be the id of a job; there is no job {job_id}")
         campaign.add_run(job)
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     return JsonResponse(campaign.to_dict(), status=201)
 
 
-campaign_runs_api = _methods(POST=_add_run)
+campaign_runs_api = methods(POST=_add_run)
 
 
 @require_role("operator")
@@ -127,8 +128,8 @@ def _loop_stop(request, campaign_id):
     return JsonResponse(campaign.to_dict())
 
 
-loop_start_api = _methods(POST=_loop_start)
-loop_stop_api = _methods(POST=_loop_stop)
+loop_start_api = methods(POST=_loop_start)
+loop_stop_api = methods(POST=_loop_stop)
 
 
 # -- CSV -----------------------------------------------------------------------------------------
@@ -140,8 +141,6 @@ CSV_COLUMNS = ("run", "job_id", "name", "env", "status", "cost_usd", "cumulative
 def to_csv(campaign, summary):
     """Per run its figures, then a total row: money exact to the micro-dollar; names guarded against
     spreadsheet formulas as the cost review's CSV guards them."""
-    from costs.report import _as_text
-
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
     out.writerow(CSV_COLUMNS)
@@ -150,10 +149,10 @@ def to_csv(campaign, summary):
         return "" if v is None else str(v)
 
     for r in summary["runs"]:
-        out.writerow([r["n"], r["job_id"], _as_text(r["name"]), r["env"], r["status"], r["cost_usd"],
+        out.writerow([r["n"], r["job_id"], csv_text(r["name"]), r["env"], r["status"], r["cost_usd"],
                       r["cumulative_usd"], cell(r["own_gain_points"]), cell(r["net_gain_points"]),
                       cell(r["marginal_ipd"]), cell(r["net_ipd"]), cell(r["usd_per_point"])])
-    out.writerow(["TOTAL", "", _as_text(campaign.name), "", "", summary["cost_usd"], summary["cost_usd"], "",
+    out.writerow(["TOTAL", "", csv_text(campaign.name), "", "", summary["cost_usd"], summary["cost_usd"], "",
                   cell(summary["net_gain_points"]), "", cell(summary["net_ipd"]), cell(summary["usd_per_net_point"])])
     return buf.getvalue()
 
@@ -209,18 +208,16 @@ def create_campaign(request):
 @require_GET
 @require_role("viewer")
 def campaign_page(request, campaign_id):
-    from dashboard.views import _json
-
     campaign = get_object_or_404(Campaign, pk=campaign_id)
     try:
         points = _points(request)
     except InputError as err:
-        return render(request, "dashboard/bad_request.html", {"message": err.message, "field": err.field},
-                      status=400)
+        return bad_page(request, err.field, err.message)
     Campaign.join_tagged_runs()
     summary = figures.summary(campaign, points)
     live = request.GET.get("live", "1") != "0"
-    context = {"campaign": campaign, "s": summary, "figures_json": _json(charts.campaign_charts(campaign, summary)),
+    context = {"campaign": campaign, "s": summary,
+               "figures_json": script_json(charts.campaign_charts(campaign, summary)),
                "latest": campaign.latest_job(), "live": live, "points": points,
                "topics": f"campaign.{campaign.pk},jobs,costs" if live else ""}
     template = "campaigns/_body.html" if request.GET.get("part") == "body" else "campaigns/campaign.html"

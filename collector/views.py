@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET
 from collector import store
 from collector.models import Device, DeviceEvent
 from yardstick.auth import require_role
+from yardstick.http import bad
 from yardstick.inputs import InputError, check_moment
 
 # The range a request without `from` covers at each resolution.
@@ -41,7 +42,7 @@ def device_samples(request, uuid):
     try:
         resolution, start, end = _series_params(request.GET)
     except InputError as err:
-        return JsonResponse({"error": err.message, "field": err.field}, status=400)
+        return bad(err.field, err.message)
     return JsonResponse(
         {
             "device": {**device.to_dict(), "node": device.node.name},

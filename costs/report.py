@@ -28,7 +28,6 @@ counts: it is in the rows' idle column).
 
 import csv
 import io
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
@@ -43,6 +42,7 @@ from costs.money import displays, exact_usd
 from costs.prices import PriceBook
 from trainer.models import Job
 from yardstick.inputs import InputError, check_moment
+from yardstick.text import csv_text
 
 GROUPS = ("team", "job", "node", "day")
 FORMATS = ("json", "csv")
@@ -390,21 +390,6 @@ def to_json(report):
     }
 
 
-# A spreadsheet runs a cell that begins with one of these as a formula (a job named "=1+2", or worse
-# "=HYPERLINK(...)"); tab and carriage return are on OWASP's list too, as some spreadsheets skip them first.
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-PLAIN_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")  # money as text ("-1.50") is a number, not a formula
-
-
-def _as_text(value):
-    """A text cell for a spreadsheet: one that would start a formula gets a leading apostrophe (OWASP's
-    CSV-injection guard). The apostrophe, not a tab, because spreadsheets read it as "this is text" and hide
-    it, and any other reader sees plainly that a character was added, where a tab is invisible whitespace."""
-    if value.startswith(FORMULA_STARTS) and not PLAIN_NUMBER.fullmatch(value):
-        return "'" + value
-    return value
-
-
 def _cell(value, text=str):
     """One cell as a string; `text` treats what people typed (names, teams), never numbers, so a negative
     gain stays the number -6.0."""
@@ -433,7 +418,7 @@ def to_csv(report):
     """The CSV a spreadsheet opens: text cells are guarded against formula injection (the text table is not)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerows(csv_rows(report, text=_as_text))
+    writer.writerows(csv_rows(report, text=csv_text))
     return buf.getvalue()
 
 

@@ -254,7 +254,7 @@ def external_run(job):
     TrainConfig), its tags, its artifacts (images shown as figures), and its score: which logged metric
     it is now and why (the run's tag, its experiment's, or the frameworks' default it fell back to).
     None for an embedded job."""
-    run = getattr(job, "run", None) if job.source == "external" else None
+    run = getattr(job, "run", None)  # a tracking.Run: only a job reported through the tracking API has one
     if run is None:
         return None
     tags = dict(run.tags.values_list("key", "value"))

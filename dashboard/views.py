@@ -5,18 +5,15 @@ call the same trainer methods as the JSON API (`Job.start`, `request_stop`,
 `resume`), so a page without JavaScript still works and CSRF protects them.
 """
 
-import json
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
 import plotly
 from django.contrib import messages
-from django.core.serializers.json import DjangoJSONEncoder
 from django.http import FileResponse, Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.utils.safestring import mark_safe
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
@@ -30,33 +27,21 @@ from dashboard.timerange import RANGES, from_request
 from tracking import store as tracking_store
 from tracking.models import SCORE_KEY_TAG, TrackingError
 from trainer import stoploss
-from trainer.inputs import status_filter
-from trainer.models import CONTROLS, Job, Status, Step
+from trainer.models import CONTROLS, Job, Status, Step, status_filter
 from trainer.workers import live_jobs_workers
 from yardstick.auth import require_role, role_of
+from yardstick.http import bad_page, script_json
 from yardstick.inputs import InputError
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 COMPARE_MAX = 8
 
 
-# Django's json_script escapes: inside a <script> element "<!--<script>" (a job's name) switches the HTML
-# parser into a state where the next "</script>" no longer ends the element, so "</" alone is not enough.
-_SCRIPT_ESCAPES = {ord("<"): "\\u003C", ord(">"): "\\u003E", ord("&"): "\\u0026"}
-
-
-def _json(value):
-    """JSON for a <script type="application/json"> block, escaped as Django's json_script escapes it; compact
-    (figures are large) and still a JSON string in the context, which tests read back."""
-    return mark_safe(json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":")).translate(_SCRIPT_ESCAPES))
-
-
 def _range_or_400(request, default="1h"):
     try:
         return from_request(request.GET, default=default), None
     except InputError as err:
-        return None, render(request, "dashboard/bad_request.html", {"message": err.message, "field": err.field},
-                            status=400)
+        return None, bad_page(request, err.field, err.message)
 
 
 def _range_context(request, tr):
@@ -106,7 +91,7 @@ def fleet_page(request):
     data = readings.fleet_overview()
     figs = {"heatmap": figures.fleet_heatmap(data["nodes"]), "power": figures.fleet_power(readings.fleet_power(tr))}
     return render(request, "dashboard/fleet.html", {
-        **data, **_range_context(request, tr), "figures_json": _json(figs),
+        **data, **_range_context(request, tr), "figures_json": script_json(figs),
         "topics": "fleet,costs" if tr.live and tr.follows_now else "",
     })
 
@@ -126,7 +111,7 @@ def _node_context(request, node, tr):
     figs = dict(figures.node_figures(series, tr.resolution))
     devices = [d for d, _ in series]
     return {
-        "node": node, "devices": devices, **_range_context(request, tr), "figures_json": _json(figs),
+        "node": node, "devices": devices, **_range_context(request, tr), "figures_json": script_json(figs),
         "fig_keys": list(figs), "health_events": readings.node_health_events(node),
         "health_shown": readings.HEALTH_EVENTS_SHOWN,
         "any_simulated": any(d["simulated"] for d in devices),
@@ -167,7 +152,7 @@ def _jobs_context(request, form=None, status=None):
         "form_values": form.initial(), "form_errors": errors, "presets": PRESETS, "envs": ENV_NAMES,
         "config_fields": [{"name": n, "kind": k, "label": label} for n, k, label in FORM_CONFIG],
         "stop_loss_fields": _stop_loss_fields(),
-        "presets_json": _json({k: {"env": env, "config": cfg} for k, (_, env, cfg) in PRESETS.items()}),
+        "presets_json": script_json({k: {"env": env, "config": cfg} for k, (_, env, cfg) in PRESETS.items()}),
         "topics": "jobs,costs",
         "spark_max": readings.SPARK_POINTS,
         "workers": workers, "worker_nodes": sorted({w.host for w in workers}),
@@ -185,7 +170,7 @@ def jobs_page(request):
     try:
         status = status_filter(request.GET.get("status"))
     except InputError as err:
-        return render(request, "dashboard/bad_request.html", {"message": err.message, "field": err.field}, status=400)
+        return bad_page(request, err.field, err.message)
     return render(request, "dashboard/jobs.html", _jobs_context(request, status=status))
 
 
@@ -242,8 +227,7 @@ def job_page(request, job_id):
     try:
         step = int(step) if step not in (None, "") else None
     except ValueError:
-        return render(request, "dashboard/bad_request.html",
-                      {"message": f"step must be an integer, got {step!r}", "field": "step"}, status=400)
+        return bad_page(request, "step", f"step must be an integer, got {step!r}")
     live = request.GET.get("live", "1") != "0"
     x, cols = Step.columns(job, figures.JOB_KEYS)
     intel = job_intelligence(job)
@@ -254,14 +238,14 @@ def job_page(request, job_id):
     figs.update({key: fig for _, key, fig in logged})
     activity = job_activity(job)
     return render(request, "dashboard/job.html", {
-        "job": job, "intel": intel, "figures_json": _json(figs), "fig_keys": list(figs),
+        "job": job, "intel": intel, "figures_json": script_json(figs), "fig_keys": list(figs),
         "samples": samples, "sample_step": shown_step, "sample_steps": sample_steps,
         "history": job.status_changes.order_by("at", "id"), "stints": job.stints.order_by("started_at", "id"),
         "config_items": sorted(job.config.items()), "live": live, "last_step": x[-1] if x else None,
         "base_build": base_build(job),
         "topics": f"job.{job.pk},jobs,costs" if live else "",
         "external": external, "logged_figs": [{"group": g, "key": k} for g, k, _ in logged],
-        "derived_keys_json": _json(readings.derived_metric_keys() if external else []),
+        "derived_keys_json": script_json(readings.derived_metric_keys() if external else []),
         "activity": activity, "mfu": job_mfu(job, activity), "throttled_share_pct": round(THROTTLED_SHARE * 100),
         "busy_pct": round(BUSY_PCT), "idle_tensor_pct": round(IDLE_TENSOR_PCT),
         "stop_loss_fields": _stop_loss_fields(), "stop_loss_text": stoploss.describe(job.stop_loss),
@@ -334,7 +318,7 @@ def compare_page(request):
     table = [{"job": job, **job_intelligence(job)} for job in jobs]
     return render(request, "dashboard/compare.html", {
         "jobs": jobs, "ids": ",".join(str(j.pk) for j in jobs), "xmode": xmode, "xmodes": figures.XMODES,
-        "table": table, "errors": errors, "figures_json": _json({"compare": figures.compare(series, xmode)}),
+        "table": table, "errors": errors, "figures_json": script_json({"compare": figures.compare(series, xmode)}),
         "recent": Job.objects.order_by("-id")[:30], "any_example": any(r["example_prices"] for r in table),
     }, status=400 if errors and not jobs else 200)
 
@@ -348,8 +332,7 @@ def costs_page(request):
     try:
         period, group, _ = report.parse_params(request.GET)
     except InputError as err:
-        return render(request, "dashboard/bad_request.html", {"message": err.message, "field": err.field},
-                      status=400)
+        return bad_page(request, err.field, err.message)
     table = report.build(period, group)
     stacks = readings.cost_stacks(period, group)
     last_day = (period.end - timedelta(microseconds=1)).date()
@@ -360,6 +343,6 @@ def costs_page(request):
         # The exact period shown, so the download has the same figures as the page.
         "csv_href": "/api/costs?" + urlencode({"from": period.start.isoformat(), "to": period.end.isoformat(),
                                                "group": group, "format": "csv"}),
-        "figures_json": _json({"by_day": figures.costs_by_day(stacks)}),
+        "figures_json": script_json({"by_day": figures.costs_by_day(stacks)}),
         "generated_at": timezone.now(),
     })

@@ -49,7 +49,7 @@ def endpoint(name, methods, write=False):
                 if request.method not in methods:
                     raise TrackingError("ENDPOINT_NOT_FOUND", f"{request.method} is not served at {request.path}; "
                                                               f"it answers {' and '.join(methods)}")
-                _check_role(request, write)
+                check_role(request, write)
                 return respond(fn(request, protocol.parse(name, _request_json(request, name))) or {})
             except TrackingError as err:
                 return respond(err.to_dict(), status=err.status)
@@ -59,7 +59,9 @@ def endpoint(name, methods, write=False):
     return decorate
 
 
-def _check_role(request, write):
+def check_role(request, write):
+    """Raise the TrackingError MLflow's client reads (UNAUTHENTICATED, PERMISSION_DENIED) unless the caller is
+    signed in and may read runs (any role) or, with `write`, write them (reporter, operator, admin)."""
     role = role_of(request.user)
     if not request.user.is_authenticated:
         raise TrackingError("UNAUTHENTICATED", "send an API token: MLFLOW_TRACKING_TOKEN=ys_...")

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from trainer.models import Job
 from tracking import ingest
+from tracking.kind import follow_run, open_job, revive_stale
 from tracking.models import (
     MAX_ENTITY_KEY_LENGTH, MAX_EXPERIMENT_NAME_LENGTH, MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH, SCORE_KEY_TAG, Experiment, Metric, Param,
     Run, RunStatus, RunTag, Stage, DatasetInput, ModelInput, TrackingError, invalid, now_ms, validate_key,
@@ -152,8 +153,8 @@ def create_run(experiment_id, user_id="", start_time=None, tags=(), run_name="",
         # node without an owner). The experiment is the run's environment: IPD sums gains per environment,
         # and points of different experiments' scores must not be added up.
         team = tags.get(TEAM_TAG) or (experiment.tags or {}).get(TEAM_TAG) or "unassigned"
-        run.job = Job.open_external(name=run_name, team=team, env=experiment.name,
-                                    framework=framework_of(tags, {}), created_by=created_by)
+        run.job = open_job(name=run_name, team=team, env=experiment.name, framework=framework_of(tags, {}),
+                           created_by=created_by)
         run.save()
         RunTag.objects.bulk_create([RunTag(run=run, key=k, value=v) for k, v in tags.items()])
     return run
@@ -191,7 +192,7 @@ def update_run(run_id, status=None, end_time=None, run_name=None):
             RunTag.objects.update_or_create(run=run, key=RUN_NAME_TAG, defaults={"value": run_name})
             Job.objects.filter(pk=run.job_id).update(name=run_name[:200])
         if "status" in fields:
-            run.job.follow_run(status)
+            follow_run(run.job, status)
     return run
 
 
@@ -235,7 +236,7 @@ def log_batch(run_id, metrics=(), params=(), tags=(), single=False):
         run.save(update_fields=["last_logged_at"])
         job = run.job
         if job.status == "failed" and job.error.startswith("stale:"):
-            job.revive_stale()
+            revive_stale(job)
         _describe_job(run, dict(params), dict(tags))
         if any(k == RUN_NAME_TAG for k, _ in tags):
             run.run_name = dict(tags)[RUN_NAME_TAG]

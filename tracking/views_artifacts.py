@@ -14,7 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from tracking import artifacts
 from tracking.artifacts import ArtifactError
-from tracking.api import _check_role
+from tracking.api import check_role
 from tracking.models import TrackingError
 
 
@@ -24,9 +24,9 @@ def _error(err):
 
 def _refusal(request, write):
     """None when the caller may read (any role) or write (reporter, operator, admin) runs; else MLflow's error
-    (the tracking API's own rule, tracking.api._check_role)."""
+    (the tracking API's own rule, tracking.api.check_role)."""
     try:
-        _check_role(request, write)
+        check_role(request, write)
     except TrackingError as err:
         return err
     return None

@@ -9,3 +9,8 @@ class TrainerConfig(AppConfig):
     def ready(self):
         # PyTorch announces at import that NumPy is absent; nothing here hands tensors to NumPy.
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+        # The kind of run trainer itself trains; other apps register theirs from their own ready().
+        from trainer.kinds import register
+        from trainer.kinds.embedded import EMBEDDED
+
+        register(EMBEDDED)

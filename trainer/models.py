@@ -5,7 +5,9 @@ A `Job` owns its state machine. Every transition is one conditional UPDATE
 `StatusChange` in the same transaction, and announced on the live "jobs" topic
 after commit; a second caller that lost the race sees False and changes
 nothing. The runner (trainer/runner.py) drives a job through its states; the
-API, the admin and the cost engine call the request_* methods here.
+API, the admin and the cost engine call the request_* methods here. What
+differs by kind of run (how it starts, resumes, continues, what it refuses)
+lives in one module per kind behind `trainer.kinds.Kind`.
 
     queued ──claim──► running ──request_stop──► stopping
       │                 │  │                       │
@@ -25,15 +27,15 @@ import json
 import math
 from datetime import timedelta
 
-from celery import current_app
 from django.conf import settings
 from django.db import connection, models, transaction
 from django.db.models import DateTimeField, F, Q, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from trainer import inputs, stoploss
+from trainer import stoploss
 from trainer.inputs import BUDGET_PLACES, ENV_MAX, NAME_MAX, TEAM_MAX
+from trainer.kinds import kind_of, kinds
 from yardstick.inputs import InputError
 from yardstick.live import publish
 
@@ -48,9 +50,6 @@ class Status(models.TextChoices):
     BUDGET_EXHAUSTED = "budget_exhausted"
 
 
-# The Celery task that runs a job (trainer.tasks.run_job), routed to the jobs queue by this name.
-RUN_JOB = "trainer.tasks.run_job"
-
 # A worker owns the job in these states; the heartbeat is meaningful only here.
 ACTIVE = (Status.RUNNING, Status.STOPPING)
 # States a Stop applies to (a stopping job is already on its way).
@@ -61,15 +60,13 @@ ENDED = (Status.STOPPED, Status.COMPLETED, Status.FAILED, Status.BUDGET_EXHAUSTE
 
 
 class Source(models.TextChoices):
-    """Who trains: Yardstick's own GRPO worker, or an outside run reporting through the tracking API."""
+    """Who trains: Yardstick's own GRPO worker, or an outside run reporting through the tracking API.
+
+    Each is a kind of run (trainer/kinds/): what differs between them lives in its kind's module.
+    """
 
     EMBEDDED = "embedded"
     EXTERNAL = "external"
-
-
-# An external job's status follows its MLflow run's (tracking.Run): RUNNING, FINISHED, FAILED, KILLED.
-RUN_STATUS_TO_JOB = {"RUNNING": Status.RUNNING, "FINISHED": Status.COMPLETED, "FAILED": Status.FAILED,
-                     "KILLED": Status.STOPPED}
 
 
 class Job(models.Model):
@@ -137,175 +134,37 @@ class Job(models.Model):
     # -- creation -------------------------------------------------------------
 
     @classmethod
-    def start(cls, *, name, team, env, config=None, budget_usd=None, device="auto", devices=1, node="", pool="",
-              created_by=None, enqueue=True, runs_here=False, init_from=None, init_step=None, stop_loss=None):
-        """Validate the input, create a queued job and (after commit) enqueue its task.
+    def start(cls, **fields):
+        """Start an embedded job: trainer.kinds.embedded.start (its fields, and the InputError it raises)."""
+        from trainer.kinds.embedded import start
 
-        Raise InputError naming the first bad field; nothing is created then.
-        `init_from` (a job id) continues that job's policy: the run starts from its checkpoint at
-        `init_step` (default: its final one) instead of the base policy, on any environment.
-        With enqueue=False the caller runs it (`manage.py train` does, in the foreground);
-        `runs_here` checks the device against what torch sees in this process instead of
-        what the jobs workers report. `devices`, `node` and `pool` say where it may run: it is
-        placed on a jobs worker that has them all (trainer.workers.place), or refused.
-        `stop_loss`: the rule that stops it once it stops buying intelligence (trainer/stoploss.py).
-        """
-        from trainer.rl.config import ConfigError, TrainConfig
-        from trainer.workers import device_refusal, place
-
-        name = inputs.text("name", name, NAME_MAX)
-        team = inputs.text("team", team, TEAM_MAX)
-        if not isinstance(env, str) or not env.strip():
-            raise InputError("env", f"env is required: one of {', '.join(inputs.env_names())}")
-        config = {} if config is None else config
-        if not isinstance(config, dict):
-            raise InputError("config", f"config must be an object of TrainConfig fields, got {config!r}")
-        if "env" in config and config["env"] != env:
-            raise InputError("config.env", f"config.env ({config['env']!r}) differs from env ({env!r}); give it once")
-        try:
-            cfg = TrainConfig.from_dict({**config, "env": env})
-        except ConfigError as err:
-            field = "env" if err.field == "env" else f"config.{err.field}"
-            raise InputError(field, err.message) from None
-        except TypeError as err:  # a dataclass refusing something from_dict let through
-            raise InputError("config", f"config is not usable: {err}") from None
-        budget = inputs.budget(budget_usd)
-        stop_rule = stoploss.parse(stop_loss)
-        device = inputs.device(device)
-        devices = inputs.devices(devices, device)
-        node, pool = inputs.name_field("node", node, 255), inputs.name_field("pool", pool, TEAM_MAX)
-        if cfg.prompts_per_step < devices:  # each device takes whole prompt groups
-            raise InputError("config.prompts_per_step", f"config.prompts_per_step must be at least devices ({devices}): "
-                                                        f"each device takes whole prompt groups; got {cfg.prompts_per_step}")
-        if runs_here:
-            refusal = device_refusal(device, devices)
-            if refusal:
-                raise InputError("device", refusal)
-            placement = None
-        else:
-            placement = place(device, devices, node, pool)
-        source, init_step = inputs.init_from(init_from, init_step)
-
-        with transaction.atomic():
-            job = cls.objects.create(
-                name=name, team=team, env=env, config=cfg.to_dict(), budget_usd=budget,
-                device=device, devices=devices, node=node, pool=pool, created_by=created_by, init_from=source,
-                init_step=init_step, placed_on=placement.worker if placement else "",
-                stop_loss={**stop_rule, "from_step": 0} if stop_rule else {},
-            )
-            change = StatusChange.objects.create(job=job, from_status="", to_status=Status.QUEUED, at=job.created_at,
-                                                 reason=f"created by {created_by}" if created_by else "created")
-            job._announce("", change=change)
-            if enqueue:
-                job._enqueue(placement.queue)
-        return job
+        return start(**fields)
 
     @classmethod
-    def open_external(cls, *, name, team, env="external", framework="", created_by=None):
-        """Create the running job of an outside training run (tracking.Run creates it): it is never
-        enqueued, no worker claims it, and its status then follows the run (`follow_run`)."""
-        now = timezone.now()
+    def open(cls, *, reason, **fields):
+        """Create a job in its first state (`fields["status"]`, default queued) with the history row that
+        says why, and announce it; a kind's module starts its jobs through this."""
         with transaction.atomic():
-            job = cls.objects.create(
-                name=name[:NAME_MAX], team=team[:TEAM_MAX], env=env[:ENV_MAX], config={}, device="external",
-                source=Source.EXTERNAL, framework=framework[:50], status=Status.RUNNING, created_by=created_by,
-                created_at=now, started_at=now, heartbeat_at=now,
-            )
-            change = StatusChange.objects.create(job=job, from_status="", to_status=Status.RUNNING, at=now,
-                                                 reason=f"run reported by {created_by}" if created_by else "run reported")
+            job = cls.objects.create(**fields)
+            change = StatusChange.objects.create(job=job, from_status="", to_status=job.status, at=job.created_at,
+                                                 reason=reason)
             job._announce("", change=change)
         return job
-
-    def follow_run(self, run_status, reason=""):
-        """Move an external job to what its MLflow run's status says (RUN_STATUS_TO_JOB; others change
-        nothing). A run set RUNNING again (resumed by its id) reopens an ended job. Return True when
-        the job changed."""
-        to = RUN_STATUS_TO_JOB.get(run_status)
-        if to is None or self.source != Source.EXTERNAL:
-            return False
-        now = timezone.now()
-        if to == Status.RUNNING:
-            return self._transition(ENDED, Status.RUNNING, reason or "run resumed", heartbeat_at=now,
-                                    finished_at=None, error="", stop_requested=False, stop_reason="") is not None
-        reason = reason or f"run ended {run_status}"
-        if to == Status.COMPLETED and self.stop_requested:
-            # Stopped from Yardstick: transformers' MLflowCallback ends its run FINISHED on the
-            # StopCallback's stop (and the callback then sets it KILLED); the job stopped either way.
-            to = Status.STOPPED
-            reason = f"stopped as asked ({reason})"
-        if to == Status.STOPPED and self.stop_reason:
-            reason = f"{self.stop_reason} ({reason})"
-        fields = dict(finished_at=now, error=reason if to == Status.FAILED else "", stop_requested=False,
-                      budget_stop_requested=False, phase="")
-        if self._transition(ACTIVE, to, reason, **fields) is not None:
-            return True
-        # A run marked stale that then ends on its own ends as it says.
-        return self._transition([Status.FAILED], to, reason, where=Q(error__startswith="stale:"), **fields) is not None
-
-    @classmethod
-    def fail_stale_runs(cls, limit_s, now=None):
-        """Mark external jobs whose run logged nothing for `limit_s` failed ("stale: ..."); a later log
-        puts them back to running (`revive_stale`). Return the jobs failed by this call."""
-        now = now or timezone.now()
-        stale = Q(heartbeat_at__lt=now - timedelta(seconds=limit_s)) | Q(heartbeat_at__isnull=True)
-        failed = []
-        for job in cls.objects.filter(stale, source=Source.EXTERNAL, status__in=ACTIVE):
-            silent_s = (now - job.heartbeat_at).total_seconds() if job.heartbeat_at else limit_s
-            error = f"stale: no metric for {silent_s:.0f} s (YARDSTICK_RUN_STALE_S is {limit_s:g})"
-            if job._transition(ACTIVE, Status.FAILED, error, where=stale, error=error, finished_at=now):
-                failed.append(job)
-        return failed
-
-    def revive_stale(self):
-        """A stale external job (failed for silence) logs again: back to running. Return True when it did."""
-        return self._transition([Status.FAILED], Status.RUNNING, "logging again after going stale",
-                                where=Q(source=Source.EXTERNAL, error__startswith="stale:"),
-                                heartbeat_at=timezone.now(), finished_at=None, error="") is not None
-
-    def _enqueue(self, queue):
-        """Send run_job to `queue` (a Placement's) after commit."""
-        # By the task's name: trainer.tasks imports this module, so this one does not import it back.
-        job_id = self.pk
-        transaction.on_commit(lambda: current_app.send_task(RUN_JOB, args=[job_id], queue=queue))
 
     def placement(self):
-        """Where this job would be sent now (trainer.workers.place); InputError when nobody can run it."""
-        from trainer.workers import place
-
-        return place(self.device, self.devices, self.node, self.pool)
-
-    @classmethod
-    def replace_orphans(cls, now=None):
-        """Send again the queued jobs whose chosen worker stopped reporting, to a live one that can run
-        them; return those moved. The message left in the gone worker's queue is harmless: whoever runs
-        the job first claims it, and the claim of the other finds it no longer queued."""
-        from trainer.workers import live_jobs_workers
-
-        live = {w.name for w in live_jobs_workers(now)}
-        moved = []
-        for job in cls.objects.filter(status=Status.QUEUED, source=Source.EMBEDDED).exclude(placed_on=""):
-            if job.placed_on in live:
-                continue
-            try:
-                placement = job.placement()
-            except InputError:
-                continue  # nobody can run it now: it waits where it is (its worker may come back)
-            with transaction.atomic():
-                if cls.objects.filter(pk=job.pk, status=Status.QUEUED, placed_on=job.placed_on).update(
-                        placed_on=placement.worker):
-                    job._enqueue(placement.queue)
-                    job.placed_on = placement.worker
-                    moved.append(job)
-        return moved
+        """Where this job would be sent now (its kind's placement); InputError when nobody can run it."""
+        return kind_of(self).placement(self)
 
     # -- transitions ------------------------------------------------------------
 
-    def _transition(self, from_statuses, to, reason="", where=None, **fields):
+    def transition(self, from_statuses, to, reason="", where=None, **fields):
         """Move this job from one of `from_statuses` to `to`, setting `fields`.
 
         Each candidate is tried as one conditional UPDATE, so the row count says
         whether this call made the change. `where` adds conditions (a Q). Return
-        the status it came from, or None when the job was in none of them.
+        the status it came from, or None when the job was in none of them. The
+        methods below and the kinds' own transitions (tracking.kind follows an
+        MLflow run's status) all come through here.
         """
         now = timezone.now()
         to = Status(to).value
@@ -341,7 +200,7 @@ class Job(models.Model):
     def claim(self):
         """queued → running for the worker calling it. Return True when this caller got the job."""
         now = timezone.now()
-        return self._transition(
+        return self.transition(
             [Status.QUEUED], Status.RUNNING, "claimed by a worker",
             heartbeat_at=now, started_at=Coalesce(F("started_at"), Value(now, output_field=DateTimeField())),
             finished_at=None, error="",
@@ -357,11 +216,11 @@ class Job(models.Model):
         already ended (see `status`).
         """
         who = f" by {by}" if by else ""
-        if self._transition([Status.QUEUED], Status.STOPPED, f"cancelled before it started{who}",
-                            finished_at=timezone.now()):
+        if self.transition([Status.QUEUED], Status.STOPPED, f"cancelled before it started{who}",
+                           finished_at=timezone.now()):
             return True
-        if self._transition([Status.RUNNING], Status.STOPPING, reason or f"stop requested{who}", stop_requested=True,
-                            stop_reason=reason):
+        if self.transition([Status.RUNNING], Status.STOPPING, reason or f"stop requested{who}", stop_requested=True,
+                           stop_reason=reason):
             return True
         return self.status == Status.STOPPING
 
@@ -391,7 +250,7 @@ class Job(models.Model):
         """End the job as budget_exhausted: at once when queued, else at its next step boundary
         (with a checkpoint, so it can resume once the budget is raised). Return False when
         the job had already ended."""
-        if self._transition([Status.QUEUED], Status.BUDGET_EXHAUSTED, reason, finished_at=timezone.now()):
+        if self.transition([Status.QUEUED], Status.BUDGET_EXHAUSTED, reason, finished_at=timezone.now()):
             return True
         changed = Job.objects.filter(pk=self.pk, status__in=ACTIVE).update(budget_stop_requested=True,
                                                                             stop_reason=reason)
@@ -404,10 +263,11 @@ class Job(models.Model):
         The worker continues from the newest checkpoint. Return False when the
         job is in another state or a resume cannot help (see `resume_refusal`).
         """
-        if self.source == Source.EXTERNAL:
-            return False  # its own process resumes it (start_run with the run's id), not a worker
+        kind = kind_of(self)
+        if kind.resume_refusal(self):
+            return False  # its own process resumes it (an external run: start_run with the run's id)
         try:
-            placement = self.placement()
+            placement = kind.placement(self)
         except InputError:
             return False  # nobody can run it now (resume_refusal says what the workers have)
         who = f" by {by}" if by else ""
@@ -415,13 +275,13 @@ class Job(models.Model):
             # The error text stays in the history (the reason of the → failed change).
             # A stop-loss judges the resumed run from where it resumes: it spends the window again first.
             rule = {**self.stop_loss, "from_step": self.checkpoint_step or 0} if self.stop_loss else {}
-            old = self._transition(RESUMABLE, Status.QUEUED, f"resumed{who}", where=Q(not_resumable_reason=""),
-                                   stop_requested=False, budget_stop_requested=False, stop_reason="",
-                                   finished_at=None, error="", placed_on=placement.worker, stop_loss=rule,
-                                   stop_loss_outcome={})
+            old = self.transition(RESUMABLE, Status.QUEUED, f"resumed{who}", where=Q(not_resumable_reason=""),
+                                  stop_requested=False, budget_stop_requested=False, stop_reason="",
+                                  finished_at=None, error="", placed_on=placement.worker, stop_loss=rule,
+                                  stop_loss_outcome={})
             if old is None:
                 return False
-            self._enqueue(placement.queue)
+            kind.dispatch(self, placement)
         return True
 
     def finish(self, to, reason="", error="", not_resumable_reason=""):
@@ -431,9 +291,9 @@ class Job(models.Model):
         announced status change already says the job cannot be resumed.
         """
         assert to in ENDED, to
-        return self._transition(ACTIVE, to, reason or error, finished_at=timezone.now(), error=error,
-                                stop_requested=False, budget_stop_requested=False, phase="",
-                                not_resumable_reason=not_resumable_reason) is not None
+        return self.transition(ACTIVE, to, reason or error, finished_at=timezone.now(), error=error,
+                               stop_requested=False, budget_stop_requested=False, phase="",
+                               not_resumable_reason=not_resumable_reason) is not None
 
     def beat(self):
         """Write the heartbeat. Return False when the job is no longer active (another party ended it)."""
@@ -450,8 +310,9 @@ class Job(models.Model):
         cutoff = now - timedelta(seconds=limit_s)
         stale = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)
         failed = []
-        # External jobs have no worker to beat: silence marks them stale instead (fail_stale_runs).
-        for job in cls.objects.filter(stale, status__in=ACTIVE, source=Source.EMBEDDED):
+        # Only a kind with a worker beats: an external run's silence marks it stale instead (tracking.kind).
+        beating = [kind.source for kind in kinds() if kind.worker_beats]
+        for job in cls.objects.filter(stale, status__in=ACTIVE, source__in=beating):
             last = job.heartbeat_at.strftime("%Y-%m-%d %H:%M:%S UTC") if job.heartbeat_at else "never"
             cause = f"stopped answering: last heartbeat {last}, more than {limit_s:g} s ago"
             # The worker was last known alive at its heartbeat: charge device time up to then.
@@ -481,8 +342,8 @@ class Job(models.Model):
         when this call failed it (a job some worker claimed meanwhile is left alone)."""
         now = now or timezone.now()
         error = f"the worker was lost before it started the job: {cause}; resume to start it"
-        return self._transition((Status.QUEUED,), Status.FAILED, error, error=error, phase="", finished_at=now,
-                                stop_requested=False, budget_stop_requested=False) is not None
+        return self.transition((Status.QUEUED,), Status.FAILED, error, error=error, phase="", finished_at=now,
+                               stop_requested=False, budget_stop_requested=False) is not None
 
     def _fail_crashed(self, cause, alive_until, now, where):
         """The one rule for a job whose worker died: failed (resumable), its open stints ended
@@ -493,8 +354,8 @@ class Job(models.Model):
                        else "the start (no checkpoint yet)")
         error = f"the worker{ran_on} {cause}; resume to continue from {resume_from}"
         with transaction.atomic():
-            if not self._transition(ACTIVE, Status.FAILED, error, where=where, error=error, phase="",
-                                    finished_at=now, stop_requested=False, budget_stop_requested=False):
+            if not self.transition(ACTIVE, Status.FAILED, error, where=where, error=error, phase="",
+                                   finished_at=now, stop_requested=False, budget_stop_requested=False):
                 return False
             self.stints.filter(ended_at__isnull=True).update(
                 ended_at=Greatest(F("started_at"), Value(alive_until, output_field=DateTimeField())),
@@ -527,7 +388,7 @@ class Job(models.Model):
 
     @property
     def can_resume(self):
-        return self.source == Source.EMBEDDED and self.status in RESUMABLE and not self.not_resumable_reason
+        return self.status in RESUMABLE and not self.not_resumable_reason and not kind_of(self).resume_refusal(self)
 
     def kept_checkpoint_steps(self):
         """Steps of the checkpoints this job keeps on disk, oldest first (a Continue may start from any)."""
@@ -539,8 +400,9 @@ class Job(models.Model):
 
     def continue_refusal(self):
         """Why no new job can continue from this one's policy, for people; empty when one can."""
-        if self.source == Source.EXTERNAL:
-            return f"job {self.pk} is an external run: its checkpoints are not Yardstick's to load"
+        refusal = kind_of(self).continue_refusal(self)
+        if refusal:
+            return refusal
         if self.status not in ENDED:
             return f"job {self.pk} is {self.status}; only an ended job ({_either(ENDED)}) can be continued"
         if self.checkpoint_step is None or not self.kept_checkpoint_steps():
@@ -555,15 +417,16 @@ class Job(models.Model):
 
     def resume_refusal(self):
         """Why this job cannot be resumed, for people; empty when it can."""
-        if self.source == Source.EXTERNAL:
-            return (f"job {self.pk} is an external run: restart its training with MLFLOW_RUN_ID set to the run's "
-                    "id to continue it")
+        kind = kind_of(self)
+        refusal = kind.resume_refusal(self)
+        if refusal:
+            return refusal
         if self.status not in RESUMABLE:
             return f"job {self.pk} is {self.status}; only a {_either(RESUMABLE)} job can be resumed"
         if self.not_resumable_reason:
             return f"job {self.pk} cannot be resumed: {self.not_resumable_reason}"
         try:
-            self.placement()
+            kind.placement(self)
         except InputError as err:
             return f"job {self.pk} cannot be resumed now: {err.message}"
         return ""

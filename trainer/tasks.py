@@ -8,7 +8,8 @@ from billiard.exceptions import WorkerLostError
 from celery.signals import task_failure, worker_ready, worker_shutdown, worker_shutting_down
 
 from trainer import runner, workers
-from trainer.models import RUN_JOB, Job
+from trainer.kinds.embedded import RUN_JOB, replace_orphans
+from trainer.models import Job
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ def detect_crashed_jobs():
     failed = Job.fail_crashed(runner.heartbeat_limit_s())
     for job in failed:
         log.warning("job %s failed: %s", job.pk, job.error)
-    for job in Job.replace_orphans():
+    for job in replace_orphans():
         log.warning("job %s sent again, to %s: the worker it waited for stopped reporting",
                     job.pk, job.placed_on or "the shared queue")
     return len(failed)

@@ -6,11 +6,10 @@ job in the wrong state (409).
 """
 
 from django.http import JsonResponse
-from django.views.decorators.cache import never_cache
 
-from trainer.inputs import status_filter
-from trainer.models import CONTROLS, Job, Sample, Step
+from trainer.models import CONTROLS, Job, Sample, Step, status_filter
 from yardstick.auth import require_role
+from yardstick.http import bad, int_param, methods
 from yardstick.inputs import InputError, json_object
 
 LIST_LIMIT = 100
@@ -19,42 +18,8 @@ STEPS_LIMIT = 1000
 STEPS_LIMIT_MAX = 5000
 
 
-def _methods(**views):
-    """Dispatch on the HTTP method; anything else is a 405 naming the allowed ones."""
-
-    @never_cache
-    def dispatch(request, *args, **kwargs):
-        view = views.get(request.method)
-        if view is None:
-            resp = JsonResponse({"error": f"method {request.method} not allowed; use {', '.join(views)}"}, status=405)
-            resp["Allow"] = ", ".join(views)
-            return resp
-        return view(request, *args, **kwargs)
-
-    return dispatch
-
-
-def _bad(field, message):
-    return JsonResponse({"error": message, "field": field}, status=400)
-
-
 def _missing(job_id):
     return JsonResponse({"error": f"no job {job_id}"}, status=404)
-
-
-def _int_param(request, name, default, minimum=None, maximum=None):
-    """Return the integer query parameter `name`, or raise InputError naming it."""
-    raw = request.GET.get(name, "")
-    if raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = None
-    if value is None or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        bounds = " and ".join(p for p in (minimum is not None and f">= {minimum}", maximum is not None and f"<= {maximum}") if p)
-        raise InputError(name, f"{name} must be an integer{' ' + bounds if bounds else ''}, got {raw!r}")
-    return value
 
 
 # -- /api/jobs ------------------------------------------------------------------------
@@ -64,10 +29,10 @@ def _int_param(request, name, default, minimum=None, maximum=None):
 def list_jobs(request):
     """Jobs, newest first: ?status=, ?team=, ?limit= (default 100)."""
     try:
-        limit = _int_param(request, "limit", LIST_LIMIT, 1, LIST_LIMIT_MAX)
+        limit = int_param(request, "limit", LIST_LIMIT, 1, LIST_LIMIT_MAX)
         status = status_filter(request.GET.get("status"))
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     jobs = Job.objects.select_related("created_by")
     if status:
         jobs = jobs.filter(status=status)
@@ -85,12 +50,12 @@ def create_job(request):
     try:
         body = json_object(request.body)
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     accepted = ("name", "team", "env", "config", "budget_usd", "device", "devices", "node", "pool", "init_from",
                 "init_step", "stop_loss")
     unknown = sorted(set(body) - set(accepted))
     if unknown:
-        return _bad(unknown[0], f"unknown field {unknown[0]!r}; accepted fields are {', '.join(accepted)}")
+        return bad(unknown[0], f"unknown field {unknown[0]!r}; accepted fields are {', '.join(accepted)}")
     try:
         job = Job.start(
             name=body.get("name"), team=body.get("team"), env=body.get("env"), config=body.get("config"),
@@ -99,11 +64,11 @@ def create_job(request):
             init_from=body.get("init_from"), init_step=body.get("init_step"), stop_loss=body.get("stop_loss"),
         )
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     return JsonResponse(job.to_dict(detail=True), status=201)
 
 
-jobs = _methods(GET=list_jobs, POST=create_job)
+jobs = methods(GET=list_jobs, POST=create_job)
 
 
 # -- /api/jobs/<id> ---------------------------------------------------------------------
@@ -121,7 +86,7 @@ def _job_detail(request, job_id):
     return JsonResponse({**job.to_dict(detail=True), "money": {k: money[k] for k in MONEY_KEYS}})
 
 
-job_detail = _methods(GET=_job_detail)
+job_detail = methods(GET=_job_detail)
 
 
 # -- /api/jobs/<id>/stop-loss -------------------------------------------------------------------
@@ -136,7 +101,7 @@ def _put_stop_loss(request, job_id):
     try:
         job.set_stop_loss(json_object(request.body))
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     return JsonResponse(job.to_dict())
 
 
@@ -149,7 +114,7 @@ def _delete_stop_loss(request, job_id):
     return JsonResponse(job.to_dict())
 
 
-stop_loss = _methods(PUT=_put_stop_loss, DELETE=_delete_stop_loss)
+stop_loss = methods(PUT=_put_stop_loss, DELETE=_delete_stop_loss)
 
 
 def _control(action):
@@ -168,8 +133,8 @@ def _control(action):
     return view
 
 
-stop_job = _methods(POST=_control("stop"))
-resume_job = _methods(POST=_control("resume"))
+stop_job = methods(POST=_control("stop"))
+resume_job = methods(POST=_control("resume"))
 
 
 @require_role("viewer")
@@ -180,10 +145,10 @@ def _steps(request, job_id):
     if job is None:
         return _missing(job_id)
     try:
-        after = _int_param(request, "after", -1, minimum=-1)
-        limit = _int_param(request, "limit", STEPS_LIMIT, 1, STEPS_LIMIT_MAX)
+        after = int_param(request, "after", -1, minimum=-1)
+        limit = int_param(request, "limit", STEPS_LIMIT, 1, STEPS_LIMIT_MAX)
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     rows = list(Step.objects.filter(job_id=job_id, step__gt=after).order_by("step")[:limit])
     return JsonResponse({
         "job": job.pk, "status": job.status, "phase": job.phase, "steps_done": job.steps_done,
@@ -194,7 +159,7 @@ def _steps(request, job_id):
     })
 
 
-job_steps = _methods(GET=_steps)
+job_steps = methods(GET=_steps)
 
 
 @require_role("viewer")
@@ -203,16 +168,16 @@ def _samples(request, job_id):
     if not Job.objects.filter(pk=job_id).exists():
         return _missing(job_id)
     try:
-        step = _int_param(request, "step", None, minimum=0)
+        step = int_param(request, "step", None, minimum=0)
     except InputError as err:
-        return _bad(err.field, err.message)
+        return bad(err.field, err.message)
     if step is None:
         step = Sample.objects.filter(job_id=job_id).order_by("-step").values_list("step", flat=True).first()
     rows = Sample.objects.filter(job_id=job_id, step=step) if step is not None else Sample.objects.none()
     return JsonResponse({"job": job_id, "step": step, "samples": [s.to_dict() for s in rows]})
 
 
-job_samples = _methods(GET=_samples)
+job_samples = methods(GET=_samples)
 
 
 # -- /api/workers -------------------------------------------------------------------------
@@ -226,4 +191,4 @@ def _workers(request):
     return JsonResponse({"workers": [w.to_dict() for w in live_jobs_workers()]})
 
 
-workers = _methods(GET=_workers)
+workers = methods(GET=_workers)

@@ -20,7 +20,7 @@ def add_arguments(parser, dsn_required=True):
     parser.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between ticks (default 1)")
     parser.add_argument("--node", default=None, help="node name (default: this host's name; dcgm: its Hostname label)")
     parser.add_argument(
-        "--label", action="append", default=[], type=_label, metavar="KEY=VALUE", help="node label, e.g. team=rl (repeatable)"
+        "--label", action="append", default=[], type=parse_label, metavar="KEY=VALUE", help="node label, e.g. team=rl (repeatable)"
     )
     parser.add_argument("--spool-dir", default="var/collector-spool", help="where batches wait while the database is away")
     parser.add_argument("--spool-max-mb", type=_positive_float, default=512.0, help="spool size cap in MiB (default 512)")
@@ -59,7 +59,9 @@ def _positive_int(text):
     return value
 
 
-def _label(text):
+def parse_label(text):
+    """Return a `--label KEY=VALUE` option as (key, value), each stripped (the value may be empty); raise
+    argparse.ArgumentTypeError when there is no `=` or no key. The agent's and the import commands' --label."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"must look like KEY=VALUE (e.g. team=rl), got {text!r}")

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from tests.trainer.helpers import TINY, worker_process
 from tests.waiting import wait_for
+from trainer.kinds.embedded import replace_orphans
 from trainer.models import Job, Worker
 from trainer.workers import local_devices
 
@@ -158,10 +159,10 @@ def test_a_queued_job_whose_worker_went_away_is_sent_to_another_that_can_run_it(
     before = queued_in("jobs@gpu-f")
     job_id = post_job(client, "cuda").json()["id"]
     Worker.report("jobs@gpu-f", "gpu-f", ["jobs", "jobs@gpu-f"], ["cpu", "cuda:0"], cores=8)
-    assert Job.replace_orphans() == [], "its worker is alive: it stays"
+    assert replace_orphans() == [], "its worker is alive: it stays"
     Worker.objects.filter(name="jobs@gpu-b").update(seen_at=timezone.now() - timedelta(seconds=Worker.STALE_S + 1))
     with django_capture_on_commit_callbacks(execute=True):
-        moved = Job.replace_orphans()
+        moved = replace_orphans()
     assert [j.pk for j in moved] == [job_id] and Job.objects.get(pk=job_id).placed_on == "jobs@gpu-f"
     assert queued_in("jobs@gpu-f") - before == 1
 

@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 
 from django.core.management.base import BaseCommand, CommandError
 
-from collector.agent.cli import _label
+from collector.agent.cli import parse_label
 from collector.importer import ScrapeError, command_lines, import_dcgm
 
 
@@ -27,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--node", required=True, help="name of the node the scrape came from")
         parser.add_argument("--at", required=True, metavar="TIME",
                             help="when it was scraped, ISO 8601 (2025-06-01T14:30:00Z); UTC when no offset")
-        parser.add_argument("--label", action="append", default=[], type=_label, metavar="KEY=VALUE")
+        parser.add_argument("--label", action="append", default=[], type=parse_label, metavar="KEY=VALUE")
 
     def handle(self, *args, **opts):
         try:

@@ -4,7 +4,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core.management.base import BaseCommand, CommandError
 
-from collector.agent.cli import _label
+from collector.agent.cli import parse_label
 from collector.agent.smi import SmiFormatError, parse_columns
 from collector.importer import command_lines, import_smi
 
@@ -26,7 +26,7 @@ class Command(BaseCommand):
             "--columns", default=None, metavar='"timestamp,name,..."',
             help="the columns of a log written with --format=csv,noheader: the list given to --query-gpu",
         )
-        parser.add_argument("--label", action="append", default=[], type=_label, metavar="KEY=VALUE")
+        parser.add_argument("--label", action="append", default=[], type=parse_label, metavar="KEY=VALUE")
 
     def handle(self, *args, **opts):
         try:

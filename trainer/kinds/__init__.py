@@ -1,0 +1,71 @@
+"""Kinds of run: what differs between a job Yardstick trains itself, an outside run reporting through the
+tracking API, and whatever kind comes next.
+
+`trainer.models.Job` keeps what every job shares: its states, the transitions between them (one
+conditional UPDATE each, claimed by row count), its history and its live events. What differs by kind
+lives in one module per kind, behind `Kind`, found by the job's `source`:
+
+    kind_of(job).resume_refusal(job)
+
+A kind registers itself once, from its app's `ready()` (`register(Embedded())` in trainer/apps.py,
+tracking's External in tracking/apps.py): trainer never imports the apps above it, so a kind defined
+there is known to trainer only through this registry. docs/architecture.md says how to add one.
+"""
+
+from yardstick.inputs import InputError
+
+
+class Kind:
+    """One kind of run: how it starts and resumes, what it refuses and why, and what Yardstick holds of it.
+
+    Subclasses set `source` (a `trainer.models.Source` value) and the two flags, and override what their
+    jobs do differently; the defaults are those of a run Yardstick neither starts nor resumes.
+    """
+
+    source = ""
+    # Yardstick holds the policy's checkpoints and evaluates it on its env itself: a Continue may start from
+    # them, a campaign evaluates retention on the final one and fits its projection to the run's eval curve.
+    holds_policy = False
+    # A Yardstick worker beats (Job.beat) while it owns the job: Job.fail_crashed fails it when the beat stops.
+    worker_beats = False
+
+    def placement(self, job):
+        """Where `job` would be sent to run now (trainer.workers.Placement: a queue and a worker); raise
+        InputError naming what nobody can meet."""
+        raise InputError("source", f"job {job.pk} is a {self.source} run: Yardstick does not send it anywhere")
+
+    def dispatch(self, job, placement):
+        """Send `job` to run at `placement` once the transaction commits."""
+        raise NotImplementedError(f"{self.source} jobs are not dispatched by Yardstick")
+
+    def resume_refusal(self, job):
+        """Why a Resume from Yardstick can never help this kind of job, for people; empty when its state decides."""
+        return ""
+
+    def continue_refusal(self, job):
+        """Why no job may continue from this kind's policy whatever its state, for people; empty when its state
+        and checkpoints decide."""
+        return ""
+
+
+_KINDS = {}
+
+
+def register(kind):
+    """Make `kind` the one that answers for jobs of `kind.source` (an app's ready() calls this once)."""
+    _KINDS[kind.source] = kind
+    return kind
+
+
+def kind_of(job):
+    """The Kind of `job`, by its source; LookupError when no app registered one for it."""
+    try:
+        return _KINDS[job.source]
+    except KeyError:
+        raise LookupError(f"no kind of run is registered for source {job.source!r} (job {job.pk}); "
+                          f"registered: {', '.join(sorted(_KINDS)) or 'none'}") from None
+
+
+def kinds():
+    """Every registered Kind."""
+    return list(_KINDS.values())

@@ -1,0 +1,122 @@
+"""Embedded jobs: GRPO runs Yardstick trains itself on its Celery `jobs` workers.
+
+A job is validated and placed on a worker that has the devices it asks for (trainer.workers.place),
+created queued, and sent to that worker's queue after commit; the worker claims it, beats while it
+trains and writes checkpoints under the job's checkpoint_dir, which a Resume and a Continue start from.
+"""
+
+from celery import current_app
+from django.db import transaction
+
+from trainer import inputs, stoploss
+from trainer.kinds import Kind
+from trainer.models import Job, Source, Status
+from yardstick.inputs import InputError
+
+# The Celery task that runs a job (trainer.tasks.run_job), routed to the jobs queue by this name.
+RUN_JOB = "trainer.tasks.run_job"
+
+
+class Embedded(Kind):
+    source = Source.EMBEDDED
+    holds_policy = True
+    worker_beats = True
+
+    def placement(self, job):
+        from trainer.workers import place
+
+        return place(job.device, job.devices, job.node, job.pool)
+
+    def dispatch(self, job, placement):
+        # By the task's name: trainer.tasks imports this module, so this one does not import it back.
+        job_id, queue = job.pk, placement.queue
+        transaction.on_commit(lambda: current_app.send_task(RUN_JOB, args=[job_id], queue=queue))
+
+
+EMBEDDED = Embedded()
+
+
+def start(*, name, team, env, config=None, budget_usd=None, device="auto", devices=1, node="", pool="",
+          created_by=None, enqueue=True, runs_here=False, init_from=None, init_step=None, stop_loss=None):
+    """Validate the input, create a queued job and (after commit) enqueue its task.
+
+    Raise InputError naming the first bad field; nothing is created then.
+    `init_from` (a job id) continues that job's policy: the run starts from its checkpoint at
+    `init_step` (default: its final one) instead of the base policy, on any environment.
+    With enqueue=False the caller runs it (`manage.py train` does, in the foreground);
+    `runs_here` checks the device against what torch sees in this process instead of
+    what the jobs workers report. `devices`, `node` and `pool` say where it may run: it is
+    placed on a jobs worker that has them all (trainer.workers.place), or refused.
+    `stop_loss`: the rule that stops it once it stops buying intelligence (trainer/stoploss.py).
+    """
+    from trainer.rl.config import ConfigError, TrainConfig
+    from trainer.workers import device_refusal, place
+
+    name = inputs.text("name", name, inputs.NAME_MAX)
+    team = inputs.text("team", team, inputs.TEAM_MAX)
+    if not isinstance(env, str) or not env.strip():
+        raise InputError("env", f"env is required: one of {', '.join(inputs.env_names())}")
+    config = {} if config is None else config
+    if not isinstance(config, dict):
+        raise InputError("config", f"config must be an object of TrainConfig fields, got {config!r}")
+    if "env" in config and config["env"] != env:
+        raise InputError("config.env", f"config.env ({config['env']!r}) differs from env ({env!r}); give it once")
+    try:
+        cfg = TrainConfig.from_dict({**config, "env": env})
+    except ConfigError as err:
+        field = "env" if err.field == "env" else f"config.{err.field}"
+        raise InputError(field, err.message) from None
+    except TypeError as err:  # a dataclass refusing something from_dict let through
+        raise InputError("config", f"config is not usable: {err}") from None
+    budget = inputs.budget(budget_usd)
+    stop_rule = stoploss.parse(stop_loss)
+    device = inputs.device(device)
+    devices = inputs.devices(devices, device)
+    node, pool = inputs.name_field("node", node, 255), inputs.name_field("pool", pool, inputs.TEAM_MAX)
+    if cfg.prompts_per_step < devices:  # each device takes whole prompt groups
+        raise InputError("config.prompts_per_step", f"config.prompts_per_step must be at least devices ({devices}): "
+                                                    f"each device takes whole prompt groups; got {cfg.prompts_per_step}")
+    if runs_here:
+        refusal = device_refusal(device, devices)
+        if refusal:
+            raise InputError("device", refusal)
+        placement = None
+    else:
+        placement = place(device, devices, node, pool)
+    source, init_step = inputs.init_from(init_from, init_step)
+
+    with transaction.atomic():
+        job = Job.open(
+            reason=f"created by {created_by}" if created_by else "created",
+            name=name, team=team, env=env, config=cfg.to_dict(), budget_usd=budget,
+            device=device, devices=devices, node=node, pool=pool, created_by=created_by, init_from=source,
+            init_step=init_step, placed_on=placement.worker if placement else "",
+            stop_loss={**stop_rule, "from_step": 0} if stop_rule else {},
+        )
+        if enqueue:
+            EMBEDDED.dispatch(job, placement)
+    return job
+
+
+def replace_orphans(now=None):
+    """Send again the queued jobs whose chosen worker stopped reporting, to a live one that can run
+    them; return those moved. The message left in the gone worker's queue is harmless: whoever runs
+    the job first claims it, and the claim of the other finds it no longer queued."""
+    from trainer.workers import live_jobs_workers
+
+    live = {w.name for w in live_jobs_workers(now)}
+    moved = []
+    for job in Job.objects.filter(status=Status.QUEUED, source=EMBEDDED.source).exclude(placed_on=""):
+        if job.placed_on in live:
+            continue
+        try:
+            placement = EMBEDDED.placement(job)
+        except InputError:
+            continue  # nobody can run it now: it waits where it is (its worker may come back)
+        with transaction.atomic():
+            if Job.objects.filter(pk=job.pk, status=Status.QUEUED, placed_on=job.placed_on).update(
+                    placed_on=placement.worker):
+                EMBEDDED.dispatch(job, placement)
+                job.placed_on = placement.worker
+                moved.append(job)
+    return moved
