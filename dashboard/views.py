@@ -27,7 +27,8 @@ from dashboard.timerange import RANGES, from_request
 from tracking import store as tracking_store
 from tracking.models import SCORE_KEY_TAG, TrackingError
 from trainer import stoploss
-from trainer.models import CONTROLS, Job, Status, Step, status_filter
+from trainer.inputs import status_filter
+from trainer.models import CONTROLS, Job, Status, Step
 from trainer.workers import live_jobs_workers
 from yardstick.auth import require_role, role_of
 from yardstick.http import bad_page, script_json

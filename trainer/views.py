@@ -7,7 +7,8 @@ job in the wrong state (409).
 
 from django.http import JsonResponse
 
-from trainer.models import CONTROLS, Job, Sample, Step, status_filter
+from trainer.inputs import status_filter
+from trainer.models import CONTROLS, Job, Sample, Step
 from yardstick.auth import require_role
 from yardstick.http import bad, int_param, methods
 from yardstick.inputs import InputError, json_object
