@@ -141,6 +141,12 @@ def jobs_money(job_ids, book=None):
 MONEY_KEYS = ("cost_usd", "points_per_usd", "usd_per_point", "state", "gain_points", *DISPLAY_KEYS)
 
 
+def job_money(job):
+    """The job's MONEY_KEYS of jobs_money: its cost and IPD, exact and as the pages write them."""
+    money = jobs_money([job.pk])[job.pk]
+    return {k: money[k] for k in MONEY_KEYS}
+
+
 def _money(cost, scores, job_id):
     """A job's cost (unrounded Decimal dollars) and IPD: the gain (newest score over the baseline) over the
     unrounded cost, never over a cost rounded to the cent (a $0.0039 job is not free, nor a $0.0051 one

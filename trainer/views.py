@@ -74,17 +74,23 @@ jobs = methods(GET=list_jobs, POST=create_job)
 
 # -- /api/jobs/<id> ---------------------------------------------------------------------
 
+# What apps above trainer add to a job's detail, {key: callable(job) -> value}, registered from their ready()
+# without trainer importing them: costs adds "money", the job's cost and IPD as every page shows them.
+DETAIL_PARTS = {}
+
+
+def add_detail_part(key, part):
+    """Give /api/jobs/<id> the key `key`, valued `part(job)`."""
+    DETAIL_PARTS[key] = part
+
 
 @require_role("viewer")
 def _job_detail(request, job_id):
     job = Job.objects.select_related("created_by").filter(pk=job_id).first()
     if job is None:
         return _missing(job_id)
-    # Its cost and IPD as every page shows them (exact figures, display strings): /api/costs/jobs/<id> has the rest.
-    from costs.intelligence import MONEY_KEYS, jobs_money
-
-    money = jobs_money([job.pk])[job.pk]
-    return JsonResponse({**job.to_dict(detail=True), "money": {k: money[k] for k in MONEY_KEYS}})
+    parts = {name: part(job) for name, part in DETAIL_PARTS.items()}
+    return JsonResponse({**job.to_dict(detail=True), **parts})
 
 
 job_detail = methods(GET=_job_detail)
