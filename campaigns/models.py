@@ -23,12 +23,13 @@ the loop there (see docs/architecture.md).
 import logging
 from decimal import Decimal
 
+from celery import current_app
 from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
 from trainer import inputs
-from trainer.inputs import NAME_MAX, TEAM_MAX
+from trainer.models import NAME_MAX, TEAM_MAX
 from trainer.kinds import kind_of
 from trainer.models import ENDED, Job, Status
 from yardstick.inputs import InputError
@@ -42,6 +43,9 @@ EVAL_MAX_NEW_TOKENS_DEFAULT = 40  # TrainConfig's max_new_tokens default
 # The MLflow tag an external run joins a campaign with (its value: the campaign's id or name).
 CAMPAIGN_TAG = "yardstick.campaign"
 
+
+# The task that evaluates a new campaign's starting policy (campaigns.tasks.evaluate_start), sent by its name.
+EVALUATE_START = "campaigns.tasks.evaluate_start"
 
 class Loop(models.TextChoices):
     OFF = "off"
@@ -124,9 +128,8 @@ class Campaign(models.Model):
             campaign = cls.objects.create(
                 name=name, team=team, envs=envs, schedule=schedule, run_config=run_config, budget_usd=budget,
                 device=device, eval_size=eval_size, start_from=source, start_step=step, created_by=created_by)
-            from campaigns.tasks import evaluate_start
-
-            transaction.on_commit(lambda: evaluate_start.apply_async((campaign.pk,), queue="jobs"))
+            # By the task's name: campaigns.tasks imports this module, so this one does not import it back.
+            transaction.on_commit(lambda: current_app.send_task(EVALUATE_START, args=[campaign.pk], queue="jobs"))
             if loop:
                 campaign.start_loop(by=created_by)
         return campaign

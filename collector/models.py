@@ -35,7 +35,7 @@ class Node(models.Model):
     def __str__(self):
         return self.name
 
-    OWNER_MAX = 100  # as long as a job's team (trainer.inputs.TEAM_MAX): the owner is a team that pays
+    OWNER_MAX = 100  # as long as a job's team (trainer.models.TEAM_MAX): the owner is a team that pays
 
     @property
     def owner(self):

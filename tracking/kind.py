@@ -11,7 +11,7 @@ from datetime import timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from trainer.inputs import ENV_MAX, NAME_MAX, TEAM_MAX
+from trainer.models import ENV_MAX, NAME_MAX, TEAM_MAX
 from trainer.kinds import Kind
 from trainer.models import ACTIVE, ENDED, Job, Source, Status
 

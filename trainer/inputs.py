@@ -8,23 +8,17 @@ refused in the same words wherever it is given.
 import re
 from decimal import Decimal, InvalidOperation
 
+from trainer.models import BUDGET_PLACES, ENV_MAX, NAME_MAX, TEAM_MAX, Job, Status
 from yardstick.inputs import InputError
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d{1,2})$")
 DEVICE_ACCEPTED = "auto, cpu, cuda or cuda:N"
-NAME_MAX = 200
-TEAM_MAX = 100
-ENV_MAX = 50
-# Budgets are kept to the micro-dollar: a small CPU job's whole budget can be a fraction of a cent.
-BUDGET_PLACES = 6
 BUDGET_MAX_USD = Decimal("9999999999.999999")  # what DecimalField(16, 6) holds
 DEVICES_MAX = 64
 
 
 def status_filter(value):
     """A ?status= filter: None (all jobs) when empty, else one of Status; InputError naming the accepted ones."""
-    from trainer.models import Status
-
     if not value:
         return None
     if value not in Status.values:
@@ -80,8 +74,6 @@ def name_field(field, value, max_len):
 def init_from(init_from, init_step):
     """Return (the job to continue, the checkpoint step) for Job.start, (None, None) when starting from the
     base policy, or raise InputError naming init_from or init_step."""
-    from trainer.models import Job
-
     if init_from is None or init_from == "":
         if init_step not in (None, ""):
             raise InputError("init_step", "init_step needs init_from: the id of the job whose checkpoint to start from")

@@ -34,10 +34,16 @@ from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from trainer import stoploss
-from trainer.inputs import BUDGET_PLACES, ENV_MAX, NAME_MAX, TEAM_MAX
-from trainer.kinds import kind_of, kinds
+from trainer.kinds import kind_for, kind_of, kinds
 from yardstick.inputs import InputError
 from yardstick.live import publish
+
+# The sizes of a job's text fields (trainer.inputs checks what people type against them).
+NAME_MAX = 200
+TEAM_MAX = 100
+ENV_MAX = 50
+# Budgets are kept to the micro-dollar: a small CPU job's whole budget can be a fraction of a cent.
+BUDGET_PLACES = 6
 
 
 class Status(models.TextChoices):
@@ -136,9 +142,7 @@ class Job(models.Model):
     @classmethod
     def start(cls, **fields):
         """Start an embedded job: trainer.kinds.embedded.start (its fields, and the InputError it raises)."""
-        from trainer.kinds.embedded import start
-
-        return start(**fields)
+        return kind_for(Source.EMBEDDED).start(**fields)
 
     @classmethod
     def open(cls, *, reason, **fields):

@@ -43,7 +43,7 @@ from django.utils import timezone
 from trainer.inputs import DEVICE_ACCEPTED, DEVICE_RE
 from trainer.models import ACTIVE, ENDED, Job, Sample, Status, Step, Stint
 from trainer.signals import run_ended
-from trainer.workers import DeviceUnavailable
+from trainer.workers import DeviceUnavailable, Heartbeat
 from yardstick.live import publish
 
 log = logging.getLogger(__name__)
@@ -212,39 +212,6 @@ def torch_threads(config):
 
 
 # -- the heartbeat ---------------------------------------------------------------
-
-
-class Heartbeat:
-    """Beat for a job from a thread while the worker lives, so a long step is not taken for a crash.
-
-    A killed process stops beating with it; that is what the crash detector looks for.
-    """
-
-    def __init__(self, job, interval_s):
-        self.job = job
-        self.interval_s = interval_s
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._loop, name=f"heartbeat-job-{job.pk}", daemon=True)
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.stopped.set()
-        self.thread.join(timeout=10)
-
-    def _loop(self):
-        try:
-            while not self.stopped.wait(self.interval_s):
-                try:
-                    if not self.job.beat():
-                        return
-                except Exception as err:  # a database blip: the next beat may get through
-                    log.warning("heartbeat of job %s not written: %s", self.job.pk, err)
-                    close_old_connections()
-        finally:
-            connection.close()  # this thread's own connection
 
 
 # -- the run -----------------------------------------------------------------------

@@ -16,14 +16,19 @@ pool, the shared queue `jobs`. `place` decides where a job goes:
   worker reported at all, only the first kind is accepted: it waits for one in the shared queue).
 """
 
+import logging
 import os
+import threading
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from trainer.models import Worker
+from trainer.models import ACTIVE, Job, Status, Worker
 from yardstick.inputs import InputError
+
+log = logging.getLogger(__name__)
 
 
 class DeviceUnavailable(RuntimeError):
@@ -161,8 +166,6 @@ def place(device="auto", devices=1, node="", pool="", now=None):
         candidates = kept
     if not constrained(device, devices, node, pool):
         return Placement(jobs_queue(), "")
-    from trainer.models import ACTIVE, Job, Status
-
     busy = {w.name: Job.objects.filter(placed_on=w.name, status__in=[Status.QUEUED, *ACTIVE]).count()
             for w in candidates}
     chosen = min(candidates, key=lambda w: (busy[w.name], w.name))
@@ -222,6 +225,39 @@ def forget(name):
     Worker.objects.filter(name=name).delete()
 
 
+class Heartbeat:
+    """Beat for a job from a thread while the worker lives, so a long step is not taken for a crash.
+
+    A killed process stops beating with it; that is what the crash detector looks for.
+    """
+
+    def __init__(self, job, interval_s):
+        self.job = job
+        self.interval_s = interval_s
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name=f"heartbeat-job-{job.pk}", daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join(timeout=10)
+
+    def _loop(self):
+        try:
+            while not self.stopped.wait(self.interval_s):
+                try:
+                    if not self.job.beat():
+                        return
+                except Exception as err:  # a database blip: the next beat may get through
+                    log.warning("heartbeat of job %s not written: %s", self.job.pk, err)
+                    close_old_connections()
+        finally:
+            connection.close()  # this thread's own connection
+
+
 class _Report:
     """This worker as runner.Heartbeat sees a job: each beat reports it again (so one loop serves both)."""
 
@@ -235,7 +271,5 @@ class _Report:
 
 def start_reporting(name, queues, every_s=None):
     """Report the worker now, then every Worker.REPORT_EVERY_S from a daemon thread; return it (`.stop()`)."""
-    from trainer.runner import Heartbeat  # here: trainer.runner imports this module
-
     report(name, queues)
     return Heartbeat(_Report(name, queues), Worker.REPORT_EVERY_S if every_s is None else every_s).start()

@@ -29,6 +29,11 @@ class Kind:
     # A Yardstick worker beats (Job.beat) while it owns the job: Job.fail_crashed fails it when the beat stops.
     worker_beats = False
 
+    def start(self, **fields):
+        """Create a job of this kind from what a person or an API client asked for and send it to run; raise
+        InputError naming the first bad field (nothing is created then)."""
+        raise InputError("source", f"Yardstick does not start {self.source} runs")
+
     def placement(self, job):
         """Where `job` would be sent to run now (trainer.workers.Placement: a queue and a worker); raise
         InputError naming what nobody can meet."""
@@ -63,6 +68,15 @@ def kind_of(job):
         return _KINDS[job.source]
     except KeyError:
         raise LookupError(f"no kind of run is registered for source {job.source!r} (job {job.pk}); "
+                          f"registered: {', '.join(sorted(_KINDS)) or 'none'}") from None
+
+
+def kind_for(source):
+    """The Kind registered for `source`; LookupError when none is."""
+    try:
+        return _KINDS[source]
+    except KeyError:
+        raise LookupError(f"no kind of run is registered for source {source!r}; "
                           f"registered: {', '.join(sorted(_KINDS)) or 'none'}") from None
 
 

@@ -11,6 +11,7 @@ from django.db import transaction
 from trainer import inputs, stoploss
 from trainer.kinds import Kind
 from trainer.models import Job, Source, Status
+from trainer.workers import device_refusal, live_jobs_workers, place
 from yardstick.inputs import InputError
 
 # The Celery task that runs a job (trainer.tasks.run_job), routed to the jobs queue by this name.
@@ -23,9 +24,10 @@ class Embedded(Kind):
     worker_beats = True
 
     def placement(self, job):
-        from trainer.workers import place
-
         return place(job.device, job.devices, job.node, job.pool)
+
+    def start(self, **fields):
+        return start(**fields)
 
     def dispatch(self, job, placement):
         # By the task's name: trainer.tasks imports this module, so this one does not import it back.
@@ -50,7 +52,6 @@ def start(*, name, team, env, config=None, budget_usd=None, device="auto", devic
     `stop_loss`: the rule that stops it once it stops buying intelligence (trainer/stoploss.py).
     """
     from trainer.rl.config import ConfigError, TrainConfig
-    from trainer.workers import device_refusal, place
 
     name = inputs.text("name", name, inputs.NAME_MAX)
     team = inputs.text("team", team, inputs.TEAM_MAX)
@@ -102,8 +103,6 @@ def replace_orphans(now=None):
     """Send again the queued jobs whose chosen worker stopped reporting, to a live one that can run
     them; return those moved. The message left in the gone worker's queue is harmless: whoever runs
     the job first claims it, and the claim of the other finds it no longer queued."""
-    from trainer.workers import live_jobs_workers
-
     live = {w.name for w in live_jobs_workers(now)}
     moved = []
     for job in Job.objects.filter(status=Status.QUEUED, source=EMBEDDED.source).exclude(placed_on=""):

@@ -50,6 +50,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from trainer.rl.trainer import Trainer
+
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
@@ -316,8 +318,6 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _exit_with_parent()
-
-    from trainer.rl.trainer import Trainer
 
     ranks = Ranks(args.rank, args.world, args.device)
     store = dist.TCPStore(HOST, args.port, args.world, is_master=False,

@@ -11,17 +11,20 @@ Constructors raise SourceError with a message for a person when the source
 cannot start at all (no NVIDIA driver, exporter URL missing).
 """
 
+from .base import NODE_MAX_CHARS, SourceError, node_name
+
+__all__ = ["NODE_MAX_CHARS", "SOURCES", "SourceError", "make_source", "node_name"]
+
 SOURCES = ("nvml", "host", "dcgm", "sim")
 
 
-class SourceError(Exception):
-    pass
 
 
 def make_source(name, options):
     """Build the source called `name` from the agent's parsed options (a namespace or dict)."""
     opts = options if isinstance(options, dict) else vars(options)
     node = opts.get("node") or node_name()
+    # Each source's module is imported only when chosen: it brings that source's own dependency (pynvml, psutil).
     if name == "nvml":
         from .nvml import NvmlSource
 
@@ -41,27 +44,3 @@ def make_source(name, options):
 
         return SimSource(nodes=opts.get("nodes") or 1, gpus=opts.get("gpus") or 8, seed=opts.get("seed") or 0)
     raise SourceError(f"--source must be one of {', '.join(SOURCES)}, got {name!r}")
-
-
-NODE_MAX_CHARS = 255  # the width of the node columns
-
-
-def node_name(environ=None):
-    """This machine's node name: YARDSTICK_NODE when set, else the host name.
-
-    The one name telemetry and training stints share (the trainer reads it
-    through settings.YARDSTICK_NODE), so a job's stints meet its node's samples.
-    Raise ValueError naming the value when it is no usable name.
-    """
-    import os
-    import socket
-
-    value = (environ if environ is not None else os.environ).get("YARDSTICK_NODE", "").strip()
-    if not value:
-        return socket.gethostname()
-    if len(value) > NODE_MAX_CHARS or any(ch.isspace() or not ch.isprintable() for ch in value):
-        raise ValueError(
-            f"YARDSTICK_NODE must be a name of at most {NODE_MAX_CHARS} printable characters "
-            f"without spaces, got {value!r}"
-        )
-    return value

@@ -33,6 +33,7 @@ import re
 import urllib.request
 
 from ..batch import DeviceInfo, Holder, Reading
+from .base import CRITICAL_XIDS, node_name
 
 log = logging.getLogger("collector.agent")
 
@@ -179,8 +180,6 @@ def _int(value):
 
 def _health_events(uuid, figure, health):
     """Events for what changed in a GPU's health figures since the previous scrape (its first: what is there)."""
-    from .nvml import CRITICAL_XIDS
-
     now = {"xid": figure.per_gpu("DCGM_FI_DEV_XID_ERRORS"), "ecc": figure.per_gpu("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
            "failure": figure.per_gpu("DCGM_FI_DEV_ROW_REMAP_FAILURE"),
            "rows": figure.per_gpu("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")}
@@ -274,6 +273,4 @@ class DcgmSource:
 
 
 def _default_node():
-    from . import node_name  # the package imports this module lazily: no cycle at import time
-
     return node_name()

@@ -30,7 +30,7 @@ import logging
 
 from ..batch import DeviceInfo, Reading
 from ..lineage import Lineages
-from . import SourceError
+from .base import CRITICAL_XIDS, SourceError
 
 log = logging.getLogger("collector.agent")
 
@@ -51,7 +51,6 @@ FIELDS = (
 # (double-bit ECC, row remap events, NVLink errors, fallen off the bus, contained/uncontained ECC, GSP errors)
 # are critical: the device counts as unhealthy (collector.models.DeviceEvent).
 HEALTH_EVERY = 10
-CRITICAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
 # GPM metrics read between two ticks, in the order of the request.
 GPM_METRICS = ("NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_ANY_TENSOR_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY")
 
