@@ -16,7 +16,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test venv dev-venv browser prometheus bench clean-test which-python
+.PHONY: run test lint venv dev-venv browser prometheus bench clean-test which-python
 
 run: $(STAMP)
 	$(PY) manage.py up $(ARGS)
@@ -25,8 +25,13 @@ run: $(STAMP)
 # (tests/parallel.py); TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
 
-test: $(DEV_STAMP) browser prometheus
+test: $(DEV_STAMP) browser prometheus lint
 	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} $(PY) -m pytest -p tests.parallel -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The architecture of docs/architecture.md (.importlinter) and a small rule set of mistakes (ruff.toml).
+lint: $(DEV_STAMP)
+	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/lint-imports --no-cache
 
 venv: $(STAMP)
 dev-venv: $(DEV_STAMP)

@@ -21,13 +21,14 @@ def main():
     from django.core.management import execute_from_command_line
 
     try:
-        settings.DATA_DIR  # reading settings checks every variable once
+        _ = settings.DATA_DIR  # reading settings checks every variable once
     except ImproperlyConfigured as err:
         sys.exit(f"Configuration error: {err}")
     command = sys.argv[1] if len(sys.argv) > 1 else "help"
     if command in SELF_MANAGED:
         execute_from_command_line(sys.argv)
         return
+    # here: the commands above that manage their own servers need none of this
     from yardstick.embedded import ServiceError
     from yardstick.services import embedded_services_for_command, ensure_schema
 

@@ -90,7 +90,7 @@ def send_due(now=None):
         attempts = delivery.attempts + 1
         try:
             send(delivery.event, delivery.channel)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - any failure of a channel is recorded on the delivery and retried
             error = _error_text(err)
             gave_up = attempts >= MAX_ATTEMPTS
             Delivery.objects.filter(pk=pk).update(

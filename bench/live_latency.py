@@ -21,8 +21,8 @@ clock). Prints median, p90 and max against the goal (<= 1 s). Never fails on spe
 
 import argparse
 import contextlib
-import random
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -104,7 +104,7 @@ def wait_http(url, timeout_s=60):
             return
         except urllib.error.HTTPError:
             return
-        except Exception:
+        except Exception:  # noqa: BLE001 - not up yet: try again
             time.sleep(0.2)
     raise SystemExit(f"Daphne did not answer at {url} within {timeout_s} s")
 
@@ -225,11 +225,11 @@ def main():
 
 
 def measure(base, job, node, device, rounds):
+    from concurrent.futures import ThreadPoolExecutor
+
     from playwright.sync_api import sync_playwright
 
     from tests.browser import CHROMIUM_FLAGS, chromium_path
-
-    from concurrent.futures import ThreadPoolExecutor
 
     # Writes run on a thread of their own, as in a worker: Playwright's sync API keeps an event
     # loop in this one, where publish()'s async_to_sync may not run.

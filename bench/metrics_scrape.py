@@ -22,7 +22,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 

@@ -9,6 +9,7 @@ class CampaignsConfig(AppConfig):
         # creation of a job (post_save); campaigns listens to both.
         from django.db.models.signals import post_save
 
+        # here: apps.py is loaded before the models are
         from campaigns import models
         from trainer.models import Job
         from trainer.signals import run_ended

@@ -28,6 +28,7 @@ from decimal import Decimal
 from costs.intelligence import ipd, jobs_money, score_cost_curve
 from costs.money import exact_usd, ipd_text, usd_text
 from trainer.kinds import kind_of
+from trainer.models import ENDED
 
 PROJECTION_RUNS = 3
 PROJECTION_POINTS_DEFAULT = 5
@@ -53,7 +54,7 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
     for e in campaign.retention_evals.all():
         evals.setdefault(e.after_job_id, {})[e.env] = e.pass1
     start = evals.get(None)
-    before, before_x = start, Decimal(0)
+    before = start
     total = Decimal(0)
     runs = []
     for n, job in enumerate(jobs, 1):
@@ -129,8 +130,6 @@ def projection(campaign, jobs, points, latest):
     """Dollars to the next `points` points on the current env (the running run's; else the loop's next; else
     the latest run's), fitted to the recent runs' curves on it; a dict with the fit named, or a `state` saying
     why there is none."""
-    from trainer.models import ENDED
-
     if jobs and (jobs[-1].status not in ENDED or campaign.loop != "running"):
         env = jobs[-1].env
     else:

@@ -28,10 +28,11 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
-from trainer import inputs
-from trainer.models import NAME_MAX, TEAM_MAX
+from costs.intelligence import jobs_money
+from tracking.store import jobs_tagged
+from trainer import inputs, runner
 from trainer.kinds import kind_of
-from trainer.models import ENDED, Job, Status
+from trainer.models import ENDED, NAME_MAX, TEAM_MAX, Job, Status
 from yardstick.inputs import InputError
 from yardstick.live import publish
 
@@ -89,6 +90,7 @@ class Campaign(models.Model):
                eval_size=EVAL_SIZE_DEFAULT, start_from=None, start_step=None, loop=False, created_by=None):
         """Validate, create the campaign, and (after commit) evaluate its starting policy on the jobs queue;
         with loop=True start its loop too. Raise InputError naming the first bad field; nothing is created then."""
+        # here: trainer.rl loads torch, which only this path needs
         from trainer.rl.config import ConfigError, TrainConfig
         from trainer.rl.envs import ENV_NAMES
 
@@ -123,7 +125,8 @@ class Campaign(models.Model):
             source, step = inputs.init_from(start_from, start_step)
         except InputError as err:
             field = {"init_from": "start_from", "init_step": "start_step"}[err.field]
-            raise InputError(field, err.message.replace("init_from", "start_from").replace("init_step", "start_step"))
+            raise InputError(field, err.message.replace("init_from", "start_from")
+                             .replace("init_step", "start_step")) from None
         with transaction.atomic():
             campaign = cls.objects.create(
                 name=name, team=team, envs=envs, schedule=schedule, run_config=run_config, budget_usd=budget,
@@ -148,8 +151,6 @@ class Campaign(models.Model):
     def join_tagged_runs(cls):
         """Put each external run tagged CAMPAIGN_TAG (a campaign's id or its name, when only one campaign
         has it) that is in no campaign yet into that campaign. Return the number of runs joined."""
-        from tracking.store import jobs_tagged
-
         tagged = jobs_tagged(CAMPAIGN_TAG)
         taken = set(CampaignRun.objects.filter(job_id__in=list(tagged)).values_list("job_id", flat=True))
         joined = 0
@@ -174,8 +175,6 @@ class Campaign(models.Model):
 
     def spent_usd(self, money=None):
         """Dollars charged to the campaign's runs so far: the sum of their costs (jobs_money, unrounded)."""
-        from costs.intelligence import jobs_money
-
         ids = list(self.jobs().values_list("id", flat=True))
         money = money or jobs_money(ids)
         return sum((Decimal(money[i]["cost_usd"]) for i in ids), Decimal(0))
@@ -189,7 +188,7 @@ class Campaign(models.Model):
     def start_policy(self):
         """(path, label) of the starting policy: start_from's checkpoint, else the base of schedule[0]
         (built on first use, as a job would)."""
-        from trainer import runner
+        # here: trainer.rl loads torch, which only this path needs
         from trainer.rl.pretrain import ensure_base_checkpoint
 
         if self.start_from_id is not None:
@@ -204,7 +203,7 @@ class Campaign(models.Model):
         point), publish them; return the rows, or [] when the job kept no checkpoint."""
         import torch
 
-        from trainer import runner
+        # here: trainer.rl loads torch, which only this path needs
         from trainer.rl.envs import get_env
         from trainer.rl.rollout import policy_pass_at_1
 

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from campaigns import charts, figures
 from campaigns.models import Campaign
+from trainer.models import Job
 from yardstick.auth import require_role
 from yardstick.http import bad, bad_page, int_param, methods, script_json
 from yardstick.inputs import InputError, json_object
@@ -84,8 +85,6 @@ campaign_api = methods(GET=_detail)
 @require_role("operator")
 def _add_run(request, campaign_id):
     """Add a job: {"job": id}; 201 with the campaign."""
-    from trainer.models import Job
-
     campaign = Campaign.objects.filter(pk=campaign_id).first()
     if campaign is None:
         return _missing(campaign_id)
@@ -175,6 +174,7 @@ def campaign_csv(request, campaign_id):
 @require_GET
 @require_role("viewer")
 def campaigns_page(request):
+    # here: trainer.rl loads torch, which only this path needs
     from trainer.rl.envs import ENV_NAMES
 
     rows = [(c, figures.summary(c)) for c in Campaign.objects.select_related("created_by")[:200]]
@@ -252,8 +252,6 @@ def continue_job(request, job_id):
     """Continue: a new job on the chosen env (default the job's) from this job's final checkpoint, with its
     config (the steps as given); it joins the job's campaign, if any. Back to the page the form was on with
     the refusal, or to the new job's page."""
-    from trainer.models import Job
-
     job = get_object_or_404(Job, pk=job_id)
     post = request.POST
     env = post.get("env") or job.env

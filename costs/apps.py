@@ -5,7 +5,7 @@ class CostsConfig(AppConfig):
     name = "costs"
 
     def ready(self):
-        # Imported here: apps.py is loaded before the models it would reach are.
+        # here: apps.py is loaded before the models are
         from collector.signals import imported
         from costs.attribution import attribute_imported
         from costs.intelligence import job_money

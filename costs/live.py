@@ -72,7 +72,7 @@ def cached_fleet_today(day):
     """Today's totals as last stored for `day`, or None when none are (or the cache cannot be reached)."""
     try:
         return cache.get(fleet_today_key(day))
-    except Exception as err:  # a page must render without Redis: it computes the figure instead
+    except Exception as err:  # noqa: BLE001 - a page must render without Redis: it computes the figure instead
         log.warning("fleet totals not read from the cache: %s", err)
         return None
 
@@ -81,7 +81,7 @@ def store_fleet_today(value, ttl_s=FLEET_TODAY_TTL_S):
     """Keep `value` (as fleet_today returns it) for its day; a cache that cannot be reached is only logged."""
     try:
         cache.set(fleet_today_key(value["as_of"].date()), value, ttl_s)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - a cache that cannot be reached is only logged
         log.warning("fleet totals not stored in the cache: %s", err)
 
 

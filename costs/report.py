@@ -32,7 +32,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from datetime import timezone as dt_timezone
-from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
+from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, InvalidOperation
 
 from django.utils import timezone
 
@@ -454,5 +454,5 @@ def _numeric(text):
     try:
         Decimal(text)
         return True
-    except Exception:
+    except (InvalidOperation, TypeError, ValueError):
         return False

@@ -19,7 +19,7 @@ def _timed(check):
     started = time.monotonic()
     try:
         result = check()
-    except Exception as err:  # any failure of a dependency is its state, not ours
+    except Exception as err:  # noqa: BLE001 - any failure of a dependency is its state, not ours
         result = {"ok": False, "detail": f"{type(err).__name__}: {err}"}
     result["ms"] = round((time.monotonic() - started) * 1000, 1)
     return result

@@ -298,7 +298,7 @@ def _cache_get(key):
     without Redis: it computes the figure instead)."""
     try:
         return cache.get(key)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - a scrape is answered without Redis
         log.warning("%s not read from the cache: %s", key, err)
         return None
 
@@ -306,5 +306,5 @@ def _cache_get(key):
 def _cache_set(key, value, ttl_s):
     try:
         cache.set(key, value, ttl_s)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - a scrape is answered without Redis
         log.warning("%s not stored in the cache: %s", key, err)

@@ -292,7 +292,7 @@ def forget_mlflow_state():
             mlflow.flush_async_logging()
             while mlflow.active_run():
                 mlflow.end_run()
-    except Exception:  # the test revoked the token or broke the run on purpose: forget the run
+    except Exception:  # noqa: BLE001 - the test revoked the token or broke the run on purpose: forget the run
         pass
     fluent._active_run_stack.get().clear()
     fluent._active_experiment_id = None

@@ -134,9 +134,9 @@ def grpo_config(output_dir: str, *, rollouts: int, group: int, updates: int, max
 def grpo_trainer(output_dir: str, *, rollouts: int = 1024, group: int = 8, updates: int = 4, max_new_tokens: int = 40,
                  steps: int = 3, callbacks=None, **config_extra):
     """Return a TRL GRPOTrainer on the tiny model, char tokenizer and arithmetic prompts."""
-    from trl import GRPOTrainer
-
     from pathlib import Path
+
+    from trl import GRPOTrainer
 
     tokenizer = char_tokenizer()
     model_dir = Path(output_dir) / "tiny-gpt2"
@@ -172,6 +172,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import torch
+
     from yardstick_mlflow import StopCallback
 
     torch.set_num_threads(args.threads)

@@ -34,8 +34,8 @@ from django.db.models import Count, F, Q
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from trainer.models import Job, Step
 from tracking.models import SCORE_KEY_TAG, Metric
+from trainer.models import Job, Step
 from yardstick.live import publish
 
 # Raw key → the Yardstick key the job page charts (train/*, performance/*, timing/*).

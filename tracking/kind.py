@@ -11,9 +11,8 @@ from datetime import timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from trainer.models import ENV_MAX, NAME_MAX, TEAM_MAX
 from trainer.kinds import Kind
-from trainer.models import ACTIVE, ENDED, Job, Source, Status
+from trainer.models import ACTIVE, ENDED, ENV_MAX, NAME_MAX, TEAM_MAX, Job, Source, Status
 
 # An external job's status follows its MLflow run's (tracking.Run): RUNNING, FINISHED, FAILED, KILLED.
 RUN_STATUS_TO_JOB = {"RUNNING": Status.RUNNING, "FINISHED": Status.COMPLETED, "FAILED": Status.FAILED,

@@ -32,7 +32,8 @@ Without the package an operator binds a run to devices on its job page
 with the run; holder matching leaves them alone.
 """
 
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 
 from django.db import transaction
 from django.db.models import Q

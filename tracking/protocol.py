@@ -128,7 +128,7 @@ class Message(dict):
 def parse(endpoint, request_json):
     """The request as MLflow's handler for `endpoint` reads it; TrackingError as MLflow refuses it."""
     fields, schema = ENDPOINTS[endpoint]
-    values, parsed = {}, True
+    values = {}
     failed = None
     try:
         for name, value in request_json.items():

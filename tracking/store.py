@@ -12,15 +12,30 @@ import re
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from trainer.models import Job
 from tracking import ingest
 from tracking.kind import follow_run, open_job, revive_stale
 from tracking.models import (
-    MAX_ENTITY_KEY_LENGTH, MAX_EXPERIMENT_NAME_LENGTH, MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH, SCORE_KEY_TAG, Experiment, Metric, Param,
-    Run, RunStatus, RunTag, Stage, DatasetInput, ModelInput, TrackingError, invalid, now_ms, validate_key,
+    MAX_ENTITY_KEY_LENGTH,
+    MAX_EXPERIMENT_NAME_LENGTH,
+    MAX_PARAM_VAL_LENGTH,
+    MAX_TAG_VAL_LENGTH,
+    SCORE_KEY_TAG,
+    DatasetInput,
+    Experiment,
+    Metric,
+    ModelInput,
+    Param,
+    Run,
+    RunStatus,
+    RunTag,
+    Stage,
+    TrackingError,
+    invalid,
+    now_ms,
+    validate_key,
 )
-
 from tracking.protocol import exceeds_maximum_length, invalid_value, missing_value
+from trainer.models import Job
 
 # MLflow's log-batch limits (mlflow/utils/validation.py).
 MAX_METRICS_PER_BATCH = 1000

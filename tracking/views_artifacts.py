@@ -13,8 +13,8 @@ from django.http import FileResponse, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from tracking import artifacts
-from tracking.artifacts import ArtifactError
 from tracking.api import check_role
+from tracking.artifacts import ArtifactError
 from tracking.models import TrackingError
 
 

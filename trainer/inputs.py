@@ -8,7 +8,7 @@ refused in the same words wherever it is given.
 import re
 from decimal import Decimal, InvalidOperation
 
-from trainer.models import BUDGET_PLACES, ENV_MAX, NAME_MAX, TEAM_MAX, Job, Status
+from trainer.models import BUDGET_PLACES, Job, Status
 from yardstick.inputs import InputError
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d{1,2})$")
@@ -29,6 +29,7 @@ def status_filter(value):
 
 def env_names():
     """The environments a job may train on (trainer.rl.envs), imported only when asked: it loads torch."""
+    # here: trainer.rl loads torch, which only this path needs
     from trainer.rl.envs import ENV_NAMES
 
     return ENV_NAMES

@@ -30,14 +30,13 @@ as rank 0, which writes the checkpoint; a rank that dies fails the job naming it
 import logging
 import math
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from trainer.inputs import DEVICE_ACCEPTED, DEVICE_RE
@@ -184,20 +183,20 @@ def _nvml_uuid(props):
         return None
     try:
         pynvml.nvmlInit()
-    except Exception:  # no driver answers
+    except Exception:  # noqa: BLE001 - no driver answers
         return None
     try:
         address = f"{getattr(props, 'pci_domain_id', 0):08x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
         handle = pynvml.nvmlDeviceGetHandleByPciBusId(address)
         uuid = pynvml.nvmlDeviceGetUUID(handle)
         return uuid.decode() if isinstance(uuid, bytes) else uuid
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - any NVML failure: torch's UUID is used instead
         log.info("NVML has no device at the PCI address torch reports (%s); using torch's UUID", err)
         return None
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:
+        except Exception:  # noqa: BLE001 - shutting NVML down is best effort
             pass
 
 
@@ -317,7 +316,8 @@ def _train(job, devices, stints, progress):
     Return the Outcome; raise LostJob when someone else ended the job."""
     import torch
 
-    from trainer.rl import Trainer, TrainConfig
+    # here: trainer.rl loads torch, which only this path needs
+    from trainer.rl import TrainConfig, Trainer
 
     config = TrainConfig.from_dict(job.config)
     threads = torch_threads(config)
@@ -352,6 +352,7 @@ def _train(job, devices, stints, progress):
         _set_phase(job, phase)
         trainer = Trainer.from_origin(origin, devices[0])
         return _steps(job, trainer, config, resume_from, built, stints, progress)
+    # here: trainer.rl loads torch, which only this path needs
     from trainer.rl.distributed import Leader
 
     if devices[0] == "cpu":
@@ -447,6 +448,7 @@ def _build_base(job, config, device):
     """Pretrain the environment's base policy when this data dir has none yet, its progress as
     the job's phase. Return (unix time it began, seconds it took), or None when there was nothing
     to build. Raise _StopRequested when a stop or budget stop arrives meanwhile."""
+    # here: trainer.rl loads torch, which only this path needs
     from trainer.rl.envs import get_env
     from trainer.rl.pretrain import base_checkpoint_path, ensure_base_checkpoint
 

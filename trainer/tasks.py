@@ -2,9 +2,9 @@
 
 import logging
 
-from celery import shared_task
 import psutil
 from billiard.exceptions import WorkerLostError
+from celery import shared_task
 from celery.signals import task_failure, worker_ready, worker_shutdown, worker_shutting_down
 
 from trainer import runner, workers

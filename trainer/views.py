@@ -9,6 +9,7 @@ from django.http import JsonResponse
 
 from trainer.inputs import status_filter
 from trainer.models import CONTROLS, Job, Sample, Step
+from trainer.workers import live_jobs_workers
 from yardstick.auth import require_role
 from yardstick.http import bad, int_param, methods
 from yardstick.inputs import InputError, json_object
@@ -193,8 +194,6 @@ job_samples = methods(GET=_samples)
 @require_role("viewer")
 def _workers(request):
     """The live jobs workers and what each has (node, pool, cores, GPUs, devices): where a job can go."""
-    from trainer.workers import live_jobs_workers
-
     return JsonResponse({"workers": [w.to_dict() for w in live_jobs_workers()]})
 
 

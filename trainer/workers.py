@@ -77,7 +77,7 @@ def local_gpus():
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception:  # no driver, no library: a machine without NVIDIA GPUs
+    except Exception:  # noqa: BLE001 - no driver, no library: a machine without NVIDIA GPUs
         return []
     try:
         gpus = []
@@ -251,7 +251,7 @@ class Heartbeat:
                 try:
                     if not self.job.beat():
                         return
-                except Exception as err:  # a database blip: the next beat may get through
+                except Exception as err:  # noqa: BLE001 - a database blip: the next beat may get through
                     log.warning("heartbeat of job %s not written: %s", self.job.pk, err)
                     close_old_connections()
         finally:

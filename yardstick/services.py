@@ -6,7 +6,6 @@ import time
 from yardstick import embedded
 from yardstick.runner import DataDirLock
 
-
 # How long a command waits for servers that a running `up` owns: its supervisor
 # restarts a dead one within seconds, a slow PostgreSQL start takes up to a minute.
 UP_SERVERS_WAIT_S = 90.0

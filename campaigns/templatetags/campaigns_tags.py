@@ -6,6 +6,7 @@ register = template.Library()
 @register.simple_tag
 def env_names():
     """The environments a Continue or a campaign may pick (trainer.rl.envs.ENV_NAMES)."""
+    # here: trainer.rl loads torch, which only this path needs
     from trainer.rl.envs import ENV_NAMES
 
     return ENV_NAMES

@@ -54,7 +54,7 @@ def should_stop(run_id=None):
     _checked_at[run_id] = now
     try:
         tags = MlflowClient().get_run(run_id).data.tags
-    except Exception as exc:  # the tracking server is away or refused: keep training
+    except Exception as exc:  # noqa: BLE001 - the tracking server is away or refused: keep training
         log.warning("could not ask Yardstick whether run %s is to stop: %s", run_id, exc)
         return False
     if tags.get(STOP_TAG, "").lower() == "true":

@@ -25,7 +25,8 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from operator import itemgetter, le as _le
+from operator import itemgetter
+from operator import le as _le
 
 import psycopg
 from psycopg import errors

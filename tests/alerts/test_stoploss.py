@@ -4,7 +4,6 @@ Costs come from real allocations (the attribution of rollup minutes), scores fro
 
 import socket
 from datetime import timedelta
-from decimal import Decimal
 
 import pytest
 from django.test import Client

@@ -7,6 +7,7 @@ from django.utils import timezone
 from collector.agent.batch import Batch, DeviceInfo
 from collector.agent.writer import Writer
 
+
 def write(conn, device, ts, interval_s=1.0, labels=None):
     Writer(conn).write(
         Batch([device], [(device.uuid, ts, 90.0, 40.0, 650.5, 1234.5, 2048, 81920, 71.0, 1980, 55.0)],

@@ -9,9 +9,8 @@ import re
 import uuid
 
 import psycopg
-from psycopg.conninfo import make_conninfo
-
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from tests.conftest import ROOT, connection_dsn, database_url, manage
 

@@ -57,7 +57,6 @@ def test_devices_are_named_by_kind():
 
 
 def test_the_admin_lists_nodes_and_edits_the_owner(client, admin_user):
-    from collector.models import Node
 
     node = b.node("gpu-a", team="research")
     b.device(node, 0)

@@ -1,10 +1,10 @@
 """The nvml source, against a fake pynvml (no GPU on the test machines)."""
 
 import inspect
+import logging
 import os
 import subprocess
 import sys
-import logging
 from datetime import datetime, timezone
 
 import fake_pynvml

@@ -6,7 +6,6 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from collector.agent import schema
-
 from collector.agent.batch import Batch, DeviceInfo, Holder
 from collector.agent.writer import Writer
 from collector.models import Device, DeviceHolder, LatestSample, Node, Sample

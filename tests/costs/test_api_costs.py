@@ -7,7 +7,6 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
-
 from test_hand_computed_example import build
 
 PERIOD = {"from": "2025-03-10", "to": "2025-03-11"}

@@ -22,9 +22,9 @@ from datetime import date, timedelta
 from cost_builders import set_prices, utc
 
 from costs import live
-from costs.money import DISPLAY_KEYS
 from costs.attribution import attribute
 from costs.intelligence import job_intelligence
+from costs.money import DISPLAY_KEYS
 from tests.dashboard.builders import minutes_of_today
 from tests.live_events import run_collecting
 

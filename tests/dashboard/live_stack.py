@@ -45,7 +45,7 @@ def _http_ok(url):
         return True
     except urllib.error.HTTPError:
         return True  # it answered
-    except Exception:
+    except Exception:  # noqa: BLE001 - not up yet
         return False
 
 

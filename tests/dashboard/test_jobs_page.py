@@ -4,8 +4,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from trainer.models import Job, StatusChange
 from tests.dashboard import builders as b
+from trainer.models import Job, StatusChange
 
 
 def test_it_lists_jobs_with_progress_sparkline_cost_and_ipd(viewer_client):

@@ -77,7 +77,6 @@ def test_a_cpu_is_named_cpu_in_the_device_table_and_charts(viewer_client):
 
 
 def test_an_admin_sets_the_owner_from_the_node_page(client, admin_user):
-    from collector.models import Node
 
     n = b.node("gpu-a", team="research")
     client.force_login(admin_user)
@@ -97,7 +96,6 @@ def test_an_admin_sets_the_owner_from_the_node_page(client, admin_user):
 
 
 def test_a_bad_owner_is_refused_with_a_reason_and_nothing_stored(client, admin_user):
-    from collector.models import Node
 
     n = b.node("gpu-a", team="research")
     client.force_login(admin_user)
@@ -110,7 +108,6 @@ def test_a_bad_owner_is_refused_with_a_reason_and_nothing_stored(client, admin_u
 
 
 def test_only_an_admin_sees_or_may_use_the_owner_form(client, viewer, operator):
-    from collector.models import Node
 
     n = b.node("gpu-a", team="research")
     for user in (viewer, operator):
@@ -153,7 +150,6 @@ def test_the_favicon_is_served(viewer_client, client):
 
 
 def test_a_node_named_with_a_slash_is_listed_linked_and_owned_like_any_other(client, admin_user):
-    from collector.models import Node
 
     n = b.node("rack-1/gpu-a", team="research")
     b.latest(b.device(n, 0), util_pct=50, power_w=300)

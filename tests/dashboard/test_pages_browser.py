@@ -267,7 +267,6 @@ def test_the_costs_page_names_a_reversed_range_as_typed(live_server, page, trans
 
 def test_an_admin_sets_a_nodes_owner_and_an_operator_sees_no_form(live_server, page, transactional_db,  # noqa: F811
                                                                   django_user_model, output_dir, request):
-    from collector.models import Node
 
     node = b.node("gpu-a", team="research")
     b.device(node, 0, source="host", model="AMD EPYC", uuid="CPU-gpu-a")

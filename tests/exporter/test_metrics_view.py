@@ -1,6 +1,5 @@
 """GET /metrics: who may scrape it, and that what it says is what the pages say, by a real Prometheus parser."""
 
-import json
 import re
 
 import pytest

@@ -3,9 +3,9 @@
 import pytest
 from celery.contrib.testing.worker import start_worker
 
+from tests.waiting import wait_for
 from yardstick.celery import app
 from yardstick.embedded import EmbeddedRedis
-from tests.waiting import wait_for
 from yardstick.models import Heartbeat
 
 

@@ -105,7 +105,8 @@ def test_demonstrations_earn_full_reward(name):
         assert env.score(prompt, text) == 1.0
 
 
-from hypothesis import given, strategies as st  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st
 
 
 @given(st.lists(st.integers(0, 10**9 - 1), min_size=1, max_size=8), st.data())

@@ -30,7 +30,7 @@ def test_a_short_run_changes_every_parameter(make_config, tiny_base_dir):
     unchanged = [name for name, p in trainer.policy.named_parameters() if torch.equal(p, before[name])]
     assert unchanged == []
     assert trainer.step == 3
-    for name, p in trainer.reference.named_parameters():  # the reference stays the base
+    for _name, p in trainer.reference.named_parameters():  # the reference stays the base
         assert not p.requires_grad
 
 

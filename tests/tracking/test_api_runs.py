@@ -6,8 +6,8 @@ import mlflow
 import pytest
 from mlflow.exceptions import MlflowException
 
-from trainer.models import Job, Step
 from tracking.models import Metric, Run
+from trainer.models import Job, Step
 
 
 def test_a_fluent_run_is_an_external_job_that_follows_the_runs_status(mlflow_client):

@@ -7,9 +7,9 @@ import pytest
 from django.utils import timezone
 
 from costs.intelligence import job_intelligence
-from trainer.models import Job, Step
 from tracking.models import Run
 from tracking.tasks import mark_stale_runs
+from trainer.models import Job, Step
 
 
 def _job(run_id):

@@ -4,10 +4,12 @@ import json
 from pathlib import Path
 
 import mlflow
-from mlflow.entities import Dataset, DatasetInput, InputTag, Metric as MlflowMetric, Param, RunTag
+from mlflow.entities import Dataset, DatasetInput, InputTag, Param, RunTag
+from mlflow.entities import Metric as MlflowMetric
 
+from tracking.models import DatasetInput as StoredInput
+from tracking.models import Metric, Run
 from trainer.models import Step
-from tracking.models import DatasetInput as StoredInput, Metric, Run
 
 
 def test_a_batch_whose_steps_are_all_outside_32_bits_is_kept_and_not_charted(mlflow_client):

@@ -67,8 +67,8 @@ def test_it_keeps_log_artifact_log_dict_and_log_figure_files_and_lists_and_downl
 def test_it_turns_verl_validation_generations_into_rollout_samples_of_that_step(server, tmp_path):
     import mlflow
 
-    from trainer.models import Sample
     from tracking.models import Run
+    from trainer.models import Sample
 
     # What veRL's ValidationGenerationsLogger.log_generations_to_mlflow writes at step 20.
     path = tmp_path / "val_step20.json"
@@ -130,7 +130,6 @@ def test_a_run_past_its_quota_is_refused_and_keeps_what_it_had(server, tmp_path)
 
 
 def test_paths_out_of_the_run_folder_and_unknown_runs_are_refused(server, tmp_path, reporter, api_token):
-    import mlflow
 
     from tracking.models import Run
 

@@ -32,12 +32,12 @@ def training_env(live_server, api_token, reporter):
 
 
 def test_a_run_started_by_the_real_client_carries_its_host_pids_and_launcher_ids_and_finds_its_rank(training_env):
-    from collector.agent.batch import Batch, DeviceInfo
-    from collector.agent.lineage import Lineages
-    from collector.agent.writer import Writer
     from django.db import connection
     from django.utils import timezone
 
+    from collector.agent.batch import Batch, DeviceInfo
+    from collector.agent.lineage import Lineages
+    from collector.agent.writer import Writer
     from tracking.matching import match_runs
 
     script = subprocess.Popen([sys.executable, "-c", SCRIPT], env=training_env, stdin=subprocess.PIPE,
@@ -69,6 +69,7 @@ def test_a_run_started_by_the_real_client_carries_its_host_pids_and_launcher_ids
 def test_should_stop_says_so_after_an_operator_stops_the_job_and_the_loop_ends_the_run_killed_at_its_last_step(
         mlflow_client, operator, monkeypatch):
     import mlflow
+
     import yardstick_mlflow
 
     monkeypatch.setenv("YARDSTICK_STOP_CHECK_S", "0")
@@ -93,6 +94,7 @@ def test_should_stop_says_so_after_an_operator_stops_the_job_and_the_loop_ends_t
 
 def test_should_stop_asks_yardstick_at_most_once_per_interval(mlflow_client, operator, monkeypatch):
     import mlflow
+
     import yardstick_mlflow
 
     monkeypatch.setenv("YARDSTICK_STOP_CHECK_S", "3600")

@@ -19,7 +19,6 @@ Deliberate differences are tested on their own at the end of this file and liste
 Yardstick asks for a token and a role, and a run's user_id defaults to the token's user.
 """
 
-import json
 import os
 import re
 import shutil

@@ -20,8 +20,8 @@ ClippedPGLossFn's metrics; examples/configs/grpo_math_1B.yaml). Each call below 
 import mlflow
 import pytest
 
-from trainer.models import Step
 from tracking.models import Run
+from trainer.models import Step
 
 EXPERIMENT, RUN_NAME, LOG_DIR = "grpo-math", "qwen-1.5b-run1", "logs/exp_001"
 # master_config.model_dump() of grpo_math_1B.yaml with a user's overrides, as flatten_dict gives it (a part).

@@ -81,9 +81,9 @@ def trl_training(live_server, api_token, reporter, tmp_path):
 def test_it_charts_a_real_trl_grpo_run_matches_its_process_to_the_host_and_stops_it_from_the_job_page(  # noqa: F811
         host_agent, trl_training, live_server, page, django_user_model, output_dir, request):
     from collector.models import DeviceHolder
-    from trainer.models import Status
     from tracking.matching import match_runs
     from tracking.models import Run
+    from trainer.models import Status
 
     logs = (trl_training.log, host_agent.log)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.models import Status, Step
 from tracking.models import Run
+from trainer.models import Status, Step
 
 VERL_TRACKING = Path(sys.prefix) / "verl" / "verl" / "utils" / "tracking.py"
 

@@ -17,8 +17,8 @@ from tests.trainer.helpers import TINY
 @pytest.fixture(scope="session")
 def tiny_models_dir(tmp_path_factory):
     """A models dir holding a tiny base policy for arithmetic."""
-    from trainer.rl.pretrain import pretrain
     from trainer.rl.model import GPTConfig
+    from trainer.rl.pretrain import pretrain
 
     path = tmp_path_factory.mktemp("models")
     for env in ("arithmetic",):

@@ -43,7 +43,7 @@ def purge_jobs_queue():
     with app.connection_for_write() as conn:
         try:
             conn.default_channel.queue_purge("jobs")
-        except Exception:  # the queue does not exist yet
+        except Exception:  # noqa: BLE001 - the queue does not exist yet
             pass
 
 

@@ -2,8 +2,6 @@
 
 import os
 
-import pytest
-
 from tests.trainer.helpers import STEP_KEYS
 from trainer import runner
 from trainer.models import Job, Sample, StatusChange, Step, Stint, Worker

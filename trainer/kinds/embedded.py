@@ -10,7 +10,7 @@ from django.db import transaction
 
 from trainer import inputs, stoploss
 from trainer.kinds import Kind
-from trainer.models import Job, Source, Status
+from trainer.models import NAME_MAX, TEAM_MAX, Job, Source, Status
 from trainer.workers import device_refusal, live_jobs_workers, place
 from yardstick.inputs import InputError
 
@@ -51,10 +51,11 @@ def start(*, name, team, env, config=None, budget_usd=None, device="auto", devic
     placed on a jobs worker that has them all (trainer.workers.place), or refused.
     `stop_loss`: the rule that stops it once it stops buying intelligence (trainer/stoploss.py).
     """
+    # here: trainer.rl loads torch, which only this path needs
     from trainer.rl.config import ConfigError, TrainConfig
 
-    name = inputs.text("name", name, inputs.NAME_MAX)
-    team = inputs.text("team", team, inputs.TEAM_MAX)
+    name = inputs.text("name", name, NAME_MAX)
+    team = inputs.text("team", team, TEAM_MAX)
     if not isinstance(env, str) or not env.strip():
         raise InputError("env", f"env is required: one of {', '.join(inputs.env_names())}")
     config = {} if config is None else config
@@ -73,7 +74,7 @@ def start(*, name, team, env, config=None, budget_usd=None, device="auto", devic
     stop_rule = stoploss.parse(stop_loss)
     device = inputs.device(device)
     devices = inputs.devices(devices, device)
-    node, pool = inputs.name_field("node", node, 255), inputs.name_field("pool", pool, inputs.TEAM_MAX)
+    node, pool = inputs.name_field("node", node, 255), inputs.name_field("pool", pool, TEAM_MAX)
     if cfg.prompts_per_step < devices:  # each device takes whole prompt groups
         raise InputError("config.prompts_per_step", f"config.prompts_per_step must be at least devices ({devices}): "
                                                     f"each device takes whole prompt groups; got {cfg.prompts_per_step}")

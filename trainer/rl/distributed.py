@@ -226,7 +226,7 @@ class Leader:
                 self.ranks.order(END)
                 for process in self.processes:
                     process.wait(timeout=END_WAIT_S)
-        except Exception as err:  # the run is over either way: what is left is killed below
+        except Exception as err:  # noqa: BLE001 - the run is over either way: what is left is killed below
             log.warning("the other ranks did not end cleanly: %s; killing what is left", err)
         finally:
             self._kill()

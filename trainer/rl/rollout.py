@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from trainer.rl.envs import Environment
-from trainer.rl.model import GPT, sample
+from trainer.rl.model import GPT, GPTConfig, sample
 from trainer.rl.vocab import CALC_END_ID, EOS_ID, decode, encode, encode_prompts
 
 
@@ -110,8 +110,6 @@ def policy_pass_at_1(path, env: Environment, eval_size: int, *, max_new_tokens: 
     """Greedy pass@1 (points 0..100) on the first `eval_size` held-out prompts of `env` of the policy saved
     in `path`, a base checkpoint or a trainer checkpoint (both keep "model" and "model_config"); the same
     prompts on every call. `max_new_tokens` is capped at what the policy's context leaves after a prompt."""
-    from trainer.rl.model import GPTConfig
-
     sd = torch.load(path, map_location="cpu", weights_only=True)
     config = GPTConfig(**sd["model_config"])
     model = GPT(config).to(device)

@@ -267,7 +267,7 @@ class Trainer:
         sums = {"loss": 0.0, "entropy": 0.0, "clip_ratio": 0.0, "grad_norm": 0.0}
         if ref_logp is not None:
             sums["kl"] = 0.0
-        for epoch in range(cfg.inner_epochs):
+        for _epoch in range(cfg.inner_epochs):
             order = minibatches
             if len(minibatches) > 1:
                 perm = torch.randperm(B, generator=self.prompt_generator)

@@ -24,23 +24,22 @@ def make_source(name, options):
     """Build the source called `name` from the agent's parsed options (a namespace or dict)."""
     opts = options if isinstance(options, dict) else vars(options)
     node = opts.get("node") or node_name()
-    # Each source's module is imported only when chosen: it brings that source's own dependency (pynvml, psutil).
     if name == "nvml":
-        from .nvml import NvmlSource
+        from .nvml import NvmlSource  # here: a source's module (and its dependency) loads only when chosen
 
         return NvmlSource(node=node)
     if name == "host":
-        from .host import HostSource
+        from .host import HostSource  # here: a source's module (and its dependency) loads only when chosen
 
         return HostSource(node=node, cpu_tdp_w=opts.get("cpu_tdp_w"))
     if name == "dcgm":
-        from .dcgm import DcgmSource
+        from .dcgm import DcgmSource  # here: a source's module (and its dependency) loads only when chosen
 
         if not opts.get("url"):
             raise SourceError("--source dcgm needs --url, the dcgm-exporter endpoint, e.g. http://node:9400/metrics")
         return DcgmSource(url=opts["url"], node=opts.get("node"))
     if name == "sim":
-        from .sim import SimSource
+        from .sim import SimSource  # here: a source's module (and its dependency) loads only when chosen
 
         return SimSource(nodes=opts.get("nodes") or 1, gpus=opts.get("gpus") or 8, seed=opts.get("seed") or 0)
     raise SourceError(f"--source must be one of {', '.join(SOURCES)}, got {name!r}")

@@ -33,7 +33,7 @@ class Command(BaseCommand):
         try:
             at = parse_at(opts["at"])
         except ValueError as exc:
-            raise CommandError(str(exc))
+            raise CommandError(str(exc)) from None
         lines = command_lines(lambda: import_dcgm(opts["file"], opts["node"], at, labels=dict(opts["label"])),
                               opts["file"], opts["node"], ScrapeError)
         self.stdout.write("\n".join(lines))

@@ -32,7 +32,7 @@ class Command(BaseCommand):
         try:
             tz = ZoneInfo(opts["tz"])
         except (ZoneInfoNotFoundError, ValueError):
-            raise CommandError(f"--tz must be an IANA time zone like UTC or Europe/Paris, got {opts['tz']!r}")
+            raise CommandError(f"--tz must be an IANA time zone like UTC or Europe/Paris, got {opts['tz']!r}") from None
         columns = None
         if opts["columns"] is not None:
             columns = parse_columns(opts["columns"])

@@ -25,7 +25,7 @@ class Command(BaseCommand):
             try:
                 since = datetime.combine(datetime.strptime(opts["since"], "%Y-%m-%d").date(), time(0), tzinfo=timezone.utc)
             except ValueError:
-                raise CommandError(f"--since must be a date YYYY-MM-DD, got {opts['since']!r}")
+                raise CommandError(f"--since must be a date YYYY-MM-DD, got {opts['since']!r}") from None
         summary = attribute(since=since)
         stops = check_budgets()
         self.stdout.write(f"attributed {summary['from']:%Y-%m-%d %H:%M} to {summary['to']:%Y-%m-%d %H:%M} UTC: "

@@ -22,7 +22,7 @@ class Command(BaseCommand):
         try:
             period, group, _ = report.parse_params(params)
         except InputError as err:
-            raise CommandError(f"--{err.field}: {err.message}")
+            raise CommandError(f"--{err.field}: {err.message}") from None
         table = report.build(period, group)
         if opts["format"] == "csv":
             self.stdout.write(report.to_csv(table), ending="")

@@ -28,7 +28,7 @@ class Command(BaseCommand):
                                   opts["effective_from"], note=opts["note"])
             except InputError as err:
                 flag = {"usd_per_hour": "--per-hour", "usd_per_kwh": "--per-kwh", "effective_from": "--from"}
-                raise CommandError(f"{flag.get(err.field, '--' + err.field)}: {err.message}; nothing stored")
+                raise CommandError(f"{flag.get(err.field, '--' + err.field)}: {err.message}; nothing stored") from None
             self.stdout.write(f"added {entry}")
             return
         entries = list(PriceEntry.objects.order_by("pattern", "effective_from"))

@@ -19,6 +19,7 @@ class Command(BaseCommand):
     def handle(self, env, device, force, **options):
         from tqdm import tqdm
 
+        # here: trainer.rl loads torch, which only this path needs
         from trainer.rl.envs import ENV_NAMES
         from trainer.rl.pretrain import base_checkpoint_path, ensure_base_checkpoint, pretrain
 

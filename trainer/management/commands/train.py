@@ -91,7 +91,8 @@ class Command(BaseCommand):
                 try:
                     value = json.loads(text)
                 except ValueError as err:
-                    raise CommandError(f"--config: {text!r} is not valid JSON ({err}); give a JSON object or key=value")
+                    raise CommandError(
+                        f"--config: {text!r} is not valid JSON ({err}); give a JSON object or key=value") from None
                 if not isinstance(value, dict):
                     raise CommandError(f"--config: {text!r} must be a JSON object or key=value")
                 config.update(value)

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from yardstick.runner import ROLES, Runner, RoleError, check_roles, parse_roles
+from yardstick.runner import ROLES, RoleError, Runner, check_roles, parse_roles
 
 
 def port_number(value):
