@@ -7,6 +7,7 @@ project import inside a function says why it is there.
 """
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,22 @@ def test_a_project_import_inside_a_function_says_why():
                 if not ("#" in lines[node.lineno - 1] or "#" in lines[first] or lines[first - 1].strip().startswith("#")):
                     unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     assert unexplained == []
+
+
+# Which app owns a table, by the table's name.
+TABLE_OWNERS = {"collector_": "collector", "telemetry_": "collector", "trainer_": "trainer", "costs_": "costs",
+                "tracking_": "tracking", "campaigns_": "campaigns", "alerts_": "alerts", "yardstick_": "yardstick"}
+SQL_TABLE = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE)\s+([a-z]+_[a-z0-9_]+)", re.IGNORECASE)
+
+
+def test_no_app_names_another_apps_table_in_sql():
+    offenders = []
+    for path in _product_sources():
+        own = path.relative_to(ROOT).parts[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for table in SQL_TABLE.findall(node.value):
+                    owner = next((app for prefix, app in TABLE_OWNERS.items() if table.startswith(prefix)), None)
+                    if owner and owner != own:
+                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} names {table} ({owner}'s)")
+    assert offenders == []
