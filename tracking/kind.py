@@ -23,6 +23,12 @@ class External(Kind):
     source = Source.EXTERNAL
     holds_policy = False  # its checkpoints are on the run's own disks, its score is what it logs
     worker_beats = False  # no worker beats: its logs write the heartbeat, and silence marks it stale
+    binds_by_hand = True  # a run without the client package in its environment is matched to no GPU by itself
+
+    def badge(self, job):
+        said = f"; its tags or params say {job.framework}" if job.framework else ""
+        return (f"external · {job.framework}" if job.framework else "external",
+                f"an outside training run reporting through the MLflow tracking API{said}")
 
     def resume_refusal(self, job):
         return (f"job {job.pk} is an external run: restart its training with MLFLOW_RUN_ID set to the run's "

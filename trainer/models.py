@@ -384,6 +384,16 @@ class Job(models.Model):
     def checkpoint_dir(self):
         return settings.DATA_DIR / "checkpoints" / f"job-{self.pk}"
 
+    @property
+    def kind(self):
+        """The job's Kind (trainer.kinds): what its pages ask of what differs by kind."""
+        return kind_of(self)
+
+    @property
+    def badge(self):
+        """(text, title) of the badge beside the job's name, as its kind words it, or None."""
+        return kind_of(self).badge(self)
+
     # The one rule for which controls a job offers: the pages, the API and the live events ask these.
 
     @property

@@ -41,3 +41,15 @@ def test_the_api_answers_a_resume_of_an_external_run_with_its_refusal(operator, 
                                     "to the run's id to continue it", "status": "stopped"}
     detail = client.get(f"/api/jobs/{job.pk}").json()
     assert (detail["source"], detail["can_resume"], detail["can_continue"]) == ("external", False, False)
+
+
+def test_the_pages_ask_the_kind_for_the_badge_and_hand_binding(client, operator):
+    run_job = open_job(name="trl", team="rl", framework="trl")
+    assert run_job.badge == ("external · trl", "an outside training run reporting through the MLflow tracking API; "
+                                               "its tags or params say trl")
+    assert (run_job.kind.binds_by_hand, run_job.kind.holds_policy) == (True, False)
+    assert Job(source="embedded").badge is None
+    client.force_login(operator)
+    page = client.get(f"/jobs/{run_job.pk}").content.decode()
+    assert '<span class="badge ext" title="an outside training run' in page and ">external · trl</span>" in page
+    assert "Bind this run to devices by hand" in page

@@ -28,6 +28,12 @@ class Kind:
     holds_policy = False
     # A Yardstick worker beats (Job.beat) while it owns the job: Job.fail_crashed fails it when the beat stops.
     worker_beats = False
+    # Its processes are found by what they report, so an operator may bind it to devices by hand on its page.
+    binds_by_hand = False
+
+    def badge(self, job):
+        """(text, title) of the badge the pages show beside the job's name, or None for no badge."""
+        return None
 
     def start(self, **fields):
         """Create a job of this kind from what a person or an API client asked for and send it to run; raise
