@@ -248,6 +248,7 @@ INSTALLED_APPS = [
     "campaigns.apps.CampaignsConfig",
     "alerts.apps.AlertsConfig",
     "exporter.apps.ExporterConfig",
+    "launch.apps.LaunchConfig",
 ]
 
 MIDDLEWARE = [

@@ -18,6 +18,7 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("yardstick/favicon.svg"), permanent=True)),
     # The MLflow-compatible tracking API first: its catch-all answers MLflow paths in MLflow's JSON.
     path("", include("tracking.urls")),
+    path("", include("launch.urls")),
     path("", include("dashboard.urls")),
     path("", include("collector.urls")),
     path("", include("trainer.urls")),

@@ -1,0 +1,226 @@
+"""Recipes: an admin's named, versioned launch templates of the runs Yardstick starts.
+
+A recipe's definition is what runs on a GPU node: an argv list (never a shell line) with `{placeholders}`,
+the typed parameters that fill them (launch/params.py), environment additions, a working directory, the
+devices it needs, its framework and score key, the stop graces, and the arguments a Resume adds. Only
+admins create and change recipes; each change is a new version, kept, so a job can say which one it ran.
+Recipes travel as YAML or JSON (`export_all`, `import_all`) so a team keeps them in git.
+"""
+
+import re
+
+from django.conf import settings
+from django.db import models, transaction
+
+from launch.params import RESERVED, Param, ParamError, placeholders
+from yardstick.inputs import InputError, text_problem
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Set by Yardstick for every launched run (its tracking run, token, devices, job): a recipe may not set them.
+ENV_SET_BY_YARDSTICK = re.compile(r"^(MLFLOW_|YARDSTICK_|CUDA_VISIBLE_DEVICES$)")
+FRAMEWORK = re.compile(r"^[a-z0-9-]{0,50}$")
+DEVICE_KINDS = ("cpu", "cuda")
+ARGV_MAX, PARAMS_MAX, ENV_MAX = 200, 50, 100
+GRACE_MAX_S = 3600
+DEFAULT_GRACE_S = (60, 30)  # the stop flag's, then SIGTERM's, before the next step
+FIELDS = ("description", "argv", "params", "env", "workdir", "devices", "framework", "score_key", "stop_grace_s",
+          "resume_argv")
+
+
+def _text(field, value, limit, required=False):
+    if value is None or value == "":
+        if required:
+            raise InputError(field, f"{field} is required")
+        return ""
+    if not isinstance(value, str):
+        raise InputError(field, f"{field} must be text, got {value!r}")
+    problem = text_problem(value)
+    if problem or len(value) > limit:
+        raise InputError(field, f"{field} must be text of at most {limit} characters, got one that "
+                                f"{problem or f'has {len(value)}'}")
+    return value
+
+
+def _argv(field, value, allowed, required):
+    if value in (None, []) and not required:
+        return []
+    if not isinstance(value, list) or not value or len(value) > ARGV_MAX:
+        raise InputError(field, f"{field} must be a list of 1 to {ARGV_MAX} strings (the program and its "
+                                f"arguments, never a shell line), got {value!r}")
+    for i, item in enumerate(value):
+        where = f"{field}[{i}]"
+        try:
+            names = placeholders(item, where)
+        except ParamError as err:
+            raise InputError(err.field, err.message) from None
+        _text(where, item, 4000, required=True)
+        unknown = [n for n in names if n not in allowed]
+        if unknown:
+            raise InputError(where, f"{where} names {{{unknown[0]}}}, which is no parameter of this recipe "
+                                    f"(parameters: {', '.join(sorted(allowed)) or 'none'})")
+    return list(value)
+
+
+def clean_definition(raw):
+    """The recipe definition in `raw` (a dict), checked and with its defaults; InputError naming the first
+    bad field and what it accepts."""
+    if not isinstance(raw, dict):
+        raise InputError("body", f"a recipe must be an object with {', '.join(FIELDS)}, got {raw!r}")
+    unknown = sorted(set(raw) - set(FIELDS) - {"name"})
+    if unknown:
+        raise InputError(unknown[0], f"a recipe has no field {unknown[0]!r}; its fields are {', '.join(FIELDS)}")
+    specs = raw.get("params") or []
+    if not isinstance(specs, list) or len(specs) > PARAMS_MAX:
+        raise InputError("params", f"params must be a list of at most {PARAMS_MAX} parameters, got {specs!r}")
+    try:
+        params = [Param(spec, f"params[{i}]") for i, spec in enumerate(specs)]
+    except ParamError as err:
+        raise InputError(err.field, err.message) from None
+    names = [p.name for p in params]
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise InputError("params", f"params names {twice!r} twice")
+    given = set(names) | (set(RESERVED) - {"checkpoint"})  # {checkpoint}: resume arguments only
+    env = raw.get("env") or {}
+    if not isinstance(env, dict) or len(env) > ENV_MAX:
+        raise InputError("env", f"env must be an object of at most {ENV_MAX} NAME: value pairs, got {env!r}")
+    for key, value in env.items():
+        if not ENV_NAME.match(key):
+            raise InputError("env", f"env names must be letters, digits and _, got {key!r}")
+        if ENV_SET_BY_YARDSTICK.match(key):
+            raise InputError(f"env.{key}", f"env.{key} is set by Yardstick for every launched run "
+                                           "(MLFLOW_*, YARDSTICK_*, CUDA_VISIBLE_DEVICES)")
+        _argv(f"env.{key}", [value], given, required=True)
+    devices = raw.get("devices") or {"kind": "cpu", "count": 1}
+    if (not isinstance(devices, dict) or set(devices) - {"kind", "count"} or devices.get("kind") not in DEVICE_KINDS
+            or isinstance(devices.get("count", 1), bool) or not isinstance(devices.get("count", 1), int)
+            or not 1 <= devices.get("count", 1) <= 64):
+        raise InputError("devices", f"devices must be {{kind: {' or '.join(DEVICE_KINDS)}, count: 1 to 64}}, "
+                                    f"got {devices!r}")
+    grace = raw.get("stop_grace_s") or list(DEFAULT_GRACE_S)
+    if (not isinstance(grace, list) or len(grace) != 2
+            or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g <= GRACE_MAX_S for g in grace)):
+        raise InputError("stop_grace_s", f"stop_grace_s must be [seconds after the stop flag before SIGTERM, "
+                                         f"seconds after SIGTERM before SIGKILL], each 0 to {GRACE_MAX_S}, "
+                                         f"got {grace!r}")
+    framework = raw.get("framework") or ""
+    if not isinstance(framework, str) or not FRAMEWORK.match(framework):
+        raise InputError("framework", f"framework must be a short lower-case name (trl, verl, nemo-rl, ...), "
+                                      f"got {framework!r}")
+    workdir = _text("workdir", raw.get("workdir"), 4000)
+    if workdir:
+        _argv("workdir", [workdir], given, required=True)
+    return {
+        "description": _text("description", raw.get("description"), 2000),
+        "argv": _argv("argv", raw.get("argv"), given, required=True),
+        "params": [p.to_dict() for p in params],
+        "env": dict(env),
+        "workdir": workdir,
+        "devices": {"kind": devices["kind"], "count": devices.get("count", 1)},
+        "framework": framework,
+        "score_key": _text("score_key", raw.get("score_key"), 250),
+        "stop_grace_s": list(grace),
+        "resume_argv": _argv("resume_argv", raw.get("resume_argv"), given | {"checkpoint"}, required=False),
+    }
+
+
+def clean_name(name):
+    if not isinstance(name, str) or not NAME.match(name):
+        raise InputError("name", f"name must be 1 to 100 lower-case letters, digits, '.', '_' or '-' (starting with "
+                                 f"a letter or digit), got {name!r}")
+    return name
+
+
+class Recipe(models.Model):
+    """A named launch template; `definition` is its current version's (RecipeVersion keeps them all)."""
+
+    name = models.CharField(max_length=100, unique=True)
+    version = models.PositiveIntegerField(default=1)
+    definition = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return f"recipe {self.name} v{self.version}"
+
+    @classmethod
+    def define(cls, name, raw, user=None):
+        """Create the recipe `name` from `raw`, or give it a new version when `raw` differs from its current
+        one; return (recipe, "created" | "updated" | "unchanged"). InputError names the bad field; nothing
+        is stored then."""
+        name = clean_name(name)
+        definition = clean_definition(raw)
+        with transaction.atomic():
+            recipe = cls.objects.select_for_update().filter(name=name).first()
+            if recipe is None:
+                recipe = cls.objects.create(name=name, definition=definition)
+                outcome = "created"
+            elif recipe.definition == definition:
+                return recipe, "unchanged"
+            else:
+                recipe.version += 1
+                recipe.definition = definition
+                recipe.save(update_fields=["version", "definition", "updated_at"])
+                outcome = "updated"
+            RecipeVersion.objects.create(recipe=recipe, version=recipe.version, definition=definition, created_by=user)
+        return recipe, outcome
+
+    def params(self):
+        return [Param(spec) for spec in self.definition["params"]]
+
+    def to_dict(self, versions=False):
+        out = {"name": self.name, "version": self.version, **self.definition,
+               "updated_at": self.updated_at.isoformat() if self.updated_at else None}
+        if versions:
+            out["versions"] = [v.to_dict() for v in self.versions.order_by("-version")]
+        return out
+
+    def export(self):
+        """The recipe as it travels (export_all): its name and definition, no version or times."""
+        return {"name": self.name, **self.definition}
+
+
+class RecipeVersion(models.Model):
+    recipe = models.ForeignKey(Recipe, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    definition = models.JSONField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["recipe", "version"], name="launch_recipe_version_unique")]
+
+    def to_dict(self):
+        return {"version": self.version, "created_at": self.created_at.isoformat(),
+                "created_by": self.created_by.username if self.created_by else None}
+
+
+def export_all():
+    """Every recipe as it travels: {"recipes": [{name, ...definition}]}, by name."""
+    return {"recipes": [r.export() for r in Recipe.objects.all()]}
+
+
+def import_all(document, user=None):
+    """Define every recipe of `document` ({"recipes": [...]}, as export_all gives it) in one transaction: all or
+    none. Return {"created": [names], "updated": [...], "unchanged": [...]}; InputError names the recipe and
+    field of the first bad one ("recipes[2].argv")."""
+    recipes = document.get("recipes") if isinstance(document, dict) else None
+    if not isinstance(recipes, list):
+        raise InputError("recipes", "the document must be {recipes: [{name, argv, params, ...}, ...]}")
+    outcome = {"created": [], "updated": [], "unchanged": []}
+    names = [r.get("name") if isinstance(r, dict) else None for r in recipes]
+    with transaction.atomic():
+        for i, raw in enumerate(recipes):
+            if names[i] is not None and names.count(names[i]) > 1:
+                raise InputError(f"recipes[{i}].name", f"recipes[{i}].name {names[i]!r} is in the document twice")
+            try:
+                recipe, what = Recipe.define(raw.get("name") if isinstance(raw, dict) else None, raw, user)
+            except InputError as err:
+                raise InputError(f"recipes[{i}].{err.field}", f"recipes[{i}]: {err.message}") from None
+            outcome[what].append(recipe.name)
+    return outcome
