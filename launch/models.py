@@ -49,17 +49,21 @@ def _argv(field, value, allowed, required):
         raise InputError(field, f"{field} must be a list of 1 to {ARGV_MAX} strings (the program and its "
                                 f"arguments, never a shell line), got {value!r}")
     for i, item in enumerate(value):
-        where = f"{field}[{i}]"
-        try:
-            names = placeholders(item, where)
-        except ParamError as err:
-            raise InputError(err.field, err.message) from None
-        _text(where, item, 4000, required=True)
-        unknown = [n for n in names if n not in allowed]
-        if unknown:
-            raise InputError(where, f"{where} names {{{unknown[0]}}}, which is no parameter of this recipe "
-                                    f"(parameters: {', '.join(sorted(allowed)) or 'none'})")
+        _item(f"{field}[{i}]", item, allowed)
     return list(value)
+
+
+def _item(field, item, allowed):
+    """Check one argv item (or env value, workdir): text whose placeholders are all in `allowed`."""
+    try:
+        names = placeholders(item, field)
+    except ParamError as err:
+        raise InputError(err.field, err.message) from None
+    _text(field, item, 4000, required=True)
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise InputError(field, f"{field} names {{{unknown[0]}}}, which is no parameter of this recipe "
+                                f"(parameters: {', '.join(sorted(allowed)) or 'none'})")
 
 
 def clean_definition(raw):
@@ -91,7 +95,7 @@ def clean_definition(raw):
         if ENV_SET_BY_YARDSTICK.match(key):
             raise InputError(f"env.{key}", f"env.{key} is set by Yardstick for every launched run "
                                            "(MLFLOW_*, YARDSTICK_*, CUDA_VISIBLE_DEVICES)")
-        _argv(f"env.{key}", [value], given, required=True)
+        _item(f"env.{key}", value, given)
     devices = raw.get("devices") or {"kind": "cpu", "count": 1}
     if (not isinstance(devices, dict) or set(devices) - {"kind", "count"} or devices.get("kind") not in DEVICE_KINDS
             or isinstance(devices.get("count", 1), bool) or not isinstance(devices.get("count", 1), int)
@@ -110,7 +114,7 @@ def clean_definition(raw):
                                       f"got {framework!r}")
     workdir = _text("workdir", raw.get("workdir"), 4000)
     if workdir:
-        _argv("workdir", [workdir], given, required=True)
+        _item("workdir", workdir, given)
     return {
         "description": _text("description", raw.get("description"), 2000),
         "argv": _argv("argv", raw.get("argv"), given, required=True),

@@ -12,6 +12,7 @@ import functools
 import json
 import math
 
+from django.db.models import prefetch_related_objects
 from django.http import HttpResponse
 
 from tracking import protocol, search, store
@@ -131,16 +132,22 @@ def run_info(run):
             "artifact_uri": run.artifact_uri, "lifecycle_stage": run.lifecycle_stage}
 
 
+# What run_dict reads of each run beyond its row.
+RUN_PARTS = ("tags", "params", "dataset_inputs", "model_inputs")
+
+
 def run_dict(run, latest=None, outputs=True):
     """MLflow's Run: info, data (latest metrics, params, tags), inputs and (read back, not when created)
     outputs, which are always empty here: runs log no models. As in MLflow's JSON, an empty list is left out."""
     latest = store.latest_metrics([run]).get(run.pk, []) if latest is None else latest
-    tags = [{"key": t.key, "value": t.value} for t in run.tags.order_by("key")]
+    # .all() and a sort here, not order_by: a search prefetched them for its whole page (search_runs).
+    tags = [{"key": t.key, "value": t.value} for t in sorted(run.tags.all(), key=lambda t: t.key)]
     if run.job.stop_requested or run.job.status == "stopping":
         # Computed, never stored: the client package reads it to stop training at the next step.
         tags.append({"key": store.STOP_TAG, "value": "true"})
     data = {"metrics": [_metric_dict(m) for m in latest],
-            "params": [{"key": p.key, "value": p.value} for p in run.params.order_by("key")], "tags": tags}
+            "params": [{"key": p.key, "value": p.value} for p in sorted(run.params.all(), key=lambda p: p.key)],
+            "tags": tags}
     return {"info": run_info(run), "data": {k: v for k, v in data.items() if v}, "inputs": store.run_inputs(run),
             **({"outputs": {}} if outputs else {})}
 
@@ -239,6 +246,7 @@ def search_runs(request, body):
     rows = search.runs(body.field("experiment_ids"), body.field("filter"), body.field("order_by"),
                        body.get("run_view_type"))
     page, token = _page(rows, body)
+    prefetch_related_objects(page, *RUN_PARTS)  # a query per part for the page, not per run
     latest = store.latest_metrics(page)
     return {**({"runs": [run_dict(r, latest.get(r.pk, [])) for r in page]} if page else {}),
             **({"next_page_token": token} if token else {})}

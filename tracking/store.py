@@ -217,12 +217,17 @@ def set_run_stage(run_id, stage):
     run.save(update_fields=["lifecycle_stage"])
 
 
+def _check_run_id(run_id):
+    """Refuse a run id no run can have, in MLflow's words, before a write looks it up (a missing one is get_run's)."""
+    if isinstance(run_id, str) and run_id and not RUN_ID.match(run_id):
+        raise invalid(invalid_value("run_id", run_id))
+
+
 def log_batch(run_id, metrics=(), params=(), tags=(), single=False):
     """Validate the whole batch, then store it in one transaction and feed the job's steps. `single`: one
     log-metric, log-parameter or set-tag call, whose errors name the field alone ('key', not 'params[0].key')."""
     metrics, params, tags = list(metrics or []), list(params or []), list(tags or [])
-    if isinstance(run_id, str) and run_id and not RUN_ID.match(run_id):
-        raise invalid(invalid_value("run_id", run_id))
+    _check_run_id(run_id)
     rows = [_metric("" if single else f"metrics[{i}]", m) for i, m in enumerate(metrics)]
     params = [_param("" if single else f"params[{i}]", p) for i, p in enumerate(params)]
     tags = [_tag("" if single else f"tags[{i}]", t) for i, t in enumerate(tags)]
@@ -267,8 +272,7 @@ def log_batch(run_id, metrics=(), params=(), tags=(), single=False):
 def log_inputs(run_id, datasets=(), models=()):
     """Keep the datasets (and logged models) a run used; a dataset logged again (same name and digest)
     keeps its first entry, as in MLflow."""
-    if isinstance(run_id, str) and run_id and not RUN_ID.match(run_id):
-        raise invalid(invalid_value("run_id", run_id))
+    _check_run_id(run_id)
     inputs = [_dataset_input(d) for d in datasets or []]
     run = get_run(run_id)
     _writable(run)

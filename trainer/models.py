@@ -594,10 +594,10 @@ class Step(models.Model):
         `metrics` are kept, so two batches at one step never lose each other's; each column of COLUMNS
         takes its metric's value when that is a finite number and keeps what it had otherwise.
         """
-        columns = list(cls.COLUMNS.values())
-        values = [_finite(metrics.get(key)) for key in cls.COLUMNS]
-        if values[columns.index("gen_tokens")] is not None:
-            values[columns.index("gen_tokens")] = int(values[columns.index("gen_tokens")])
+        row = {column: _finite(metrics.get(key)) for key, column in cls.COLUMNS.items()}
+        if row["gen_tokens"] is not None:
+            row["gen_tokens"] = int(row["gen_tokens"])
+        columns, values = list(row), list(row.values())
         table = cls._meta.db_table
         keep = ", ".join(f"{c} = COALESCE(EXCLUDED.{c}, {table}.{c})" for c in columns)
         with connection.cursor() as cur:

@@ -305,7 +305,7 @@ def test_a_running_jobs_page_follows_its_baseline_costs_samples_and_end_without_
     from costs.tasks import attribute
     from trainer.models import Job, Sample, Step
 
-    job, stint, (start, _, end) = priced_running_job("followed")
+    job, stint, (start, count, end) = priced_running_job("followed")
     user_in_role(django_user_model, "olga", "operator", subprocess=True)
     log_in(page, live_web.url, "olga", f"/jobs/{job.pk}")
     record_events(page)
@@ -342,8 +342,10 @@ def test_a_running_jobs_page_follows_its_baseline_costs_samples_and_end_without_
     assert page.locator("[data-fig=cost] .chart-empty").is_visible(), "no eval with a cost yet"
     in_thread(attribute)  # the periodic task: attribute, then publish the "costs" event
     intel = job_intelligence(job)
-    assert intel["usd_per_million_tokens"] == "1.50"  # $0.30 for 0.2 M tokens
-    text_is(page, "#job-usd-per-mtok", "$1.50")
+    # $0.10 a minute for 0.2 M tokens: $1.50 per 1M for 3 minutes (fewer in the day's first minutes).
+    per_mtok = f"{Decimal('0.10') * count / Decimal('0.2'):.2f}"
+    assert intel["usd_per_million_tokens"] == per_mtok
+    text_is(page, "#job-usd-per-mtok", f"${per_mtok}")
     text_is(page, "#job-tokens-hint", f"{intel['tokens_per_joule']:.2f} tokens/J")
     page.wait_for_function("document.querySelector('[data-fig=cost]').data?.[0].x.length === 2")
     assert page.evaluate("document.querySelector('[data-fig=cost]').data[0].x") == [0, 1]

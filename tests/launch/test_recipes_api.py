@@ -119,3 +119,12 @@ def test_the_recipe_docs_launching_md_shows_imports_as_it_says(client, admin_use
     imported = _post(client, "/api/recipes/import?format=yaml", example.encode(), "application/yaml")
     assert imported.json() == {"created": ["trl-grpo"], "updated": [], "unchanged": []}
     assert Recipe.objects.get().definition["resume_argv"] == ["--resume_from_checkpoint", "{checkpoint}"]
+
+
+def test_an_env_value_or_workdir_naming_no_parameter_is_refused_by_its_name(client, admin_user):
+    client.force_login(admin_user)
+    for change, field in [({"env": {"DATA": "{dataset}"}}, "env.DATA"), ({"env": {"N": 3}}, "env.N"),
+                          ({"workdir": "/work/{team}"}, "workdir")]:
+        refused = _post(client, "/api/recipes", {**TRL, **change})
+        assert (refused.status_code, refused.json()["field"]) == (400, field), refused.json()
+    assert _post(client, "/api/recipes", {**TRL, "workdir": "{job_dir}/run"}).status_code == 201
