@@ -228,3 +228,68 @@ def import_all(document, user=None):
                 raise InputError(f"recipes[{i}].{err.field}", f"recipes[{i}]: {err.message}") from None
             outcome[what].append(recipe.name)
     return outcome
+
+
+class Launch(models.Model):
+    """What a launched job (trainer.Job, source "launched") runs: the recipe version, the parameter values, and
+    the exact argv and environment names of its newest start; where it runs and how its process ended.
+
+    The web never reads a node's files: the launch worker writes here what the pages show (the checkpoints it
+    found in the job's output directory, the stop step that ended the process, the exit status).
+    """
+
+    job = models.OneToOneField("trainer.Job", on_delete=models.CASCADE, primary_key=True, related_name="launch")
+    recipe = models.ForeignKey(Recipe, null=True, on_delete=models.SET_NULL, related_name="launches")
+    recipe_name = models.CharField(max_length=100)
+    recipe_version = models.PositiveIntegerField()
+    definition = models.JSONField(help_text="the recipe version's definition, as it ran")
+    values = models.JSONField(default=dict, help_text="the parameter values, checked")
+    argv = models.JSONField(default=list, help_text="the exact argv of the newest start")
+    env_names = models.JSONField(default=list, help_text="names of the variables set for it (never their values)")
+    # On the worker that runs it (chosen at placement, written again when the worker starts it).
+    worker = models.CharField(max_length=255, blank=True, default="")
+    node = models.CharField(max_length=255, blank=True, default="")
+    gpus = models.JSONField(default=list, help_text="NVML indices of the GPUs given to it while it runs")
+    cores = models.PositiveIntegerField(default=0, help_text="CPU cores given to a cpu recipe while it runs")
+    job_dir = models.CharField(max_length=1000, blank=True, default="")
+    pid = models.IntegerField(null=True, blank=True, help_text="the process group leader while it runs")
+    # How the newest start ended: the stop step ("flag", "SIGTERM", "SIGKILL") and the exit status.
+    stop_step = models.CharField(max_length=10, blank=True, default="")
+    exit_code = models.IntegerField(null=True, blank=True, help_text="negative: killed by that signal")
+    checkpoints = models.JSONField(default=list, help_text="checkpoint names found in job_dir, oldest first")
+    token = models.ForeignKey("yardstick.ApiToken", null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="+", help_text="the run-scoped tracking token, revoked when the job ends")
+    output_bytes = models.BigIntegerField(default=0, help_text="bytes of the output lines kept")
+    output_dropped = models.BigIntegerField(default=0, help_text="oldest output lines dropped past the cap")
+    output_seq = models.BigIntegerField(default=0, help_text="number of the newest output line")
+
+    def __str__(self):
+        return f"launch of job {self.job_id}: {self.recipe_name} v{self.recipe_version}"
+
+    @property
+    def stop_grace_s(self):
+        return self.definition.get("stop_grace_s") or list(DEFAULT_GRACE_S)
+
+    def to_dict(self):
+        return {"recipe": self.recipe_name, "recipe_version": self.recipe_version, "values": self.values,
+                "argv": self.argv, "env_names": self.env_names, "worker": self.worker, "node": self.node,
+                "gpus": self.gpus, "cores": self.cores, "job_dir": self.job_dir, "pid": self.pid,
+                "stop_step": self.stop_step, "exit_code": self.exit_code, "checkpoints": self.checkpoints,
+                "output": {"bytes": self.output_bytes, "dropped": self.output_dropped, "lines": self.output_seq}}
+
+
+class OutputLine(models.Model):
+    """One line a launched job's process wrote (stdout or stderr), clean (launch/output.py), numbered per job."""
+
+    job = models.ForeignKey("trainer.Job", on_delete=models.CASCADE, related_name="output_lines")
+    seq = models.BigIntegerField()
+    stream = models.CharField(max_length=10)  # stdout, stderr, or yardstick (what the worker says)
+    text = models.TextField()
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["job", "seq"]
+        constraints = [models.UniqueConstraint(fields=["job", "seq"], name="launch_output_line_unique")]
+
+    def to_list(self):
+        return [self.seq, self.stream, self.text]

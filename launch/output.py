@@ -10,6 +10,8 @@ import re
 from collections import deque
 
 DEFAULT_CAP_BYTES = 10 * 2**20
+# A line longer than this (a program that never writes a newline) is cut into pieces of this size.
+MAX_LINE_BYTES = 64 * 2**10
 # CSI (colours, cursor moves: ESC [ ... final byte), OSC (titles, links: ESC ] ... BEL or ESC \) and the
 # two-byte escapes: what a terminal interprets and a page would show as noise.
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -37,6 +39,11 @@ class LineSplitter:
         """The complete lines that `chunk` ends (none when it ends no line)."""
         data = self._pending + chunk
         *lines, self._pending = data.split(b"\n")
+        while len(self._pending) > MAX_LINE_BYTES and b"\r" not in self._pending[-MAX_LINE_BYTES:]:
+            lines.append(self._pending[:MAX_LINE_BYTES])
+            self._pending = self._pending[MAX_LINE_BYTES:]
+        if len(self._pending) > MAX_LINE_BYTES:  # a progress bar redrawn for ever: only its last frames matter
+            self._pending = self._pending[-MAX_LINE_BYTES:]
         return [clean_line(line.decode("utf-8", errors="replace")) for line in lines]
 
     def pending(self):
@@ -47,6 +54,19 @@ class LineSplitter:
         """The last line when the stream ended without a newline, as a list (empty when it ended on one)."""
         rest, self._pending = self._pending, b""
         return [clean_line(rest.decode("utf-8", errors="replace"))] if rest else []
+
+
+def line_bytes(text):
+    """What a kept line counts against the cap: its UTF-8 bytes and a newline."""
+    return len(text.encode("utf-8")) + 1
+
+
+def marker(dropped, cap_bytes):
+    """The line that stands for `dropped` oldest lines, or None when none was dropped."""
+    if not dropped:
+        return None
+    return (f"… {dropped:,} earlier line{'s' if dropped != 1 else ''} dropped: the log keeps the newest "
+            f"{cap_bytes / 2**20:g} MiB")
 
 
 class OutputLog:
@@ -63,7 +83,7 @@ class OutputLog:
 
     def add(self, stream, text):
         """Keep `text` (a clean line) of `stream` ("stdout" or "stderr"), dropping the oldest past the cap."""
-        size = len(text.encode("utf-8")) + 1
+        size = line_bytes(text)
         self._lines.append((stream, text, size))
         self.bytes += size
         while self.bytes > self.cap_bytes and len(self._lines) > 1:
@@ -73,16 +93,13 @@ class OutputLog:
 
     def marker(self):
         """The line that stands for the dropped ones, or None when none was dropped."""
-        if not self.dropped:
-            return None
-        return (f"… {self.dropped:,} earlier line{'s' if self.dropped != 1 else ''} dropped: the log keeps the "
-                f"newest {self.cap_bytes / 2**20:g} MiB")
+        return marker(self.dropped, self.cap_bytes)
 
     def lines(self):
         """[(stream, text)] oldest first, after a ("yardstick", marker) when lines were dropped."""
         kept = [(stream, text) for stream, text, _size in self._lines]
-        marker = self.marker()
-        return [("yardstick", marker), *kept] if marker else kept
+        said = self.marker()
+        return [("yardstick", said), *kept] if said else kept
 
     def tail(self, stream, n):
         """The last `n` lines of `stream`: what a failed job's error quotes of its stderr."""

@@ -22,6 +22,9 @@ RESERVED = {
     "job_dir": "the job's output directory, under the node's data dir",
     "checkpoint": "the newest checkpoint of the job's output directory (resume arguments only)",
     "init_from": "the final checkpoint of the job a Continue starts from",
+    "experiment": "the job's MLflow experiment (its environment), which the run reports under",
+    "python": "the Python interpreter that runs Yardstick's worker on the node",
+    "yardstick": "the directory Yardstick is installed in on the node (its examples are under it)",
 }
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
 STRING_MAX = 1000

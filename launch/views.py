@@ -1,16 +1,25 @@
-"""The recipes JSON API: viewers read recipes, only admins create, change and import them (a recipe runs code
-on GPU nodes). Errors are {"error", "field"} (400), 404 for an unknown recipe, 403 for a role that may not.
+"""The recipes and launch JSON API: viewers read recipes and a launched job's output; only admins create, change
+and import recipes (a recipe runs code on GPU nodes); operators launch them. Errors are {"error", "field"} (400),
+404 for an unknown recipe or job, 403 for a role that may not.
 """
 
 import json
 
 import yaml
-from django.http import HttpResponse, JsonResponse
+from django.conf import settings
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 
-from launch.models import Recipe, export_all, import_all
+from launch import kind
+from launch.models import Launch, OutputLine, Recipe, export_all, import_all
+from launch.output import marker
+from trainer.models import Job
 from yardstick.auth import require_role
-from yardstick.http import bad, methods
+from yardstick.http import bad, int_param, methods
 from yardstick.inputs import InputError, json_object
+
+LAUNCH_FIELDS = ("recipe", "params", "name", "team", "env", "budget_usd", "node", "pool", "init_from", "init_step",
+                 "stop_loss")
+OUTPUT_LIMIT, OUTPUT_LIMIT_MAX = 1000, 10000
 
 FORMATS = ("json", "yaml")
 
@@ -118,3 +127,110 @@ def _import(request):
 
 export_api = methods(GET=_export)
 import_api = methods(POST=_import)
+
+
+# -- /api/launch ----------------------------------------------------------------------------------
+
+
+@require_role("operator")
+def _launch(request):
+    """Launch a recipe: {recipe, params: {name: value}, name, team, env, budget_usd, node, pool, init_from,
+    init_step, stop_loss}; 201 with the job. A value its parameter refuses, or devices no launch worker has free,
+    is a 400 naming the field."""
+    try:
+        body = json_object(request.body)
+        unknown = sorted(set(body) - set(LAUNCH_FIELDS))
+        if unknown:
+            raise InputError(unknown[0], f"unknown field {unknown[0]!r}; accepted fields are {', '.join(LAUNCH_FIELDS)}")
+        job = kind.start(**{k: body[k] for k in LAUNCH_FIELDS if k in body and k != "team"},
+                         team=body.get("team"), created_by=request.user)
+    except InputError as err:
+        return bad(err.field, err.message)
+    return JsonResponse({**job.to_dict(detail=True), "launch": job.launch.to_dict()}, status=201)
+
+
+launch_api = methods(POST=_launch)
+
+
+@require_role("operator")
+def _restart(request, job_id):
+    """A new job of a launched job's recipe and values (for one that cannot resume); 201 with it."""
+    job = Job.objects.filter(pk=job_id, launch__isnull=False).first()
+    if job is None:
+        return JsonResponse({"error": f"no launched job {job_id}"}, status=404)
+    try:
+        new = kind.restart(job, by=request.user)
+    except InputError as err:
+        return bad(err.field, err.message)
+    return JsonResponse({**new.to_dict(detail=True), "launch": new.launch.to_dict()}, status=201)
+
+
+restart_api = methods(POST=_restart)
+
+
+# -- /api/jobs/<id>/output ------------------------------------------------------------------------
+
+
+def _launch_of(job_id):
+    return Launch.objects.filter(pk=job_id).first()
+
+
+@require_role("viewer")
+def _output(request, job_id):
+    """A launched job's output lines: ?after=<seq> (the lines after it, oldest first), ?before=<seq> (the newest
+    before it), ?limit=, ?q= (lines containing it, any case), ?stream=stdout|stderr|yardstick. With neither after
+    nor before: the newest `limit`. {"lines": [[seq, stream, text]], "last": newest seq, "marker", "dropped"}."""
+    launch = _launch_of(job_id)
+    if launch is None:
+        return JsonResponse({"error": f"no launched job {job_id}"}, status=404)
+    try:
+        after = int_param(request, "after", None, 0)
+        before = int_param(request, "before", None, 1)
+        limit = int_param(request, "limit", OUTPUT_LIMIT, 1, OUTPUT_LIMIT_MAX)
+        stream = request.GET.get("stream", "")
+        if stream not in ("", "stdout", "stderr", "yardstick"):
+            raise InputError("stream", f"stream must be stdout, stderr or yardstick, got {stream!r}")
+        q = request.GET.get("q", "")
+        if len(q) > 200:
+            raise InputError("q", f"q must be at most 200 characters, got {len(q)}")
+    except InputError as err:
+        return bad(err.field, err.message)
+    rows = OutputLine.objects.filter(job_id=job_id)
+    if stream:
+        rows = rows.filter(stream=stream)
+    if q:
+        rows = rows.filter(text__icontains=q)
+    if after is not None:
+        page = list(rows.filter(seq__gt=after).order_by("seq")[:limit])
+    else:
+        if before is not None:
+            rows = rows.filter(seq__lt=before)
+        page = list(rows.order_by("-seq")[:limit])[::-1]
+    cap = settings.LAUNCH_OUTPUT_MAX_MB * 2**20
+    return JsonResponse({"job": job_id, "lines": [line.to_list() for line in page], "last": launch.output_seq,
+                         "dropped": launch.output_dropped, "marker": marker(launch.output_dropped, cap),
+                         "bytes": launch.output_bytes})
+
+
+@require_role("viewer")
+def _output_text(request, job_id):
+    """The whole output kept, as a text file (the marker first when lines were dropped)."""
+    launch = _launch_of(job_id)
+    if launch is None:
+        return JsonResponse({"error": f"no launched job {job_id}"}, status=404)
+    said = marker(launch.output_dropped, settings.LAUNCH_OUTPUT_MAX_MB * 2**20)
+
+    def lines():
+        if said:
+            yield said + "\n"
+        rows = OutputLine.objects.filter(job_id=job_id).order_by("seq").values_list("stream", "text")
+        for stream, text in rows.iterator(chunk_size=2000):
+            yield (f"[yardstick] {text}" if stream == "yardstick" else text) + "\n"
+
+    response = StreamingHttpResponse(lines(), content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="job-{job_id}-output.txt"'
+    return response
+
+
+output_api = methods(GET=_output)
+output_text = methods(GET=_output_text)

@@ -51,7 +51,10 @@ def endpoint(name, methods, write=False):
                     raise TrackingError("ENDPOINT_NOT_FOUND", f"{request.method} is not served at {request.path}; "
                                                               f"it answers {' and '.join(methods)}")
                 check_role(request, write)
-                return respond(fn(request, protocol.parse(name, _request_json(request, name))) or {})
+                body = protocol.parse(name, _request_json(request, name))
+                if write:
+                    check_scope(request, _run_id(body) if isinstance(body, dict) else None)
+                return respond(fn(request, body) or {})
             except TrackingError as err:
                 return respond(err.to_dict(), status=err.status)
 
@@ -71,6 +74,15 @@ def check_role(request, write):
                                                  f"{request.user.username} holds {role or 'no role'}")
     if role is None:
         raise TrackingError("PERMISSION_DENIED", f"{request.user.username} holds no role")
+
+
+def check_scope(request, run_id):
+    """Raise PERMISSION_DENIED when the caller's token writes one run only (a launched job's) and this write is
+    not to that run: creating runs or experiments, another run, or a write that names no run."""
+    scope = getattr(request, "token_run_id", "")
+    if scope and run_id != scope:
+        raise TrackingError("PERMISSION_DENIED", f"this token belongs to a launched job and writes its run {scope} "
+                                                 f"only; this request writes {f'run {run_id}' if run_id else 'no run'}")
 
 
 def _request_json(request, name):

@@ -175,6 +175,29 @@ def create_run(experiment_id, user_id="", start_time=None, tags=(), run_name="",
     return run
 
 
+def attach_run(job, experiment, score_key="", created_by=None):
+    """The MLflow run of a job Yardstick starts itself (a launched one), RUNNING from now in the experiment named
+    `experiment` (made when missing; a deleted one refuses), named and tagged as the job. Its command reports into
+    it (MLFLOW_RUN_ID): transformers' callback, veRL and NeMo RL attach to a run so named instead of making one.
+    The job's status is its process's, never the run's (tracking.kind.follow_run leaves it alone)."""
+    found = Experiment.objects.filter(name=experiment).first()
+    if found is None:
+        try:
+            found = create_experiment(experiment)
+        except TrackingError:  # made meanwhile by another launch
+            found = Experiment.objects.get(name=experiment)
+    _active(found)
+    tags = {RUN_NAME_TAG: job.name, TEAM_TAG: job.team, "yardstick.job_id": str(job.pk)}
+    if score_key:
+        tags[SCORE_KEY_TAG] = score_key
+    run = Run(experiment=found, job=job, start_time=now_ms(), run_name=job.name, created_by=created_by,
+              user_id=created_by.username if created_by else "")
+    run.artifact_uri = f"{found.artifact_location or f'mlflow-artifacts:/{found.pk}'}/{run.run_id}/artifacts"
+    run.save()
+    RunTag.objects.bulk_create([RunTag(run=run, key=k, value=v) for k, v in tags.items()])
+    return run
+
+
 def get_run(run_id):
     if not isinstance(run_id, str) or not run_id:
         raise invalid(missing_value("run_id"))

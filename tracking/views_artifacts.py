@@ -13,7 +13,7 @@ from django.http import FileResponse, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from tracking import artifacts
-from tracking.api import check_role
+from tracking.api import check_role, check_scope
 from tracking.artifacts import ArtifactError
 from tracking.models import TrackingError
 
@@ -42,6 +42,8 @@ def artifact(request, path):
         return _error(denied)
     try:
         run, rel = artifacts.locate(path)
+        if request.method == "PUT":
+            check_scope(request, run.run_id)
         if request.method == "GET":
             found, stored = artifacts.file_path(run, rel)
             resp = FileResponse(open(stored, "rb"), content_type=found.content_type, filename=stored.name)
@@ -52,7 +54,7 @@ def artifact(request, path):
         length = request.headers.get("Content-Length")
         artifacts.save(run, rel, request, content_type=request.headers.get("Content-Type", ""),
                        declared_bytes=int(length) if length and length.isdigit() else None)
-    except ArtifactError as err:
+    except TrackingError as err:  # ArtifactError is one
         return _error(err)
     return HttpResponse(b"")  # MLflow's server answers an upload with an empty 200
 

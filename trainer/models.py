@@ -66,13 +66,15 @@ ENDED = (Status.STOPPED, Status.COMPLETED, Status.FAILED, Status.BUDGET_EXHAUSTE
 
 
 class Source(models.TextChoices):
-    """Who trains: Yardstick's own GRPO worker, or an outside run reporting through the tracking API.
+    """Who trains: Yardstick's own GRPO worker, an outside run reporting through the tracking API, or a
+    recipe's command Yardstick started on a node (which reports through the tracking API too).
 
     Each is a kind of run (trainer/kinds/): what differs between them lives in its kind's module.
     """
 
     EMBEDDED = "embedded"
     EXTERNAL = "external"
+    LAUNCHED = "launched"  # a recipe's command, run by a node's launch worker (launch/)
 
 
 class Job(models.Model):
@@ -405,8 +407,9 @@ class Job(models.Model):
         return self.status in RESUMABLE and not self.not_resumable_reason and not kind_of(self).resume_refusal(self)
 
     def kept_checkpoint_steps(self):
-        """Steps of the checkpoints this job keeps on disk, oldest first (a Continue may start from any)."""
-        return sorted(int(p.stem.removeprefix("step-")) for p in self.checkpoint_dir.glob("step-*.pt"))
+        """Steps of the checkpoints this job keeps, oldest first (a Continue may start from any), as its kind
+        knows them: its files here, or what a launch worker found on its node."""
+        return kind_of(self).checkpoint_steps(self)
 
     @property
     def can_continue(self):

@@ -9,7 +9,7 @@ from django.http import JsonResponse
 
 from trainer.inputs import status_filter
 from trainer.models import CONTROLS, Job, Sample, Step
-from trainer.workers import live_jobs_workers
+from trainer.workers import live_workers, with_devices
 from yardstick.auth import require_role
 from yardstick.http import bad, int_param, methods
 from yardstick.inputs import InputError, json_object
@@ -193,8 +193,9 @@ job_samples = methods(GET=_samples)
 
 @require_role("viewer")
 def _workers(request):
-    """The live jobs workers and what each has (node, pool, cores, GPUs, devices): where a job can go."""
-    return JsonResponse({"workers": [w.to_dict() for w in live_jobs_workers()]})
+    """The live jobs and launch workers: what each has (node, pool, cores, GPUs, devices), what the jobs there hold
+    and what is free: where a job can go."""
+    return JsonResponse({"workers": [with_devices(w) for w in live_workers()]})
 
 
 workers = methods(GET=_workers)

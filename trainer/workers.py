@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from trainer.kinds import kinds
 from trainer.models import ACTIVE, Job, Status, Worker
 from yardstick.inputs import InputError
 
@@ -45,8 +46,18 @@ def worker_name(node):
     return f"{jobs_queue()}@{node}"
 
 
+# A node's launch worker (launch/: recipes' commands, in threads) is named and queued "launch@<node>"; it reports
+# itself as the jobs workers do, but runs no embedded job.
+LAUNCH_PREFIX = "launch@"
+
+
 def is_jobs_worker(worker):
-    return jobs_queue() in worker.queues or worker.name in worker.queues
+    return (jobs_queue() in worker.queues or worker.name in worker.queues) and not worker.name.startswith(LAUNCH_PREFIX)
+
+
+def live_workers(now=None):
+    """The live workers that run jobs: the jobs workers and the launch workers."""
+    return [w for w in Worker.live(now=now) if is_jobs_worker(w) or w.name.startswith(LAUNCH_PREFIX)]
 
 
 def live_jobs_workers(now=None):
@@ -117,6 +128,15 @@ def capacity(worker, requested):
     if requested == "cuda":
         return gpus
     return int(requested in worker.devices)
+
+
+def with_devices(worker):
+    """A worker's row for the API, with what every kind's jobs hold of it and what is free."""
+    held = held_by(worker)
+    gpus, cores = free_devices(worker, held)
+    return {**worker.to_dict(), "held": {"gpus": {str(i): j for i, j in sorted(held["gpus"].items())},
+                                         "cores": {str(j): n for j, n in held["cores"].items()}},
+            "free": {"gpus": gpus, "cores": cores}, "summary": describe(worker, held)}
 
 
 def offer(worker):
@@ -191,6 +211,32 @@ def _instead(field):
             "node": "use one of their nodes, or none for any",
             "device": "use auto or one of those",
             "devices": "ask for at most what one worker has"}[field]
+
+
+def free_devices(worker, held=None):
+    """(free GPU indices, free cores) of `worker` now: its GPUs and cores less what every kind's jobs hold."""
+    held = held or held_by(worker)
+    gpus = sorted(g["index"] for g in worker.gpus if g.get("index") not in held["gpus"])
+    return gpus, max(0, worker.cores - sum(held["cores"].values()))
+
+
+def held_by(worker):
+    gpus, cores = {}, {}
+    for kind in kinds():
+        held = kind.held(worker)
+        gpus.update(held["gpus"])
+        cores.update(held["cores"])
+    return {"gpus": gpus, "cores": cores}
+
+
+def describe(worker, held=None):
+    """What a worker has and holds, for people: "launch@gpu-a: GPUs 0, 1 free of 2; 14 of 16 cores free"."""
+    held = held or held_by(worker)
+    gpus, cores = free_devices(worker, held)
+    taken = ", ".join(f"{i} (job {j})" for i, j in sorted(held["gpus"].items()))
+    gpu_text = (f"GPUs {', '.join(map(str, gpus)) or 'none'} free of {len(worker.gpus)}"
+                + (f", held: {taken}" if taken else "")) if worker.gpus else "no GPUs"
+    return f"{worker.name}: {gpu_text}; {cores} of {worker.cores} cores free"
 
 
 def device_refusal(requested, devices=1):

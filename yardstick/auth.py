@@ -130,10 +130,12 @@ class TokenAuthMiddleware:
                 request.metrics_scrape = True  # no user: exporter.views serves it /metrics, and nothing else does
                 request._dont_enforce_csrf_checks = True
                 return self.get_response(request)
-            user = ApiToken.authenticate(token.strip())
-            if user is None:
+            row = ApiToken.find(token.strip())
+            if row is None:
                 return _unauthenticated(request, "invalid or revoked API token")
-            request.user = user
+            request.user = row.user
+            # A launched run's token: tracking.api.check_role lets it write this run and nothing else.
+            request.token_run_id = row.run_id
             request._dont_enforce_csrf_checks = True
         return self.get_response(request)
 
@@ -148,6 +150,9 @@ class LoginRequiredMiddleware:
         if request.path.startswith(PUBLIC_PREFIXES) or getattr(request, "metrics_scrape", False):
             return self.get_response(request)
         if request.user.is_authenticated:
+            if getattr(request, "token_run_id", "") and not is_tracking(request):
+                return _denied(request, 403, "a launched run's token may only report its own run (the MLflow "
+                                             "tracking API under /api/2.0/mlflow/)")
             if role_of(request.user) == REPORTER and not is_tracking(request):
                 return _denied(request, 403, "a reporter token may only report training runs (the MLflow "
                                              "tracking API under /api/2.0/mlflow/); this needs the viewer role")

@@ -21,19 +21,29 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked = models.BooleanField(default=False)
+    # A launched job's token (launch/kind.py) writes this one MLflow run and nothing else; "" for any run.
+    run_id = models.CharField(max_length=32, blank=True, default="",
+                              help_text="the one MLflow run this token may write; empty: no such limit")
 
     def __str__(self):
         return f"{self.prefix}… ({self.user}, {self.name})"
 
     @classmethod
-    def issue(cls, user, name="cli"):
+    def issue(cls, user, name="cli", run_id=""):
+        """A new token of `user` (limited to writing MLflow run `run_id` when given); (token, row)."""
         token = "ys_" + secrets.token_urlsafe(32)
-        row = cls.objects.create(user=user, name=name, key_hash=hash_token(token), prefix=token[:8])
+        row = cls.objects.create(user=user, name=name, key_hash=hash_token(token), prefix=token[:8], run_id=run_id)
         return token, row
 
     @classmethod
     def authenticate(cls, token):
         """Return the active user owning `token`, or None when it is unknown, revoked or inactive."""
+        row = cls.find(token)
+        return None if row is None else row.user
+
+    @classmethod
+    def find(cls, token):
+        """The live row of `token` (its user loaded), or None when it is unknown, revoked or its user inactive."""
         row = (
             cls.objects.select_related("user")
             .filter(key_hash=hash_token(token), revoked=False, user__is_active=True)
@@ -45,7 +55,7 @@ class ApiToken(models.Model):
         # Write at most once a minute per token, not on every request.
         if row.last_used_at is None or (now - row.last_used_at).total_seconds() > 60:
             cls.objects.filter(pk=row.pk).update(last_used_at=now)
-        return row.user
+        return row
 
 
 class Heartbeat(models.Model):

@@ -79,11 +79,12 @@ def check_roles(settings, roles):
 def children_for(settings, roles, host, port):
     """The children `up` starts for `roles`, in start order (none is started here)."""
     # here: trainer.workers needs Django's apps loaded, and manage.py imports this module before that
-    from trainer.workers import jobs_queue, worker_name
+    from trainer.workers import LAUNCH_PREFIX, jobs_queue, worker_name
 
     py = sys.executable
     manage = str(settings.BASE_DIR / "manage.py")
     own = worker_name(settings.YARDSTICK_NODE)
+    worker_name_of_launch = f"{LAUNCH_PREFIX}{settings.YARDSTICK_NODE}"
     jobs_queues = [own] if settings.YARDSTICK_POOL else [jobs_queue(), own]
     children = {
         # A fleet event names every device that changed: past ~4,000 devices it outgrows Daphne's
@@ -97,13 +98,28 @@ def children_for(settings, roles, host, port):
         "jobs": Child("jobs", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", ",".join(jobs_queues),
                                "-n", own, "--concurrency", "1", "--prefetch-multiplier", "1",
                                "--loglevel", "INFO"]),
+        # Recipes' commands (launch/): a thread each, as many at once as the node's free devices allow, under
+        # the node's name; they report to this control plane's address unless YARDSTICK_URL says another.
+        "launch": Child("launch", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", worker_name_of_launch,
+                                   "-n", worker_name_of_launch, "--pool", "threads",
+                                   "--concurrency", str(settings.LAUNCH_SLOTS), "--prefetch-multiplier", "1",
+                                   "--loglevel", "INFO"],
+                        env={} if settings.YARDSTICK_URL else {"YARDSTICK_URL": _own_url(host, port)}),
         "beat": Child("beat", [py, "-m", "celery", "-A", "yardstick", "beat", "--loglevel", "INFO",
                                "-s", str(settings.DATA_DIR / "celerybeat-schedule")]),
         # Under the node name the stints of this machine's jobs carry.
         "collector": Child("collector", [py, manage, "collect", "--source", settings.COLLECTOR_SOURCE,
                                          "--node", settings.YARDSTICK_NODE]),
     }
-    return [children[name] for name in ("web", "worker", "jobs", "beat", "collector") if name in roles]
+    # The jobs role is a GPU node's: its jobs worker (embedded jobs) and its launch worker (recipes).
+    wanted = [*roles, "launch"] if "jobs" in roles else roles
+    return [children[name] for name in ("web", "worker", "jobs", "launch", "beat", "collector") if name in wanted]
+
+
+def _own_url(host, port):
+    """The address this `up`'s web server answers on, from this machine (a wildcard host: the loopback)."""
+    host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
 class AlreadyRunning(RuntimeError):

@@ -131,6 +131,7 @@ CELERY_BEAT_SCHEDULE = {
     "trainer-detect-crashed-jobs": {"task": "trainer.tasks.detect_crashed_jobs", "schedule": 30.0},
     "tracking-mark-stale-runs": {"task": "tracking.tasks.mark_stale_runs", "schedule": 60.0},
     "tracking-match-runs": {"task": "tracking.tasks.match_runs", "schedule": 30.0},
+    "launch-revoke-ended-tokens": {"task": "launch.tasks.revoke_ended_tokens", "schedule": 60.0},
     "campaigns-join-tagged-runs": {"task": "campaigns.tasks.join_tagged_runs", "schedule": 30.0},
     "alerts-evaluate": {"task": "alerts.tasks.evaluate", "schedule": 30.0},
     "alerts-deliver": {"task": "alerts.tasks.deliver", "schedule": 15.0},
@@ -202,6 +203,16 @@ YARDSTICK_JOB_TORCH_THREADS = envint("YARDSTICK_JOB_TORCH_THREADS", 0, minimum=0
 # How long a rank of a job on several devices may wait for the others (rank 0 evaluating, say) before
 # the job fails; a rank that dies is seen at once.
 YARDSTICK_DDP_TIMEOUT_S = envint("YARDSTICK_DDP_TIMEOUT_S", 300, minimum=10)
+
+# Launched runs (launch/): the address they report to (MLFLOW_TRACKING_URI), as the nodes reach the control
+# plane; `up` sets it for its own children from its --host and --port when it is not set.
+YARDSTICK_URL = os.environ.get("YARDSTICK_URL", "").strip().rstrip("/")
+if YARDSTICK_URL and not YARDSTICK_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"YARDSTICK_URL must be an http:// or https:// address, got {YARDSTICK_URL!r}")
+# A launched job's output lines kept on the control plane (the oldest dropped past it), and the launches one
+# node's launch worker runs at once (each within the devices it has free).
+LAUNCH_OUTPUT_MAX_MB = envint("YARDSTICK_LAUNCH_OUTPUT_MAX_MB", 10, minimum=1)
+LAUNCH_SLOTS = envint("YARDSTICK_LAUNCH_SLOTS", 16, minimum=1)
 
 # Artifacts a run uploads (tracking/artifacts.py): the largest file, and what one run may keep in all.
 ARTIFACT_MAX_MB = envint("YARDSTICK_ARTIFACT_MAX_MB", 5, minimum=1)

@@ -91,7 +91,8 @@ def _product_sources():
     skip = {"tests", "bench", "client", ".venv", "var", "node_modules"}
     for path in sorted(ROOT.rglob("*.py")):
         parts = path.relative_to(ROOT).parts
-        if parts[0] not in skip and "migrations" not in parts:
+        # launch/examples: programs a recipe runs on a node (like client/), which read their run's variables.
+        if parts[0] not in skip and "migrations" not in parts and parts[:2] != ("launch", "examples"):
             yield path
 
 

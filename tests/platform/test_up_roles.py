@@ -42,16 +42,21 @@ def test_parse_roles_names_an_unknown_role_and_the_accepted_ones():
 
 
 def test_a_gpu_node_starts_a_jobs_worker_and_a_collector_under_its_node_name(settings):
+    settings.YARDSTICK_URL = ""  # unset: its launched runs report to this `up`'s own address
     settings.YARDSTICK_NODE = "gpu-node-7"
     settings.COLLECTOR_SOURCE = "nvml"
     children = children_for(settings, ("jobs", "collector"), "127.0.0.1", 8000)
 
-    assert [c.name for c in children] == ["jobs", "collector"]
-    jobs, collector = children
+    assert [c.name for c in children] == ["jobs", "launch", "collector"]
+    jobs, launch, collector = children
     # The shared queue and its own, which carries the node name, as does the worker.
     assert jobs.argv[jobs.argv.index("-Q") + 1] == "jobs,jobs@gpu-node-7"
     assert jobs.argv[jobs.argv.index("-n") + 1] == "jobs@gpu-node-7"
     assert collector.argv[-5:] == ["collect", "--source", "nvml", "--node", "gpu-node-7"]
+    # Recipes' commands: a thread each, on the node's own launch queue, reporting to this control plane.
+    assert launch.argv[launch.argv.index("-Q") + 1] == "launch@gpu-node-7"
+    assert launch.argv[launch.argv.index("--pool") + 1] == "threads"
+    assert launch.env == {"YARDSTICK_URL": "http://127.0.0.1:8000"}
 
     settings.YARDSTICK_POOL = "research"  # a team's pool: its own queue only, nothing from the shared one
     jobs = children_for(settings, ("jobs",), "127.0.0.1", 8000)[0]
@@ -61,12 +66,12 @@ def test_a_gpu_node_starts_a_jobs_worker_and_a_collector_under_its_node_name(set
 def test_every_role_is_the_default_and_each_starts_its_own_child(settings):
     children = children_for(settings, ROLES, "0.0.0.0", 9000)
 
-    assert [c.name for c in children] == ["web", "worker", "jobs", "beat", "collector"]
+    assert [c.name for c in children] == ["web", "worker", "jobs", "launch", "beat", "collector"]
     assert children[0].argv[-7:] == ["-b", "0.0.0.0", "-p", "9000", "--websocket-max-message-size",
                                      str(32 * 2**20), "yardstick.asgi:application"]
     assert children[1].argv[children[1].argv.index("-Q") + 1] == "default"
-    assert "beat" in children[3].argv
-    assert children[4].argv[-4:-2] == ["--source", "host"]  # the default: this machine's CPU, anywhere
+    assert "beat" in children[4].argv
+    assert children[5].argv[-4:-2] == ["--source", "host"]  # the default: this machine's CPU, anywhere
 
 
 def test_roles_without_the_web_server_need_both_urls_of_the_control_plane():

@@ -75,3 +75,31 @@ def test_the_default_experiment_is_there_for_a_run_with_none_set(mlflow_client):
         pass
     assert run.info.experiment_id == "0"
     assert mlflow_client.get_experiment("0").name == "Default"
+
+
+def test_a_launched_runs_token_writes_its_run_and_nothing_else(mlflow_as, operator, live_server, monkeypatch):
+    from mlflow import MlflowClient
+
+    from yardstick.models import ApiToken
+
+    owner = mlflow_as(operator)
+    exp = owner.create_experiment("launched")
+    mine, other = owner.create_run(exp).info.run_id, owner.create_run(exp).info.run_id
+    token, _row = ApiToken.issue(operator, "launched job", run_id=mine)
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", token)
+    scoped = MlflowClient(tracking_uri=live_server.url)
+
+    scoped.log_metric(mine, "reward", 0.5, step=1)
+    scoped.set_tag(mine, "phase", "train")
+    assert scoped.get_run(other).info.run_id == other, "it may read"
+    refused = [lambda: scoped.log_metric(other, "reward", 1.0), lambda: scoped.create_run(exp),
+               lambda: scoped.create_experiment("its own"), lambda: scoped.set_experiment_tag(exp, "k", "v")]
+    for call in refused:
+        with pytest.raises(MlflowException) as err:
+            call()
+        assert err.value.error_code == "PERMISSION_DENIED" and f"writes its run {mine} only" in err.value.message
+    assert not Run.objects.get(run_id=other).metrics.exists()
+    assert Run.objects.get(run_id=mine).metrics.get().value == 0.5
+    for path in ("/api/jobs", "/jobs/"):  # no page and no other API
+        resp = requests.get(live_server.url + path, headers={"Authorization": f"Bearer {token}"}, allow_redirects=False)
+        assert resp.status_code == 403 and "may only report its own run" in resp.text

@@ -9,14 +9,15 @@ from trainer.models import Job
 
 
 def test_each_source_has_the_kind_its_app_registered(db):
-    assert {k.source for k in kinds()} == {"embedded", "external"}
+    assert {k.source for k in kinds()} == {"embedded", "external", "launched"}
     assert kind_of(open_job(name="trl", team="rl")) is EXTERNAL
     assert kind_of(Job(source="embedded")) is EMBEDDED
 
 
 def test_a_source_no_app_registered_is_refused_naming_the_registered_ones():
-    with pytest.raises(LookupError, match=r"no kind of run is registered for source 'launched' .*embedded, external"):
-        kind_of(Job(pk=7, source="launched"))
+    with pytest.raises(LookupError, match=r"no kind of run is registered for source 'queued-elsewhere' .*embedded, "
+                                          r"external, launched"):
+        kind_of(Job(pk=7, source="queued-elsewhere"))
 
 
 @pytest.mark.parametrize("ended", ["stopped", "failed", "completed"])

@@ -58,6 +58,15 @@ class Kind:
         and checkpoints decide."""
         return ""
 
+    def checkpoint_steps(self, job):
+        """Steps of the checkpoints `job` keeps, oldest first, that a Continue may start from."""
+        return []
+
+    def held(self, worker):
+        """What this kind's active jobs hold of `worker` (a trainer.models.Worker): {"gpus": {NVML index: job id},
+        "cores": {job id: cores}}; a worker's free devices are the rest (trainer.workers.free_devices)."""
+        return {"gpus": {}, "cores": {}}
+
 
 _KINDS = {}
 

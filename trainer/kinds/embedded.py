@@ -10,7 +10,7 @@ from django.db import transaction
 
 from trainer import inputs, stoploss
 from trainer.kinds import Kind
-from trainer.models import NAME_MAX, TEAM_MAX, Job, Source, Status
+from trainer.models import NAME_MAX, TEAM_MAX, Job, Source, Status, Stint
 from trainer.workers import device_refusal, live_jobs_workers, place
 from yardstick.inputs import InputError
 
@@ -28,6 +28,21 @@ class Embedded(Kind):
 
     def start(self, **fields):
         return start(**fields)
+
+    def checkpoint_steps(self, job):
+        return sorted(int(p.stem.removeprefix("step-")) for p in job.checkpoint_dir.glob("step-*.pt"))
+
+    def held(self, worker):
+        """A running embedded job on `worker` holds the GPUs its open stints name (by UUID), and one core a rank."""
+        index = {g.get("uuid"): g.get("index") for g in worker.gpus}
+        gpus, cores = {}, {}
+        for job_id, device in Stint.objects.filter(ended_at__isnull=True, node=worker.host, job__source=self.source,
+                                                   job__placed_on=worker.name).values_list("job_id", "device"):
+            if device in index:
+                gpus[index[device]] = job_id
+            else:
+                cores[job_id] = cores.get(job_id, 0) + 1
+        return {"gpus": gpus, "cores": cores}
 
     def dispatch(self, job, placement):
         # By the task's name: trainer.tasks imports this module, so this one does not import it back.
@@ -86,6 +101,9 @@ def start(*, name, team, env, config=None, budget_usd=None, device="auto", devic
     else:
         placement = place(device, devices, node, pool)
     source, init_step = inputs.init_from(init_from, init_step)
+    if source is not None and source.source != Source.EMBEDDED:
+        raise InputError("init_from", f"init_from: job {source.pk} is a {source.source} run; its checkpoints are in "
+                                      "its own framework's format, which the built-in trainer does not load")
 
     with transaction.atomic():
         job = Job.open(

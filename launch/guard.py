@@ -1,0 +1,87 @@
+"""The guard of a launched command: no process of it outlives the launch worker that started it.
+
+The worker starts the command as its own process group (a new session) and, beside it, this guard:
+
+    python -m launch.guard <process group> <job id>
+
+with a pipe as its stdin whose other end only the worker holds. When the run ends the worker writes one byte
+and the guard exits. When the worker dies instead (SIGKILL, out of memory, a crash), the kernel closes the pipe:
+the guard reads end-of-file, kills the command's process group and every process whose environment carries the
+job's YARDSTICK_JOB_ID (one that made a session of its own), then fails the job at once, as the Celery pool does
+for an embedded job whose process died. It needs no signal from the dying worker and works the same whichever of
+the worker's threads started the command.
+
+`kill_all` is also what the worker's own last stop step (SIGKILL) sends.
+"""
+
+import os
+import signal
+import sys
+
+import psutil
+
+RELEASE = b"x"  # what the worker writes when it ended the run itself
+
+
+def processes_of(job_id, pgid):
+    """The live processes of a launched job: its process group, and any process whose environment names the job."""
+    found = []
+    wanted = str(job_id)
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.pid == os.getpid():
+                continue
+            if os.getpgid(proc.pid) == pgid or proc.environ().get("YARDSTICK_JOB_ID") == wanted:
+                found.append(proc)
+        except (psutil.Error, OSError):  # gone meanwhile, or another user's (whose environment is not ours to read)
+            continue
+    return found
+
+
+def kill_all(job_id, pgid, sig=signal.SIGKILL):
+    """Send `sig` to the job's process group and to every process naming the job; return the PIDs signalled."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    hit = []
+    for proc in processes_of(job_id, pgid):
+        try:
+            proc.send_signal(sig)
+            hit.append(proc.pid)
+        except psutil.Error:
+            continue
+    return hit
+
+
+def _fail_job(job_id, pgid, worker_pid):
+    """Fail the job now (a worker that died cannot): its stint of process `pgid` names it."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "yardstick.settings")
+    # here: Django is set up only when the worker died; a guard that is released never loads it
+    import django
+
+    django.setup()
+    from trainer.models import Job  # here: needs the apps django.setup() just loaded
+
+    job = Job.objects.filter(pk=job_id).first()
+    if job is not None:
+        job.fail_worker_lost(pgid, f"its launch worker (pid {worker_pid}) died; the guard killed the run's processes")
+
+
+def main(argv):
+    pgid, job_id = int(argv[0]), int(argv[1])
+    worker_pid = os.getppid()
+    said = sys.stdin.buffer.read(1)
+    if said == RELEASE:
+        return 0
+    kill_all(job_id, pgid)
+    try:
+        _fail_job(job_id, pgid, worker_pid)
+    except Exception as err:  # noqa: BLE001 - the processes are dead; the heartbeat check fails the job later
+        print(f"launch guard: job {job_id}'s processes were killed, but the job could not be failed: {err}",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

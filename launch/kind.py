@@ -1,0 +1,283 @@
+"""Launched jobs: a recipe's command, started by Yardstick on a node's launch worker.
+
+An operator picks a recipe and fills its parameters; `start` checks every value (launch/params.py), places the
+job on a live launch worker with enough free devices of the kind the recipe asks for (`place`: GPUs out of the
+worker's free ones, or cores), creates the queued job, its `Launch` (the recipe version, the values) and the
+MLflow run the command will report into, and sends it to that worker's own queue after commit. The worker
+(launch/executor.py) claims it, starts the argv as its own process group with the run's variables, streams its
+output here, and ends the job from its exit status, or from the stop steps that ended it.
+
+A launched job is a job like the others: its metrics arrive through the tracking API (its MLflow run), its
+stints come from the devices its worker gave it, and budget, stop-loss and campaigns act on it through the
+same Job methods. Registered with trainer's kinds from launch/apps.py.
+"""
+
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from celery import current_app
+from django.db import transaction
+from django.utils import timezone
+
+from launch.models import Launch, Recipe
+from launch.params import Param, ParamError
+from tracking import store as tracking_store
+from tracking.models import TrackingError
+from trainer import inputs, stoploss
+from trainer.kinds import Kind
+from trainer.models import ACTIVE, ENV_MAX, NAME_MAX, TEAM_MAX, Job, Source, Status, Worker
+from trainer.workers import LAUNCH_PREFIX, Placement, describe, free_devices, held_by
+from yardstick.inputs import InputError
+from yardstick.models import ApiToken
+
+RUN_LAUNCH = "launch.tasks.run_launch"
+# A launch worker's Celery name and own queue: "launch@<node>" (yardstick/runner.py starts one with the jobs role).
+QUEUE_PREFIX = LAUNCH_PREFIX
+LIVE = (Status.QUEUED, *ACTIVE)
+# The checkpoint folders of the frameworks, newest = highest N: transformers and TRL, veRL, NeMo RL.
+CHECKPOINT_PATTERNS = (r"checkpoint-(\d+)", r"global_step_(\d+)", r"step_(\d+)")
+
+
+def worker_name(node):
+    return f"{QUEUE_PREFIX}{node}"
+
+
+def launch_workers(now=None):
+    """The live launch workers (trainer.models.Worker rows named launch@<node>)."""
+    return list(Worker.live(now=now).filter(name__startswith=QUEUE_PREFIX))
+
+
+class Launched(Kind):
+    source = Source.LAUNCHED
+    holds_policy = False  # its checkpoints are its framework's, on its node: evaluation recipes score them
+    worker_beats = True  # the launch worker beats while the command runs
+
+    def badge(self, job):
+        launch = _launch(job)
+        if launch is None:
+            return ("launched", "started by Yardstick from a recipe")
+        framework = f" ({launch.definition.get('framework')})" if launch.definition.get("framework") else ""
+        return (f"launched · {launch.recipe_name}",
+                f"started by Yardstick from recipe {launch.recipe_name} v{launch.recipe_version}{framework}")
+
+    def start(self, **fields):
+        return start(**fields)
+
+    def placement(self, job):
+        launch = job.launch
+        return place(launch.definition["devices"], job.node, job.pool, job=job)
+
+    def dispatch(self, job, placement):
+        # What the placement gave the job is held from now: the next placement sees it taken.
+        Launch.objects.filter(pk=job.pk).update(worker=placement.worker, node=placement.node, gpus=placement.gpus,
+                                                cores=placement.cores)
+        job_id, queue = job.pk, placement.queue
+        transaction.on_commit(lambda: current_app.send_task(RUN_LAUNCH, args=[job_id], queue=queue))
+
+    def resume_refusal(self, job):
+        launch = _launch(job)
+        if launch is not None and not launch.definition.get("resume_argv"):
+            return (f"job {job.pk}'s recipe {launch.recipe_name} gives no resume arguments: Restart starts it again "
+                    "from the beginning")
+        if launch is not None and not launch.checkpoints:
+            return (f"job {job.pk} has no checkpoint in its output directory: Restart starts it again from the "
+                    "beginning")
+        return ""
+
+    def checkpoint_steps(self, job):
+        launch = _launch(job)
+        return sorted({step for step, _name in checkpoint_names(launch.checkpoints, launch.definition)}) \
+            if launch else []
+
+    def held(self, worker):
+        gpus, cores = {}, {}
+        for launch in Launch.objects.filter(worker=worker.name, job__status__in=LIVE).only("job_id", "gpus", "cores"):
+            gpus.update({index: launch.job_id for index in launch.gpus})
+            if launch.cores:
+                cores[launch.job_id] = launch.cores
+        return {"gpus": gpus, "cores": cores}
+
+
+LAUNCHED = Launched()
+
+
+def _launch(job):
+    try:
+        return job.launch
+    except Launch.DoesNotExist:
+        return None
+
+
+def checkpoint_names(names, definition):
+    """[(step, name)] of the checkpoint folder names that match the recipe's pattern, else the frameworks'."""
+    patterns = [definition["checkpoint_pattern"]] if definition.get("checkpoint_pattern") else CHECKPOINT_PATTERNS
+    found = []
+    for name in names:
+        for pattern in patterns:
+            match = re.fullmatch(pattern, name)
+            if match:
+                found.append((int(match.group(1)), name))
+                break
+    return sorted(found)
+
+
+# -- placement -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchPlacement(Placement):
+    """Where a launch goes (its worker's own queue) and what it is given there: GPUs by NVML index, or cores."""
+
+    node: str = ""
+    gpus: list = field(default_factory=list)
+    cores: int = 0
+
+
+def place(devices, node="", pool="", job=None, now=None):
+    """The Placement of a launch asking for `devices` ({kind, count}) on `node` / in `pool`: the live launch
+    worker with enough free devices that has the most free (ties: by name). Raise InputError naming what nobody
+    can meet and what the workers have free. `job`: a job being resumed (what it holds itself is free to it)."""
+    kind, count = devices["kind"], devices["count"]
+    want = f"{count} × {'GPU' if kind == 'cuda' else 'core'}{'s' if count > 1 else ''}"
+    workers = [w for w in launch_workers(now) if w.team == pool and (not node or w.host == node)]
+    if not workers:
+        where = (f" on node {node}" if node else "") + (f" in pool {pool}" if pool else " in the shared pool")
+        raise InputError("node" if node else "pool" if pool else "devices",
+                         f"no launch worker has reported{where}, so nobody can run {want}: start one on a GPU node "
+                         "(`manage.py up --role jobs,collector` starts the node's launch worker)")
+    fits = []
+    for worker in workers:
+        held = held_by(worker)
+        if job is not None:
+            held = {"gpus": {i: j for i, j in held["gpus"].items() if j != job.pk},
+                    "cores": {j: n for j, n in held["cores"].items() if j != job.pk}}
+        gpus, cores = free_devices(worker, held)
+        # GPUs are given to one job at a time; cpu recipes share the node's cores, as many as the worker has.
+        fits_here = len(gpus) >= count if kind == "cuda" else worker.cores >= count
+        if fits_here:
+            fits.append((-(len(gpus) if kind == "cuda" else cores), worker.name, worker, gpus))
+    if not fits:
+        have = "; ".join(describe(w) for w in workers)
+        what = "free now" if kind == "cuda" else "(cpu recipes share a node's cores, but need that many)"
+        raise InputError("devices", f"no launch worker has {want} {what}: {have}; "
+                                    + ("wait for a job to end, or ask for fewer" if kind == "cuda" else "ask for fewer"))
+    _free, _name, worker, gpus = min(fits, key=lambda f: f[:2])
+    return LaunchPlacement(worker.name, worker.name, node=worker.host, gpus=gpus[:count] if kind == "cuda" else [],
+                           cores=count if kind == "cpu" else 0)
+
+
+# -- start --------------------------------------------------------------------------------------------
+
+
+def parameter_values(recipe_definition, given):
+    """The recipe's parameter values: `given` ({name: value}, from JSON or a form's text) checked against each
+    parameter's type, bounds and pattern, defaults for the rest. InputError names the parameter (params.<name>)."""
+    given = {} if given is None else given
+    if not isinstance(given, dict):
+        raise InputError("params", f"params must be an object of parameter values, got {given!r}")
+    params = [Param(spec) for spec in recipe_definition["params"]]
+    names = {p.name for p in params}
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise InputError(f"params.{unknown[0]}", f"the recipe has no parameter {unknown[0]!r}; its parameters are "
+                                                 f"{', '.join(sorted(names)) or 'none'}")
+    values = {}
+    for param in params:
+        raw = given.get(param.name, param.default)
+        try:
+            values[param.name] = param.value(raw, field=f"params.{param.name}")
+        except ParamError as err:
+            raise InputError(err.field, err.message) from None
+    return values
+
+
+def start(*, recipe, params=None, name="", team, env="", budget_usd=None, node="", pool="", created_by=None,
+          init_from=None, init_step=None, stop_loss=None):
+    """Validate the launch, place it, create the queued job, its Launch and its MLflow run, and (after commit) send
+    it to the chosen launch worker; return the job. InputError names the first bad field; nothing is created then.
+
+    `recipe`: its name; `params`: values for its parameters; `env`: the job's environment (its MLflow experiment,
+    what IPD compares; default the recipe's name); `init_from`: a launched job whose final checkpoint fills
+    {init_from} (a Continue)."""
+    if not isinstance(recipe, str) or not recipe:
+        raise InputError("recipe", "recipe is required: the name of one of the admins' recipes")
+    row = Recipe.objects.filter(name=recipe).first()
+    if row is None:
+        names = ", ".join(Recipe.objects.values_list("name", flat=True)) or "none yet (an admin defines them)"
+        raise InputError("recipe", f"there is no recipe {recipe!r}; recipes: {names}")
+    definition = row.definition
+    values = parameter_values(definition, params)
+    name = inputs.text("name", name or recipe, NAME_MAX)
+    team = inputs.text("team", team, TEAM_MAX)
+    env = inputs.text("env", env or recipe, ENV_MAX)
+    budget = inputs.budget(budget_usd)
+    stop_rule = stoploss.parse(stop_loss)
+    node, pool = inputs.name_field("node", node, 255), inputs.name_field("pool", pool, TEAM_MAX)
+    source, init_step = _init_from(definition, init_from, init_step)
+    if source is not None and not node:
+        node = source.launch.node  # {init_from} is a folder on the node the job it continues ran on
+    with transaction.atomic():
+        # One placement at a time: two launches must not be given the same free GPUs.
+        Worker.objects.select_for_update().filter(name__startswith=QUEUE_PREFIX).exists()
+        placement = place(definition["devices"], node, pool)
+        job = Job.open(
+            reason=f"launched by {created_by}" if created_by else "launched",
+            name=name, team=team, env=env, config={}, budget_usd=budget, device=definition["devices"]["kind"],
+            devices=definition["devices"]["count"], node=node, pool=pool, created_by=created_by,
+            source=LAUNCHED.source, framework=definition.get("framework", ""), init_from=source, init_step=init_step,
+            placed_on=placement.worker, stop_loss={**stop_rule, "from_step": 0} if stop_rule else {},
+        )
+        Launch.objects.create(job=job, recipe=row, recipe_name=row.name, recipe_version=row.version,
+                              definition=definition, values=values)
+        try:
+            tracking_store.attach_run(job, experiment=env, score_key=definition.get("score_key", ""),
+                                      created_by=created_by)
+        except TrackingError as err:  # a deleted experiment of that name
+            raise InputError("env", f"env: {err.message}") from None
+        LAUNCHED.dispatch(job, placement)
+    return job
+
+
+def _init_from(definition, init_from, init_step):
+    """(the launched job a Continue starts from, its checkpoint step) or (None, None); InputError when the recipe
+    cannot take one or the job has no checkpoint."""
+    uses = any("{init_from}" in item for item in [*definition["argv"], *definition["env"].values()])
+    if init_from in (None, ""):
+        if uses:
+            raise InputError("init_from", "this recipe starts from another job's checkpoint ({init_from}): give "
+                                          "init_from, the id of an ended launched job with a checkpoint")
+        return None, None
+    if not uses:
+        raise InputError("init_from", "this recipe names no {init_from}, so it cannot continue another job")
+    source, step = inputs.init_from(init_from, init_step)
+    if source.source != LAUNCHED.source:
+        raise InputError("init_from", f"init_from: job {source.pk} is a {source.source} run; a launched run "
+                                      "continues from another launched run's checkpoint")
+    return source, step
+
+
+def init_from_path(job):
+    """The folder {init_from} names for `job`: the checkpoint of the job it continues at its init_step."""
+    source = job.init_from
+    launch = source.launch
+    names = dict(checkpoint_names(launch.checkpoints, launch.definition))
+    return f"{launch.job_dir}/{names[job.init_step]}"
+
+
+def restart(job, by=None):
+    """A new launched job with `job`'s recipe (its current version), parameter values, team and environment; for a
+    job that cannot resume (no checkpoint). InputError as for start."""
+    launch = job.launch
+    return start(recipe=launch.recipe_name, params=launch.values, name=job.name, team=job.team, env=job.env,
+                 budget_usd=job.budget_usd, node=job.node, pool=job.pool, created_by=by,
+                 init_from=job.init_from_id, init_step=job.init_step, stop_loss=job.stop_loss or None)
+
+
+def revoke_ended_tokens(now=None):
+    """Revoke the tracking tokens of launched jobs that ended (the worker revokes its own; this catches the
+    jobs a dead worker left). Return how many."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=5)
+    ended = Launch.objects.filter(token__revoked=False).exclude(job__status__in=LIVE).filter(
+        job__finished_at__lt=cutoff)
+    return ApiToken.objects.filter(pk__in=ended.values("token_id")).update(revoked=True)

@@ -1,0 +1,27 @@
+"""Celery entry points for launched jobs: thin wrappers around launch.executor and launch.kind."""
+
+import logging
+
+from celery import shared_task
+
+from launch import executor
+from launch.kind import RUN_LAUNCH, revoke_ended_tokens
+
+log = logging.getLogger(__name__)
+
+
+# Sent to the chosen launch worker's own queue (launch@<node>): the worker whose free devices the placement gave
+# the job. Acknowledged when done; the claim (queued → running) makes a redelivery a no-op.
+@shared_task(name=RUN_LAUNCH, acks_late=True, ignore_result=True)
+def run_launch(job_id):
+    """Run launched job `job_id` on this node to its end."""
+    executor.run(job_id)
+
+
+@shared_task(name="launch.tasks.revoke_ended_tokens", ignore_result=True)
+def revoke_tokens():
+    """Revoke the run tokens of launched jobs that ended without their worker revoking them (it died)."""
+    revoked = revoke_ended_tokens()
+    if revoked:
+        log.info("revoked %s tracking token(s) of ended launched jobs", revoked)
+    return revoked

@@ -1,0 +1,61 @@
+"""Fixtures of the launch tests: a real launch worker (Celery, threads pool, the real Redis broker) on this node,
+with the fake pynvml's GPUs as its devices (no machine here has an NVIDIA GPU), and recipes an admin defined."""
+
+import sys
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+
+from tests.collector.fake_pynvml import FakeGpu, FakeNvml
+from tests.waiting import wait_for
+
+GPUS = ("GPU-11111111-aaaa-4000-8000-000000000001", "GPU-11111111-aaaa-4000-8000-000000000002")
+
+
+def purge(queue):
+    from yardstick.celery import app
+
+    with app.connection_for_write() as conn:
+        try:
+            conn.default_channel.queue_purge(queue)
+        except Exception:  # noqa: BLE001 - the queue does not exist yet
+            pass
+
+
+@pytest.fixture
+def launch_data_dir(settings, tmp_path):
+    path = tmp_path / "data"
+    path.mkdir()
+    settings.DATA_DIR = path
+    return path
+
+
+@pytest.fixture
+def launch_worker(transactional_db, live_server, settings, monkeypatch, launch_data_dir):
+    """This node's launch worker, in threads of this process, reporting two fake-NVML H100s."""
+    from trainer.models import Worker
+    from trainer.workers import report
+    from yardstick.celery import app
+
+    settings.YARDSTICK_URL = live_server.url
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([FakeGpu(GPUS[0]), FakeGpu(GPUS[1])]))
+    name = f"launch@{settings.YARDSTICK_NODE}"
+    purge(name)
+    with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, queues=[name], hostname=name,
+                      shutdown_timeout=60, loglevel="WARNING") as worker:
+        report(name, [name])
+        wait_for(lambda: Worker.objects.filter(name=name).exclude(gpus=[]).exists(), what="the launch worker's report")
+        yield worker
+    purge(name)
+
+
+@pytest.fixture
+def recipe(db, admin_user):
+    """define(name, **fields): an admin's recipe (a cpu script of this Python unless told otherwise)."""
+    from launch.models import Recipe
+
+    def define(name, argv, **fields):
+        fields.setdefault("devices", {"kind": "cpu", "count": 1})
+        return Recipe.define(name, {"argv": argv, **fields}, admin_user)[0]
+
+    return define

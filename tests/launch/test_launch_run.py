@@ -1,0 +1,170 @@
+"""Launched jobs end to end on a real launch worker: the argv as the recipe wrote it, the run's variables, the
+output kept and shown, the exit status, the three stop steps, GPUs given out of the free ones."""
+
+import json
+import sys
+
+import pytest
+
+from launch.models import Launch, OutputLine
+from tests.launch.conftest import GPUS
+from tests.waiting import wait_for
+from trainer.models import Job, Stint
+from yardstick.models import ApiToken
+
+PY = sys.executable
+pytestmark = pytest.mark.slow
+
+
+def launch(client, recipe, **body):
+    resp = client.post("/api/launch", json.dumps({"recipe": recipe, "team": "research", **body}),
+                       content_type="application/json")
+    assert resp.status_code == 201, resp.content
+    return Job.objects.get(pk=resp.json()["id"])
+
+
+def ended(job, timeout_s=60):
+    return wait_for(lambda: Job.objects.filter(pk=job.pk, status__in=["completed", "failed", "stopped",
+                                                                        "budget_exhausted"]).first(),
+                    timeout_s=timeout_s, what=f"job {job.pk} to end")
+
+
+def output(job):
+    return list(OutputLine.objects.filter(job=job).order_by("seq").values_list("stream", "text"))
+
+
+SHOW_ARGV_AND_ENV = ("import json, os, sys; print(json.dumps(sys.argv[1:])); "
+                     "print(json.dumps(dict((k, os.environ.get(k)) for k in ['MLFLOW_RUN_ID', 'YARDSTICK_JOB_ID', "
+                     "'CUDA_VISIBLE_DEVICES', 'DATABASE_URL', 'MLFLOW_TRACKING_URI']))); "
+                     "print('token' if os.environ['MLFLOW_TRACKING_TOKEN'].startswith('ys_') else 'no token')")
+
+
+def test_a_hostile_value_is_one_literal_argument_and_the_run_gets_its_own_variables(
+        launch_worker, recipe, operator, client, live_server):
+    recipe("show", [PY, "-c", SHOW_ARGV_AND_ENV, "--name={label}", "{label}"],
+           params=[{"name": "label", "kind": "string", "default": "x", "help": "any text"}])
+    client.force_login(operator)
+    hostile = "; rm -rf / $(id) `id`"
+    job = launch(client, "show", params={"label": hostile})
+
+    job = ended(job)
+    assert job.status == "completed", job.error
+    lines = [text for stream, text in output(job) if stream == "stdout"]
+    assert json.loads(lines[0]) == [f"--name={hostile}", hostile]
+    env = json.loads(lines[1])
+    assert env == {"MLFLOW_RUN_ID": job.run.run_id, "YARDSTICK_JOB_ID": str(job.pk), "CUDA_VISIBLE_DEVICES": "",
+                   "DATABASE_URL": None, "MLFLOW_TRACKING_URI": live_server.url}
+    assert lines[2] == "token"
+    launch_row = Launch.objects.get(pk=job.pk)
+    assert launch_row.argv[-2:] == [f"--name={hostile}", hostile] and launch_row.exit_code == 0
+    assert "MLFLOW_TRACKING_TOKEN" in launch_row.env_names and "DATABASE_URL" not in launch_row.env_names
+    assert ApiToken.objects.get(pk=launch_row.token_id).revoked, "its token is revoked once it ends"
+    [stint] = Stint.objects.filter(job=job)
+    assert (stint.device, stint.ended_at is not None, stint.end_reason) == ("cpu", True, "completed")
+
+
+def test_a_traceback_fails_the_job_with_its_last_line_and_a_signal_is_named(launch_worker, recipe, operator, client):
+    recipe("boom", [PY, "-c", "print('working'); raise ValueError('the reward model is gone')"])
+    recipe("killed", [PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    client.force_login(operator)
+    boom, killed = launch(client, "boom"), launch(client, "killed")
+
+    boom, killed = ended(boom), ended(killed)
+    assert boom.status == "failed"
+    assert boom.error.splitlines()[0] == "exited with status 1: ValueError: the reward model is gone"
+    assert "Traceback (most recent call last):" in boom.error
+    assert killed.status == "failed" and killed.error == "killed by SIGKILL (signal 9)"
+
+
+def test_two_one_gpu_jobs_get_a_gpu_each_and_a_third_is_refused_saying_what_is_free(
+        launch_worker, recipe, operator, client):
+    recipe("hold", [PY, "-c", "import os, time; print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(60)"],
+           devices={"kind": "cuda", "count": 1}, stop_grace_s=[0, 5])
+    client.force_login(operator)
+    first, second = launch(client, "hold"), launch(client, "hold")
+
+    resp = client.post("/api/launch", json.dumps({"recipe": "hold", "team": "research"}),
+                       content_type="application/json")
+    assert resp.status_code == 400 and resp.json()["field"] == "devices", (
+        resp.json(), list(Launch.objects.values("job_id", "worker", "gpus", "job__status", "job__error")))
+    assert "GPUs none free of 2" in resp.json()["error"], resp.json()
+    workers = client.get("/api/workers").json()["workers"]
+    [mine] = [w for w in workers if w["name"].startswith("launch@")]
+    assert mine["free"]["gpus"] == [] and sorted(mine["held"]["gpus"].values()) == [first.pk, second.pk]
+
+    seen = wait_for(lambda: [t for j in (first, second) for s, t in output(j) if s == "stdout"] or None,
+                    what="both jobs to print their devices")
+    seen = wait_for(lambda: sorted(t for j in (first, second) for s, t in output(j) if s == "stdout")
+                    if len([1 for j in (first, second) for s, t in output(j) if s == "stdout"]) == 2 else None,
+                    what="both jobs to print their devices")
+    assert seen == ["0", "1"]
+    stints = {s.job_id: s.device for s in Stint.objects.filter(job__in=[first, second])}
+    assert sorted(stints.values()) == sorted(GPUS)
+    for job in (first, second):
+        assert client.post(f"/api/jobs/{job.pk}/stop").status_code == 200
+    assert {ended(first).status, ended(second).status} == {"stopped"}
+
+
+def test_stop_escalates_flag_then_sigterm_then_sigkill_and_says_which_ended_it(
+        launch_worker, recipe, operator, client):
+    # Ends itself when it reads the flag (the client's should_stop), as a run with the callback does.
+    recipe("polite", [PY, "-c", "import os, time, yardstick_mlflow as y\n"
+                                "while not y.should_stop(os.environ['MLFLOW_RUN_ID']): time.sleep(0.2)\n"
+                                "print('stopping at a checkpoint')"], stop_grace_s=[30, 5])
+    recipe("deaf", [PY, "-c", "import time\nwhile True: time.sleep(0.2)"], stop_grace_s=[1, 5])
+    recipe("stubborn", [PY, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                  "print('ready', flush=True)\nwhile True: time.sleep(0.2)"], stop_grace_s=[1, 1])
+    client.force_login(operator)
+    jobs = {name: launch(client, name) for name in ("polite", "deaf", "stubborn")}
+    for job in jobs.values():
+        wait_for(lambda job=job: Launch.objects.filter(pk=job.pk, pid__isnull=False).exists(), what="it to start")
+    wait_for(lambda: any(t == "ready" for _s, t in output(jobs["stubborn"])), what="the SIGTERM handler set")
+    for job in jobs.values():
+        assert client.post(f"/api/jobs/{job.pk}/stop").status_code == 200
+
+    polite, deaf, stubborn = (ended(jobs[n]) for n in ("polite", "deaf", "stubborn"))
+    assert polite.status == deaf.status == stubborn.status == "stopped"
+    assert "the run ended itself at its stop flag (exit status 0)" in polite.status_changes.last().reason
+    assert "SIGTERM ended it, 1 s after its stop flag (killed by SIGTERM)" in deaf.status_changes.last().reason
+    assert "SIGKILL ended it: it ignored its stop flag and SIGTERM (2 s)" in stubborn.status_changes.last().reason
+    assert [Launch.objects.get(pk=j.pk).stop_step for j in (polite, deaf, stubborn)] == ["flag", "SIGTERM", "SIGKILL"]
+
+
+def test_output_is_kept_clean_capped_searched_and_downloaded(launch_worker, recipe, operator, client, settings):
+    settings.LAUNCH_OUTPUT_MAX_MB = 1
+    script = ("import sys\nfor i in range(3):\n    sys.stdout.write('\\rprogress %d/3' % i)\nprint()\n"
+              "print('\\x1b[32mgreen\\x1b[0m')\nfor i in range(20000): print('line %06d ' % i + 'x' * 60)\n")
+    recipe("chatty", [PY, "-c", script])
+    client.force_login(operator)
+    job = ended(launch(client, "chatty"))
+
+    assert job.status == "completed", job.error
+    stdout = [t for s, t in output(job) if s == "stdout"]
+    launch_row = Launch.objects.get(pk=job.pk)
+    assert launch_row.output_dropped > 0 and launch_row.output_bytes <= 2**20 * 21 // 20
+    assert stdout[-1].startswith("line 019999")
+    page = client.get(f"/api/jobs/{job.pk}/output", {"q": "LINE 0199", "limit": 5}).json()
+    assert [line[2][:11] for line in page["lines"]] == [f"line 0199{i}" for i in (95, 96, 97, 98, 99)]
+    assert page["marker"].startswith(f"… {launch_row.output_dropped:,} earlier lines dropped")
+    text = b"".join(client.get(f"/api/jobs/{job.pk}/output.txt").streaming_content).decode()
+    assert text.startswith("… ") and text.rstrip().endswith("[yardstick] ended completed: the command exited with "
+                                                           "status 0")
+
+    recipe("bar", [PY, "-c", script.split("for i in range(20000)")[0]])
+    small = ended(launch(client, "bar"))
+    assert [t for s, t in output(small) if s == "stdout"] == ["progress 2/3", "green"]
+
+
+def test_an_operator_cannot_define_a_recipe_and_a_bad_value_is_refused_naming_its_parameter(
+        launch_worker, recipe, operator, client):
+    recipe("bounded", [PY, "-c", "pass", "{steps}"],
+           params=[{"name": "steps", "kind": "integer", "default": 3, "minimum": 1, "maximum": 10}])
+    client.force_login(operator)
+    resp = client.post("/api/recipes", json.dumps({"name": "mine", "argv": ["id"]}), content_type="application/json")
+    assert resp.status_code == 403
+    for value, said in ((11, "params.steps must be from 1 to 10, got 11"), ("three", "params.steps must be an integer")):
+        resp = client.post("/api/launch", json.dumps({"recipe": "bounded", "team": "t", "params": {"steps": value}}),
+                           content_type="application/json")
+        assert resp.status_code == 400 and resp.json()["field"] == "params.steps"
+        assert resp.json()["error"].startswith(said)
+    assert not Job.objects.exists(), "nothing is created for a refused launch"
