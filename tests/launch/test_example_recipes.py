@@ -1,0 +1,278 @@
+"""The example recipes (launch/examples/recipes.yaml) are valid, and the scripts they run report to a real run.
+
+Each script test renders its recipe's own argv the way a launch will (launch.params.render with the
+recipe's parameters and Yardstick's placeholders: {python} is this interpreter, {yardstick} this
+checkout, {job_dir} a fresh folder) and runs it as a real process against the live Yardstick's MLflow
+tracking API, with what a node's worker sets: MLFLOW_TRACKING_URI, a reporter's MLFLOW_TRACKING_TOKEN,
+MLFLOW_RUN_ID of a run made first (so its job exists) and MLFLOW_EXPERIMENT_NAME. What the job then
+holds (its Step rows, status) is read from the database, the checkpoints from the job's folder.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launch.models import Recipe, clean_definition, import_all
+from launch.params import Param, render
+from tests.tracking.conftest import mlflow_as, mlflow_client, reporter  # noqa: F401 - fixtures
+from tests.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "launch" / "examples" / "recipes.yaml"
+EXPERIMENT = "examples"
+
+
+def recipes():
+    return {r["name"]: r for r in yaml.safe_load(RECIPES.read_text())["recipes"]}
+
+
+def recipe_argv(name, job_dir, values=(), roots=(), resume=None, init_from=None):
+    """The argv a launch of recipe `name` runs: its defaults overridden by `values` (checked by each
+    parameter), a path parameter's root moved by `roots` ({name: new root}), resume_argv added with
+    {checkpoint} = `resume`."""
+    raw = recipes()[name]
+    specs = [{**spec, "root": str(roots[spec["name"]])} if spec["name"] in dict(roots) else spec
+             for spec in raw["params"]]
+    definition = clean_definition({**raw, "params": specs})
+    params = {p.name: p for p in map(Param, definition["params"])}
+    filled = {n: p.default for n, p in params.items()}
+    filled.update({n: params[n].value(v) for n, v in dict(values).items()})
+    filled.update(python=sys.executable, yardstick=str(ROOT), job_dir=str(job_dir), experiment=EXPERIMENT,
+                  init_from=str(init_from or ""), checkpoint=str(resume or ""))
+    return render(definition["argv"] + (definition["resume_argv"] if resume else []), filled)
+
+
+# ---- (a) the recipes themselves ------------------------------------------------------------------------
+
+def test_every_example_recipe_is_a_valid_definition_and_imports_in_one_go(db):
+    document = yaml.safe_load(RECIPES.read_text())
+    by_name = {r["name"]: r for r in document["recipes"]}
+    assert set(by_name) == {"trl-grpo", "trl-grpo-continue", "verl-grpo", "nemo-rl-grpo-math", "plain-script",
+                            "builtin-grpo", "eval-checkpoint"}
+    for name, raw in by_name.items():
+        definition = clean_definition(raw)
+        assert definition["framework"] and definition["score_key"] and definition["description"], name
+        assert all(p["help"] for p in definition["params"]), f"{name}: every parameter says what it is"
+        for item in definition["argv"]:  # a script of Yardstick's that a recipe runs is in this checkout
+            if item.startswith("{yardstick}/"):
+                assert (ROOT / item.removeprefix("{yardstick}/")).is_file(), item
+    # Those that can go on from a checkpoint say how; NeMo RL resumes from its checkpoint_dir by itself
+    # and an evaluation starts again.
+    resumable = {n for n, r in by_name.items() if any("{checkpoint}" in a for a in r.get("resume_argv", []))}
+    assert resumable == set(by_name) - {"nemo-rl-grpo-math", "eval-checkpoint"}
+    assert "{init_from}" in " ".join(by_name["trl-grpo-continue"]["argv"] + by_name["eval-checkpoint"]["argv"])
+
+    assert import_all(document) == {"created": list(by_name), "updated": [], "unchanged": []}
+    assert import_all(document)["unchanged"] == list(by_name)
+    assert Recipe.objects.get(name="verl-grpo").definition["resume_argv"] == [
+        "trainer.resume_mode=resume_path", "trainer.resume_from_path={checkpoint}"]
+
+
+def test_a_recipes_own_argv_renders_to_one_argument_per_item():
+    argv = recipe_argv("verl-grpo", "/jobs/7", values={"total_training_steps": 3}, resume="/jobs/7/global_step_2")
+    assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    assert {"trainer.total_training_steps=3", "trainer.default_local_dir=/jobs/7", f"trainer.project_name={EXPERIMENT}",
+            "trainer.logger=['console','mlflow']", "trainer.resume_from_path=/jobs/7/global_step_2"} <= set(argv)
+    assert argv[-2] == "trainer.resume_mode=resume_path"
+
+
+# ---- the scripts, against a live Yardstick -----------------------------------------------------------
+
+@pytest.fixture
+def job_run(mlflow_client, tmp_path):
+    """A new MLflow run (so a job) in EXPERIMENT, as Yardstick makes one for a launched job: returns
+    (tracking Run, the environment a worker gives the launched process, the job's folder)."""
+    from tracking.models import Run
+
+    experiment = mlflow_client.get_experiment_by_name(EXPERIMENT)
+    experiment_id = experiment.experiment_id if experiment else mlflow_client.create_experiment(EXPERIMENT)
+    run_id = mlflow_client.create_run(experiment_id, run_name="launched").info.run_id
+    env = {
+        **os.environ,  # MLFLOW_TRACKING_URI and MLFLOW_TRACKING_TOKEN, set by mlflow_as
+        "MLFLOW_RUN_ID": run_id, "MLFLOW_EXPERIMENT_NAME": EXPERIMENT,
+        "YARDSTICK_STOP_CHECK_S": "0",  # ask at every step: the test waits for the stop
+        "PYTHONUNBUFFERED": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+    }
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    return Run.objects.select_related("job").get(run_id=run_id), env, job_dir
+
+
+def launch(argv, env, log, timeout=120):
+    """Run `argv` to its end with its output in `log`; fail with that output unless it exits 0."""
+    with open(log, "w") as out:
+        proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+    text = Path(log).read_text(errors="replace")
+    assert proc.returncode == 0, f"{argv[1]} exited {proc.returncode}:\n{text[-4000:]}"
+    return text
+
+
+def stop_after(run, argv, env, log, steps):
+    """Start `argv`, press Stop on its job once `steps` rows are logged, and return its output once it has
+    ended by itself (it must exit 0)."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: len(logged_steps(run)) >= steps, 60, f"{steps} steps logged", every_s=0.1, logs=[log])
+        run.job.refresh_from_db()
+        assert run.job.request_stop(by="otto")
+        assert proc.wait(timeout=60) == 0, Path(log).read_text(errors="replace")[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return Path(log).read_bytes().decode()  # as written: read_text would turn each \r into a \n
+
+
+def logged_steps(run):
+    from trainer.models import Step
+
+    return list(Step.objects.filter(job=run.job).order_by("step").values_list("step", flat=True))
+
+
+def times_logged(run, key, step):
+    """How many values of `key` the run logged at `step` (a run that started again at 0 logs one twice)."""
+    return run.metrics.filter(key=key, step=step).count()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A folder holding a tiny random GPT-2 and the character tokenizer (tests/trl_tiny.py), as a node's
+    /models/<name> would: returns (its root, its name)."""
+    from tests.trl_tiny import char_tokenizer
+    from tests.trl_tiny import tiny_model as model
+
+    root = tmp_path_factory.mktemp("models")
+    tokenizer = char_tokenizer()
+    tokenizer.save_pretrained(root / "tiny-gpt2")
+    model(tokenizer).save_pretrained(root / "tiny-gpt2")
+    return root, "tiny-gpt2"
+
+
+# ---- (b) TRL ----------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_trl_grpo_logs_every_step_to_the_jobs_run_stops_with_a_checkpoint_and_resumes_with_its_count(
+        job_run, tiny_model, tmp_path):
+    from trainer.models import Status
+
+    run, env, job_dir = job_run
+    root, name = tiny_model
+    argv = recipe_argv("trl-grpo", job_dir, roots={"model": root},
+                       values={"model": name, "max_steps": 1000, "save_steps": 1000, "eval_steps": 2})
+    text = stop_after(run, argv, env, tmp_path / "first.log", steps=3)
+    stopped_at = int(re.search(r"trained to step (\d+)", text).group(1))
+    # The one checkpoint is the stop's (save_steps is far off): a Resume loses no step.
+    assert [p.name for p in job_dir.glob("checkpoint-*")] == [f"checkpoint-{stopped_at}"]
+    run.refresh_from_db()
+    run.job.refresh_from_db()
+    assert (run.status, run.job.status, run.job.framework) == ("KILLED", Status.STOPPED, "trl")
+    # Step 0 holds TRL's profiling of the first generation (logged before any update), then one row a step.
+    assert logged_steps(run) == list(range(stopped_at + 1)) and run.job.steps_done == stopped_at
+    assert {"reward", "train/reward_mean", "loss"} <= set(run.job.steps.get(step=1).metrics)
+    assert "eval_reward" in run.job.steps.get(step=2).metrics, "the recipe's score, every eval_steps"
+
+    checkpoint = job_dir / f"checkpoint-{stopped_at}"
+    resumed = recipe_argv("trl-grpo", job_dir, roots={"model": root}, resume=checkpoint,
+                          values={"model": name, "max_steps": stopped_at + 2, "save_steps": 1000, "eval_steps": 0})
+    assert resumed[-2:] == ["--resume_from_checkpoint", str(checkpoint)]
+    assert f"trained to step {stopped_at + 2}" in launch(resumed, env, tmp_path / "resumed.log")
+    final = job_dir / f"checkpoint-{stopped_at + 2}"
+    assert json.loads((final / "trainer_state.json").read_text())["global_step"] == stopped_at + 2
+    run.refresh_from_db()
+    run.job.refresh_from_db()
+    assert logged_steps(run)[-2:] == [stopped_at + 1, stopped_at + 2] and run.job.steps_done == stopped_at + 2
+    assert times_logged(run, "loss", 1) == 1, "the count goes on: step 1 is not trained again"
+    assert (run.status, run.job.status) == ("FINISHED", Status.COMPLETED)
+
+
+# ---- (c) a plain script -----------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_plain_script_stops_when_asked_with_a_checkpoint_and_resumes_with_its_count(job_run, tmp_path):
+    from trainer.models import Status
+
+    run, env, job_dir = job_run
+    argv = recipe_argv("plain-script", job_dir, values={"steps": 1000, "sleep_s": 0.05, "save_every": 1000})
+    text = stop_after(run, argv, env, tmp_path / "plain.log", steps=3)
+    stopped_at = int(re.search(r"stopped as asked at step (\d+)", text).group(1))
+    assert [p.name for p in job_dir.glob("step_*")] == [f"step_{stopped_at}"]
+    assert "\r[" in text, "a carriage-return progress bar"
+    run.refresh_from_db()
+    run.job.refresh_from_db()
+    assert (run.status, run.job.status) == ("KILLED", Status.STOPPED)
+    assert run.job.steps_done == stopped_at == logged_steps(run)[-1]
+
+    resumed = recipe_argv("plain-script", job_dir, resume=job_dir / f"step_{stopped_at}",
+                          values={"steps": stopped_at + 3, "sleep_s": 0, "save_every": 1000})
+    text = launch(resumed, env, tmp_path / "resumed.log")
+    assert f"training steps {stopped_at + 1} to {stopped_at + 3}" in text
+    assert (job_dir / f"step_{stopped_at + 3}").is_dir()
+    run.refresh_from_db()
+    run.job.refresh_from_db()
+    assert logged_steps(run)[-1] == run.job.steps_done == stopped_at + 3
+    assert times_logged(run, "train/loss", 1) == 1, "the count goes on: step 1 is not logged again"
+    assert (run.status, run.job.status) == ("FINISHED", Status.COMPLETED)
+
+
+# ---- (d) an evaluation ------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_eval_checkpoint_logs_its_score_at_the_checkpoints_step(job_run, tiny_model, tmp_path):
+    from trainer.models import Status
+
+    run, env, job_dir = job_run
+    root, name = tiny_model
+    checkpoint = tmp_path / "trained" / "checkpoint-7"  # as trl_grpo.py leaves one: the model and its state
+    shutil.copytree(root / name, checkpoint)
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 7}))
+    argv = recipe_argv("eval-checkpoint", job_dir, values={"num_prompts": 16}, init_from=checkpoint)
+    text = launch(argv, env, tmp_path / "eval.log")
+    assert re.search(r"\(step 7\) on arithmetic: pass@1 \d+\.\d points", text), text
+    run.refresh_from_db()
+    run.job.refresh_from_db()
+    assert logged_steps(run) == [7]
+    step = run.job.steps.get(step=7)
+    assert 0 <= step.eval_pass1 <= 100 and step.eval_pass1 == step.metrics["eval/pass1"]
+    assert 0 <= step.metrics["eval/reward_mean"] <= 1
+    assert (run.status, run.job.status) == ("FINISHED", Status.COMPLETED)
+
+
+# ---- Yardstick's own trainer as a launched script ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    """A base-policy cache with a tiny arithmetic base (one layer, a few supervised steps): no minute of
+    pretraining."""
+    from trainer.rl.model import GPTConfig
+    from trainer.rl.pretrain import pretrain
+
+    path = tmp_path_factory.mktemp("base")
+    pretrain("arithmetic", path, "cpu", model_config=GPTConfig(n_layer=1, n_head=2, n_embd=32), max_steps=20,
+             batch_size=32, target_pass1=101.0, probe_every=1000, probe_size=4)
+    return path
+
+
+@pytest.mark.slow
+def test_builtin_grpo_reports_its_steps_and_evaluations_and_checkpoints(job_run, tiny_base, tmp_path):
+    run, env, job_dir = job_run
+    argv = recipe_argv("builtin-grpo", job_dir, values={"steps": 3, "eval_every": 3, "checkpoint_every": 2,
+                                                        "prompts_per_step": 8, "group_size": 4})
+    text = launch(argv + ["--base_dir", str(tiny_base), "--config", "eval_size=16", "--config", "max_new_tokens=6",
+                          "--device", "cpu"], env, tmp_path / "builtin.log")
+    assert "finished at step 3" in text
+    assert sorted(p.name for p in job_dir.glob("step_*")) == ["step_2", "step_3"]
+    assert (job_dir / "step_3" / "trainer.pt").is_file()
+    run.job.refresh_from_db()
+    assert logged_steps(run) == [0, 1, 2, 3] and run.job.steps_done == 3
+    steps = {s.step: s for s in run.job.steps.all()}
+    assert steps[0].eval_pass1 is not None and steps[3].eval_pass1 is not None, "before the first step, at the end"
+    assert steps[1].eval_pass1 is None and "train/reward_mean" in steps[1].metrics
