@@ -200,8 +200,10 @@ class Supervisor:
         except OSError as err:
             raise LaunchError(f"could not start {self.argv[0]!r}: {err.strerror or err} (cwd {self.cwd})") from None
         self.proc = proc
+        # In a session of its own too: a signal to the worker's process group (its supervisor's hard stop) must
+        # not take the guard with it.
         guard = subprocess.Popen([sys.executable, "-m", "launch.guard", str(proc.pid), str(self.job.pk)],
-                                 cwd=settings.BASE_DIR, stdin=subprocess.PIPE)
+                                 cwd=settings.BASE_DIR, stdin=subprocess.PIPE, start_new_session=True)
         stints = self._open_stints(proc.pid)
         Launch.objects.filter(pk=self.job.pk).update(pid=proc.pid)
         self.say(f"started on {settings.YARDSTICK_NODE} (pid {proc.pid}): {' '.join(self.argv)}")

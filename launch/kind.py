@@ -18,15 +18,17 @@ from datetime import timedelta
 
 from celery import current_app
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from launch.models import Launch, Recipe
 from launch.params import Param, ParamError
+from tracking import matching
 from tracking import store as tracking_store
 from tracking.models import TrackingError
 from trainer import inputs, stoploss
 from trainer.kinds import Kind
-from trainer.models import ACTIVE, ENV_MAX, NAME_MAX, TEAM_MAX, Job, Source, Status, Worker
+from trainer.models import ACTIVE, ENV_MAX, NAME_MAX, TEAM_MAX, Job, Source, Status, Stint, Worker
 from trainer.workers import LAUNCH_PREFIX, Placement, describe, free_devices, held_by
 from yardstick.inputs import InputError
 from yardstick.models import ApiToken
@@ -281,3 +283,20 @@ def revoke_ended_tokens(now=None):
     ended = Launch.objects.filter(token__revoked=False).exclude(job__status__in=LIVE).filter(
         job__finished_at__lt=cutoff)
     return ApiToken.objects.filter(pk__in=ended.values("token_id")).update(revoked=True)
+
+
+def match_other_nodes(now=None):
+    """Stints for the GPU holders of launched jobs on nodes other than their worker's (a launcher that spreads to
+    other nodes: each process carries the job's YARDSTICK_JOB_ID, which the node agents record), by the same holder
+    matching as an outside run's; the worker's own node is its own to charge. Return the totals."""
+    totals = {"runs": 0, "created": 0, "ended": 0}
+    open_jobs = Stint.objects.filter(ended_at__isnull=True).values("job_id")
+    for launch in Launch.objects.filter(Q(job__status__in=ACTIVE) | Q(job_id__in=open_jobs)).select_related("job"):
+        run = getattr(launch.job, "run", None)
+        if run is None:
+            continue
+        counts = matching.match_run(run, now, skip_node=launch.node)
+        totals["runs"] += 1
+        totals["created"] += counts["created"]
+        totals["ended"] += counts["ended"]
+    return totals

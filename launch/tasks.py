@@ -5,7 +5,7 @@ import logging
 from celery import shared_task
 
 from launch import executor
-from launch.kind import RUN_LAUNCH, revoke_ended_tokens
+from launch.kind import RUN_LAUNCH, match_other_nodes, revoke_ended_tokens
 
 log = logging.getLogger(__name__)
 
@@ -25,3 +25,9 @@ def revoke_tokens():
     if revoked:
         log.info("revoked %s tracking token(s) of ended launched jobs", revoked)
     return revoked
+
+
+@shared_task(name="launch.tasks.match_other_nodes", ignore_result=True)
+def match_launched_runs():
+    """Charge launched jobs for the GPUs their processes hold on other nodes (found by YARDSTICK_JOB_ID)."""
+    return match_other_nodes()

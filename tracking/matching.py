@@ -48,6 +48,8 @@ LAUNCHER_TAGS = {
     "yardstick.torchelastic_run_id": "TORCHELASTIC_RUN_ID",
     "yardstick.slurm_job_id": "SLURM_JOB_ID",
     "yardstick.ray_job_id": "RAY_JOB_ID",
+    # A job Yardstick launched (launch/): every process of it carries YARDSTICK_JOB_ID, on any node.
+    "yardstick.job_id": "YARDSTICK_JOB_ID",
 }
 HOST_TAG, PID_TAG = "yardstick.host", "yardstick.pid"
 # A holder unseen this long is gone. Above the host source's holder scan (every
@@ -99,8 +101,9 @@ def _ms(ms):
     return datetime.fromtimestamp(ms / 1000, tz=dt_timezone.utc)
 
 
-def match_run(run, now=None):
-    """Bring `run`'s stints in line with its holders; return {"created": n, "ended": n}."""
+def match_run(run, now=None, skip_node=""):
+    """Bring `run`'s stints in line with its holders; return {"created": n, "ended": n}. `skip_node`: a node whose
+    stints are not the holders' to make or end (a launched job's own node: its worker gave it those devices)."""
     now = now or timezone.now()
     job = run.job
     counts = {"created": 0, "ended": 0}
@@ -110,10 +113,12 @@ def match_run(run, now=None):
     gone_before = now - timedelta(seconds=HOLDER_GONE_S)
     held = {}  # (node, device) -> (Device, [(start, last seen, pid)]): the holdings of the run's processes
     for h in holders_of(run):
+        if skip_node and h.device.node.name == skip_node:
+            continue
         held.setdefault(device_key(h.device), (h.device, []))[1].append(
             (max(h.first_seen, run_start), h.last_seen, h.pid))
     with transaction.atomic():
-        for stint in Stint.objects.select_for_update().filter(job=job, ended_at__isnull=True):
+        for stint in Stint.objects.select_for_update().filter(job=job, ended_at__isnull=True).exclude(node=skip_node):
             last = max((p[1] for p in held.get((stint.node, stint.device), (None, ()))[1]), default=None)
             if not active:  # the run ended: so does everything it held
                 end = run_end if stint.pid == BOUND_PID or last is None else min(run_end, last)
@@ -121,7 +126,7 @@ def match_run(run, now=None):
             elif stint.pid != BOUND_PID and (last is None or last < gone_before):
                 counts["ended"] += _end(stint, last or stint.started_at, "holder gone", job)
         if active:
-            stints = list(job.stints.all())
+            stints = list(job.stints.exclude(node=skip_node))
             for key, (device, periods) in held.items():
                 counts["created"] += _cover(job, key, device, periods, stints, gone_before)
     if counts["created"] or counts["ended"]:

@@ -132,6 +132,7 @@ CELERY_BEAT_SCHEDULE = {
     "tracking-mark-stale-runs": {"task": "tracking.tasks.mark_stale_runs", "schedule": 60.0},
     "tracking-match-runs": {"task": "tracking.tasks.match_runs", "schedule": 30.0},
     "launch-revoke-ended-tokens": {"task": "launch.tasks.revoke_ended_tokens", "schedule": 60.0},
+    "launch-match-other-nodes": {"task": "launch.tasks.match_other_nodes", "schedule": 30.0},
     "campaigns-join-tagged-runs": {"task": "campaigns.tasks.join_tagged_runs", "schedule": 30.0},
     "alerts-evaluate": {"task": "alerts.tasks.evaluate", "schedule": 30.0},
     "alerts-deliver": {"task": "alerts.tasks.deliver", "schedule": 15.0},

@@ -27,7 +27,7 @@ from .batch import Holder
 
 ANCESTOR_DEPTH = 8
 # Launchers set these in every process of one job, on every node.
-LAUNCHER_VARS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "RAY_JOB_ID")
+LAUNCHER_VARS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "RAY_JOB_ID", "YARDSTICK_JOB_ID")
 
 
 def _stat(proc, pid):

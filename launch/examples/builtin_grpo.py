@@ -49,6 +49,7 @@ def parse_args(argv=None):
 
 def train_config(args):
     """The TrainConfig of a fresh run: the flags, then each --config KEY=VALUE."""
+    # here: trainer.rl loads torch, which --help does not need
     from trainer.rl import ConfigError, TrainConfig
 
     fields = {"env": args.env, "steps": args.steps, "seed": args.seed, "eval_every": args.eval_every,
@@ -69,6 +70,7 @@ def train_config(args):
 
 
 def make_trainer(args, device):
+    # here: trainer.rl loads torch, which --help does not need
     from trainer.rl import Trainer
 
     base_dir = args.base_dir or default_base_dir()

@@ -168,3 +168,63 @@ def test_an_operator_cannot_define_a_recipe_and_a_bad_value_is_refused_naming_it
         assert resp.status_code == 400 and resp.json()["field"] == "params.steps"
         assert resp.json()["error"].startswith(said)
     assert not Job.objects.exists(), "nothing is created for a refused launch"
+
+
+STEPS = [PY, "{yardstick}/tests/launch/steps_script.py", "--out", "{job_dir}", "--steps", "{steps}"]
+STEPS_PARAMS = [{"name": "steps", "kind": "integer", "default": 6, "minimum": 1, "maximum": 1000}]
+
+
+def test_a_stopped_run_resumes_from_its_newest_checkpoint_into_the_same_run(launch_worker, recipe, operator, client):
+    recipe("steps", STEPS, params=STEPS_PARAMS, resume_argv=["--from", "{checkpoint}"], stop_grace_s=[30, 5])
+    client.force_login(operator)
+    job = launch(client, "steps", params={"steps": 1000})
+    wait_for(lambda: Job.objects.get(pk=job.pk).steps_done >= 3,
+             what=lambda: f"three steps reported through MLflow; its output: {output(job)[-8:]}")
+    assert client.post(f"/api/jobs/{job.pk}/stop").status_code == 200
+
+    job = ended(job)
+    assert job.status == "stopped" and "ended itself at its stop flag" in job.status_changes.last().reason
+    stopped_at = job.steps_done
+    launch_row = Launch.objects.get(pk=job.pk)
+    assert launch_row.checkpoints[-1] == f"step_{stopped_at}" and job.checkpoint_step == stopped_at
+    resp = client.post(f"/api/jobs/{job.pk}/resume")
+    assert resp.status_code == 200, resp.content
+    wait_for(lambda: Job.objects.get(pk=job.pk).steps_done >= stopped_at + 2, what="steps after the resume")
+    assert client.post(f"/api/jobs/{job.pk}/stop").status_code == 200
+    job = ended(job)
+    launch_row.refresh_from_db()
+    assert launch_row.argv[-2:] == ["--from", f"{launch_row.job_dir}/step_{stopped_at}"]
+    assert f"starting at step {stopped_at}" in [t for _s, t in output(job)]
+    steps = sorted(job.steps.values_list("step", flat=True))
+    assert steps == list(range(1, job.steps_done + 1)), "one run, its curve goes on where it stopped"
+
+
+def test_a_run_without_a_checkpoint_offers_restart_not_resume(launch_worker, recipe, operator, client):
+    recipe("no-ckpt", [PY, "-c", "raise SystemExit(3)"], resume_argv=["--from", "{checkpoint}"])
+    client.force_login(operator)
+    job = ended(launch(client, "no-ckpt"))
+    assert job.status == "failed" and job.error == "exited with status 3"
+    resp = client.post(f"/api/jobs/{job.pk}/resume")
+    assert resp.status_code == 409
+    assert "has no checkpoint in its output directory: Restart starts it again" in resp.json()["error"]
+    resp = client.post(f"/api/jobs/{job.pk}/restart")
+    assert resp.status_code == 201
+    again = Job.objects.get(pk=resp.json()["id"])
+    assert (again.launch.recipe_name, again.team, again.env) == ("no-ckpt", job.team, job.env)
+    assert ended(again).status == "failed"
+
+
+def test_continue_starts_the_next_run_from_the_last_ones_final_checkpoint(launch_worker, recipe, operator, client):
+    recipe("steps", STEPS, params=STEPS_PARAMS)
+    recipe("steps-continue", [*STEPS, "--from", "{init_from}"], params=STEPS_PARAMS)
+    client.force_login(operator)
+    first = ended(launch(client, "steps", params={"steps": 4}))
+    assert first.status == "completed" and first.kept_checkpoint_steps() == [2, 4]
+
+    resp = client.post("/api/launch", json.dumps({"recipe": "steps-continue", "team": "research"}),
+                       content_type="application/json")
+    assert resp.status_code == 400 and resp.json()["field"] == "init_from"
+    second = ended(launch(client, "steps-continue", params={"steps": 6}, init_from=first.pk))
+    assert second.status == "completed" and (second.init_from_id, second.init_step) == (first.pk, 4)
+    assert second.launch.argv[-2:] == ["--from", f"{first.launch.job_dir}/step_4"]
+    assert sorted(second.steps.values_list("step", flat=True)) == [5, 6]

@@ -154,3 +154,28 @@ def test_the_cost_engine_charges_a_matched_run_its_devices_time(seen):
 
     charged = Allocation.objects.filter(job=run.job).aggregate(s=Sum("device_s"), j=Sum("energy_j"))
     assert (charged["s"], charged["j"]) == (180, 18000)
+
+
+def test_a_launched_jobs_processes_on_other_nodes_are_charged_to_it_and_its_own_node_left_to_its_worker(
+        seen, admin_user, operator):
+    from launch.kind import match_other_nodes, start
+    from launch.models import Recipe
+    from trainer.models import Worker
+
+    Worker.report("launch@node-a", "node-a", ["launch@node-a"], ["cpu"], cores=8,
+                  gpus=[{"index": 0, "uuid": GPU0.uuid, "name": GPU0.model, "memory_mib": 81920}])
+    Recipe.define("spread", {"argv": ["torchrun", "train.py"], "devices": {"kind": "cuda", "count": 1}}, admin_user)
+    job = start(recipe="spread", team="research", created_by=operator)
+    own = Stint.objects.create(job=job, node="node-a", device=GPU0.uuid, pid=900, started_at=T0)  # the worker's
+    type(job).objects.filter(pk=job.pk).update(status="running")
+    type(job.run).objects.filter(pk=job.run.pk).update(start_time=int(T0.timestamp() * 1000))
+    mine = {"YARDSTICK_JOB_ID": str(job.pk)}
+    seen(GPU_B, T0 + timedelta(seconds=30), Holder("pid:42", 42, 1000, launcher_ids=mine), NOW)  # another node
+    seen(GPU1, T0 + timedelta(seconds=30), Holder("pid:43", 43, 1000, launcher_ids=mine), NOW)  # the worker's node
+
+    assert match_other_nodes(now=NOW)["created"] == 1
+
+    assert [(s.node, s.device, s.ended_at) for s in Stint.objects.filter(job=job).exclude(pk=own.pk)] == [
+        ("node-b", GPU_B.uuid, None)]
+    own.refresh_from_db()
+    assert own.ended_at is None, "the worker's own stint is the worker's to end"

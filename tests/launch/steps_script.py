@@ -1,0 +1,38 @@
+"""A launched run in miniature for the tests: logs `reward` every step to the job's MLflow run (MLFLOW_RUN_ID),
+writes a `step_N` checkpoint folder every --every steps, ends at its stop flag after writing one, and with
+--from <checkpoint> goes on from that step. Usage: steps_script.py --out DIR --steps N [--every K] [--from DIR]."""
+
+import argparse
+import time
+from pathlib import Path
+
+import mlflow
+
+import yardstick_mlflow
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--every", type=int, default=2)
+    parser.add_argument("--sleep", type=float, default=0.2)
+    parser.add_argument("--from", dest="start_from", default="")
+    args = parser.parse_args()
+    first = int(Path(args.start_from).name.removeprefix("step_")) if args.start_from else 0
+    print(f"starting at step {first}", flush=True)
+    with mlflow.start_run():  # the job's run: MLFLOW_RUN_ID
+        for step in range(first + 1, args.steps + 1):
+            mlflow.log_metric("reward", step / args.steps, step=step)
+            print(f"step {step}", flush=True)
+            stop = yardstick_mlflow.should_stop()  # the active run (mlflow takes MLFLOW_RUN_ID from the environment)
+            if step % args.every == 0 or stop or step == args.steps:
+                (Path(args.out) / f"step_{step}").mkdir(parents=True, exist_ok=True)
+            if stop:
+                print(f"stopped at step {step}, checkpoint written", flush=True)
+                return
+            time.sleep(args.sleep)
+
+
+if __name__ == "__main__":
+    main()
