@@ -49,7 +49,8 @@ def _ratio(value):
 def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
     """Every figure the campaign page shows, as plain values (money as exact strings, Decimal-free)."""
     jobs = list(campaign.jobs())
-    money = jobs_money([j.pk for j in jobs])
+    evaluations = campaign.eval_jobs()
+    money = jobs_money([j.pk for j in jobs] + [e.pk for v in evaluations.values() for e in v])
     evals = {}
     for e in campaign.retention_evals.all():
         evals.setdefault(e.after_job_id, {})[e.env] = e.pass1
@@ -58,12 +59,15 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
     total = Decimal(0)
     runs = []
     for n, job in enumerate(jobs, 1):
-        usd = Decimal(money[job.pk]["cost_usd"])
+        # A run's dollars include those of the evaluation jobs that scored it (a campaign of launched runs).
+        eval_usd = sum((Decimal(money[e.pk]["cost_usd"]) for e in evaluations.get(job.pk, [])), Decimal(0))
+        usd = Decimal(money[job.pk]["cost_usd"]) + eval_usd
         start_usd = total
         total += usd
         after = evals.get(job.pk)
-        # A run whose policy Yardstick does not hold has no retention evals: its own score's gain instead.
-        evaluated = kind_of(job).holds_policy
+        # A run whose policy Yardstick does not hold has no retention evals (unless the campaign's evaluation
+        # recipes score it): its own score's gain instead.
+        evaluated = kind_of(job).holds_policy or (campaign.launches and bool(campaign.eval_recipes))
         own = _delta(after, before, job.env) if evaluated else money[job.pk]["gain_points"]
         net = None
         if after is not None and before is not None and all(e in after and e in before for e in campaign.envs):
@@ -73,7 +77,8 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
         runs.append({
             "n": n, "job_id": job.pk, "name": job.name, "env": job.env, "status": job.status, "source": job.source,
             "init_from": job.init_from_id, "init_step": job.init_step,
-            "cost_usd": exact_usd(usd), "cost_display": usd_text(usd),
+            "cost_usd": exact_usd(usd), "cost_display": usd_text(usd), "eval_usd": exact_usd(eval_usd),
+            "eval_jobs": [e.pk for e in evaluations.get(job.pk, [])],
             "start_usd": exact_usd(start_usd), "cumulative_usd": exact_usd(total),
             "finished_at": job.finished_at.isoformat() if job.finished_at else None,
             "before": before, "after": after,

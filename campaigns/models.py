@@ -29,10 +29,12 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from costs.intelligence import jobs_money
+from launch import kind as launch_kind
+from launch.models import Recipe
 from tracking.store import jobs_tagged
 from trainer import inputs, runner
 from trainer.kinds import kind_of
-from trainer.models import ENDED, NAME_MAX, TEAM_MAX, Job, Status
+from trainer.models import ENDED, ENV_MAX, NAME_MAX, TEAM_MAX, Job, Status
 from yardstick.inputs import InputError
 from yardstick.live import publish
 
@@ -76,6 +78,13 @@ class Campaign(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="campaigns")
     created_at = models.DateTimeField(default=timezone.now)
+    # A loop of launched runs (launch/): its first run's recipe, the recipe of every later run (it names
+    # {init_from}: the previous run's final checkpoint), their parameter values, and per environment the
+    # evaluation recipe that scores a run's final checkpoint there (its retention evals). Empty: built-in runs.
+    run_recipe = models.CharField(max_length=100, blank=True, default="")
+    continue_recipe = models.CharField(max_length=100, blank=True, default="")
+    run_params = models.JSONField(default=dict, blank=True)
+    eval_recipes = models.JSONField(default=dict, blank=True, help_text="{env: evaluation recipe}")
 
     class Meta:
         ordering = ["-id"]
@@ -87,9 +96,17 @@ class Campaign(models.Model):
 
     @classmethod
     def create(cls, *, name, team, envs, schedule=None, run_config=None, budget_usd=None, device="auto",
-               eval_size=EVAL_SIZE_DEFAULT, start_from=None, start_step=None, loop=False, created_by=None):
+               eval_size=EVAL_SIZE_DEFAULT, start_from=None, start_step=None, loop=False, created_by=None,
+               run_recipe="", continue_recipe="", run_params=None, eval_recipes=None):
         """Validate, create the campaign, and (after commit) evaluate its starting policy on the jobs queue;
-        with loop=True start its loop too. Raise InputError naming the first bad field; nothing is created then."""
+        with loop=True start its loop too. Raise InputError naming the first bad field; nothing is created then.
+        With `run_recipe` its runs are launched (create_launched)."""
+        if run_recipe or continue_recipe or run_params or eval_recipes:
+            return cls.create_launched(name=name, team=team, envs=envs, schedule=schedule, budget_usd=budget_usd,
+                                       run_recipe=run_recipe, continue_recipe=continue_recipe, run_params=run_params,
+                                       eval_recipes=eval_recipes, loop=loop, created_by=created_by,
+                                       ignored={"run_config": run_config, "start_from": start_from,
+                                                "start_step": start_step})
         # here: trainer.rl loads torch, which only this path needs
         from trainer.rl.config import ConfigError, TrainConfig
         from trainer.rl.envs import ENV_NAMES
@@ -137,11 +154,59 @@ class Campaign(models.Model):
                 campaign.start_loop(by=created_by)
         return campaign
 
+    @classmethod
+    def create_launched(cls, *, name, team, envs, schedule, budget_usd, run_recipe, continue_recipe, run_params,
+                        eval_recipes, loop, created_by, ignored):
+        """A campaign whose loop launches recipes: run 1 of `run_recipe`, each later run of `continue_recipe` from
+        the previous run's final checkpoint, both with `run_params`; after each run, the evaluation recipe of each
+        env (`eval_recipes`) scores its final checkpoint there. InputError names the first bad field."""
+        name = inputs.text("name", name, NAME_MAX)
+        team = inputs.text("team", team, TEAM_MAX)
+        given = [k for k, v in ignored.items() if v not in (None, {}, "")]
+        if given:
+            raise InputError(given[0], f"{given[0]} is for built-in runs; a campaign of launched runs takes "
+                                       "run_recipe, continue_recipe, run_params and eval_recipes")
+        if (not isinstance(envs, list) or not envs
+                or not all(isinstance(e, str) and e.strip() and len(e) <= ENV_MAX for e in envs)):
+            raise InputError("envs", f"envs must be a list of environment names (each at most {ENV_MAX} characters), "
+                                     f"at least one; got {envs!r}")
+        envs = list(dict.fromkeys(envs))
+        schedule = envs if schedule in (None, []) else schedule
+        if not isinstance(schedule, list) or not all(isinstance(e, str) and e in envs for e in schedule):
+            raise InputError("schedule", f"schedule must be a list of the campaign's envs ({', '.join(envs)}), "
+                                         f"in the order the loop takes them; got {schedule!r}")
+        run_params = {} if run_params is None else run_params
+        eval_recipes = {} if eval_recipes is None else eval_recipes
+        _recipe("run_recipe", run_recipe, init_from=False, params=run_params)
+        _recipe("continue_recipe", continue_recipe, init_from=True, params=run_params)
+        if not isinstance(eval_recipes, dict) or set(eval_recipes) - set(envs):
+            raise InputError("eval_recipes", f"eval_recipes must be {{env: evaluation recipe}} for envs of the "
+                                             f"campaign ({', '.join(envs)}), got {eval_recipes!r}")
+        for env, recipe in eval_recipes.items():
+            _recipe(f"eval_recipes.{env}", recipe, init_from=True, params={})
+        budget = inputs.budget(budget_usd)
+        if not isinstance(loop, bool):
+            raise InputError("loop", f"loop must be true or false, got {loop!r}")
+        with transaction.atomic():
+            campaign = cls.objects.create(
+                name=name, team=team, envs=envs, schedule=schedule, budget_usd=budget, run_recipe=run_recipe,
+                continue_recipe=continue_recipe, run_params=run_params, eval_recipes=eval_recipes,
+                device="launched", eval_size=0, created_by=created_by)
+            if loop:
+                campaign.start_loop(by=created_by)
+        return campaign
+
+    @property
+    def launches(self):
+        """Whether the loop's runs are launched recipes (else built-in GRPO runs)."""
+        return bool(self.run_recipe)
+
     # -- runs -------------------------------------------------------------------
 
-    def add_run(self, job):
-        """Put `job` in this campaign. Return the CampaignRun; InputError when it is in another campaign."""
-        run, _ = CampaignRun.objects.get_or_create(job=job, defaults={"campaign": self})
+    def add_run(self, job, role="train"):
+        """Put `job` in this campaign (`role` "eval": an evaluation recipe's job that scored one of its runs).
+        Return the CampaignRun; InputError when it is in another campaign."""
+        run, _ = CampaignRun.objects.get_or_create(job=job, defaults={"campaign": self, "role": role})
         if run.campaign_id != self.pk:
             raise InputError("job", f"job {job.pk} is already a run of campaign {run.campaign_id}")
         publish(f"campaign.{self.pk}", "runs", {"campaign": self.pk, "job": job.pk})
@@ -167,15 +232,23 @@ class Campaign(models.Model):
         return joined
 
     def jobs(self):
-        """The campaign's jobs in the order they were started (the lineage's order)."""
-        return Job.objects.filter(campaign_run__campaign=self).order_by("created_at", "id")
+        """The campaign's runs in the order they were started (the lineage's order); not its evaluation jobs."""
+        return Job.objects.filter(campaign_run__campaign=self, campaign_run__role="train").order_by("created_at", "id")
+
+    def eval_jobs(self):
+        """{run's job id: [the evaluation jobs that scored it]}."""
+        out = {}
+        for job in Job.objects.filter(campaign_run__campaign=self, campaign_run__role="eval").order_by("id"):
+            out.setdefault(job.init_from_id, []).append(job)
+        return out
 
     def latest_job(self):
         return self.jobs().last()
 
     def spent_usd(self, money=None):
-        """Dollars charged to the campaign's runs so far: the sum of their costs (jobs_money, unrounded)."""
-        ids = list(self.jobs().values_list("id", flat=True))
+        """Dollars charged to the campaign's runs so far, their evaluation jobs' included: the sum of their costs
+        (jobs_money, unrounded)."""
+        ids = list(Job.objects.filter(campaign_run__campaign=self).values_list("id", flat=True))
         money = money or jobs_money(ids)
         return sum((Decimal(money[i]["cost_usd"]) for i in ids), Decimal(0))
 
@@ -315,9 +388,14 @@ class Campaign(models.Model):
         env = self.next_env()
         n = self.jobs().count() + 1
         try:
-            job = Job.start(name=f"{self.name} · run {n} ({env})", team=self.team, env=env,
-                            config={**self.run_config}, budget_usd=left, device=self.device, created_by=self.created_by,
-                            init_from=init, init_step=step)
+            if self.launches:
+                job = launch_kind.start(recipe=self.continue_recipe if latest else self.run_recipe,
+                                        params=self.run_params, name=f"{self.name} · run {n} ({env})", team=self.team,
+                                        env=env, budget_usd=left, created_by=self.created_by, init_from=init)
+            else:
+                job = Job.start(name=f"{self.name} · run {n} ({env})", team=self.team, env=env,
+                                config={**self.run_config}, budget_usd=left, device=self.device,
+                                created_by=self.created_by, init_from=init, init_step=step)
         except InputError as err:  # the previous run kept no checkpoint, a device went away ...
             self._set_loop(Loop.STOPPED, f"could not start run {n}: {err.message}")
             return
@@ -346,6 +424,9 @@ class Campaign(models.Model):
     def to_dict(self):
         return {
             "id": self.pk, "name": self.name, "team": self.team, "envs": self.envs, "schedule": self.schedule,
+            "run_recipe": self.run_recipe, "continue_recipe": self.continue_recipe, "run_params": self.run_params,
+            "eval_recipes": self.eval_recipes,
+            "eval_jobs": {str(k): [j.pk for j in v] for k, v in self.eval_jobs().items()},
             "run_config": self.run_config, "budget_usd": None if self.budget_usd is None else str(self.budget_usd),
             "device": self.device, "eval_size": self.eval_size, "start_from": self.start_from_id,
             "start_step": self.start_step, "loop": self.loop, "loop_reason": self.loop_reason,
@@ -357,10 +438,12 @@ class Campaign(models.Model):
 
 
 class CampaignRun(models.Model):
-    """One job of a campaign (a job is in at most one)."""
+    """One job of a campaign (a job is in at most one): a run of its lineage, or an evaluation recipe's job that
+    scored one (its init_from) on an environment."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="runs")
     job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="campaign_run")
+    role = models.CharField(max_length=10, default="train", help_text="train: a run; eval: an evaluation job")
     added_at = models.DateTimeField(default=timezone.now)
 
 
@@ -401,18 +484,86 @@ def on_job_created(sender, instance, created, **kwargs):
     if not created or instance.init_from_id is None:
         return
     campaign = Campaign.objects.filter(runs__job_id=instance.init_from_id).first()
-    if campaign is not None:
+    # A loop of launched runs adds its own runs and evaluation jobs (add_run), each in its role.
+    if campaign is not None and not campaign.launches:
         CampaignRun.objects.get_or_create(job=instance, defaults={"campaign": campaign})
 
 
 def on_run_ended(sender, job, **kwargs):
     """trainer.signals.run_ended, in the worker that ran `job`: evaluate retention at the run's end, then
-    take the loop's next step."""
+    take the loop's next step. A launched run is scored by the campaign's evaluation recipes (launched too);
+    the end of one of those records its score."""
     campaign = campaign_of(job)
-    if campaign is None or not kind_of(job).holds_policy:  # no checkpoint of Yardstick's to evaluate
+    if campaign is None:
+        return
+    if campaign.launches:
+        role = CampaignRun.objects.filter(job=job).values_list("role", flat=True).first()
+        if role == "eval":
+            record_eval(campaign, job)
+        else:
+            launch_evals(campaign, job)
+            campaign.advance(job)
+        return
+    if not kind_of(job).holds_policy:  # no checkpoint of Yardstick's to evaluate
         return
     try:
         campaign.evaluate_retention(after=job)
     except Exception:  # the loop goes on; the page shows the run without its retention evals
         log.exception("campaign %s: retention evals after job %s failed", campaign.pk, job.pk)
     campaign.advance(job)
+
+
+# -- launched runs -------------------------------------------------------------------
+
+
+def _recipe(field, name, init_from, params):
+    """Check that recipe `name` exists, takes `params`, and names {init_from} as its place in the loop needs."""
+    if not isinstance(name, str) or not name:
+        raise InputError(field, f"{field} is required: the name of a recipe")
+    recipe = Recipe.objects.filter(name=name).first()
+    if recipe is None:
+        raise InputError(field, f"{field}: there is no recipe {name!r}")
+    names = any("{init_from}" in item for item in [*recipe.definition["argv"], *recipe.definition["env"].values()])
+    if names != init_from:
+        raise InputError(field, f"{field}: recipe {name!r} {'names no' if init_from else 'names'} {{init_from}}; "
+                                + ("it must start from the run it continues or scores" if init_from
+                                   else "the first run starts from the recipe's own model"))
+    launch_kind.parameter_values(recipe.definition, params)
+
+
+def launch_evals(campaign, job):
+    """Launch the campaign's evaluation recipes on `job`'s final checkpoint, one job per env; a run that kept no
+    checkpoint, or an env whose evaluation cannot start, is logged and skipped (its retention stays unmeasured)."""
+    if job.status not in ENDED or not job.kept_checkpoint_steps():
+        return []
+    started = []
+    for env, recipe in campaign.eval_recipes.items():
+        try:
+            evaluation = launch_kind.start(recipe=recipe, name=f"{campaign.name} · eval of job {job.pk} on {env}",
+                                           team=campaign.team, env=env, created_by=campaign.created_by,
+                                           init_from=job.pk)
+        except InputError as err:
+            log.warning("campaign %s: evaluation of job %s on %s not started: %s", campaign.pk, job.pk, env,
+                        err.message)
+            continue
+        campaign.add_run(evaluation, role="eval")
+        started.append(evaluation)
+    return started
+
+
+def record_eval(campaign, evaluation):
+    """The retention eval an evaluation job measured: its score (the recipe's score key) on its env, for the run
+    whose checkpoint it scored. A job that ended without a score records nothing."""
+    run = evaluation.init_from
+    if run is None or evaluation.status != Status.COMPLETED or evaluation.latest_pass1 is None:
+        log.warning("campaign %s: evaluation job %s ended %s without a score", campaign.pk, evaluation.pk,
+                    evaluation.status)
+        return None
+    row, _ = RetentionEval.objects.update_or_create(
+        campaign=campaign, after_job=run, env=evaluation.env,
+        defaults={"pass1": evaluation.latest_pass1, "eval_size": 0, "at": timezone.now(),
+                  "policy": f"job {run.pk} at step {evaluation.init_step}, scored by job {evaluation.pk} "
+                            f"({evaluation.launch.recipe_name})"})
+    publish(f"campaign.{campaign.pk}", "retention", {"campaign": campaign.pk, "after_job": run.pk,
+                                                     "evals": [row.to_dict()]})
+    return row

@@ -24,6 +24,7 @@ from yardstick.inputs import InputError, json_object
 from yardstick.text import csv_text
 
 CREATE_FIELDS = ("name", "team", "envs", "schedule", "run_config", "budget_usd", "device", "eval_size",
+                 "run_recipe", "continue_recipe", "run_params", "eval_recipes",
                  "start_from", "start_step", "loop")
 POINTS_MAX = 100
 
@@ -49,7 +50,8 @@ def _list(request):
 @require_role("operator")
 def _create(request):
     """Create from {name, team, envs, schedule, run_config, budget_usd, device, eval_size, start_from,
-    start_step, loop}; 201 with the campaign."""
+    start_step, loop} (built-in runs) or {name, team, envs, schedule, budget_usd, run_recipe, continue_recipe,
+    run_params, eval_recipes, loop} (launched runs); 201 with the campaign."""
     try:
         body = json_object(request.body)
         unknown = sorted(set(body) - set(CREATE_FIELDS))

@@ -22,6 +22,7 @@ it. A Resume starts the recipe again with its resume arguments and {checkpoint},
 
 import logging
 import os
+import secrets
 import selectors
 import signal
 import subprocess
@@ -35,7 +36,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from launch.guard import RELEASE, kill_all
+from launch.guard import MARK, RELEASE, kill_all
 from launch.kind import checkpoint_names, init_from_path
 from launch.models import Launch, OutputLine
 from launch.output import LineSplitter, line_bytes, marker
@@ -126,6 +127,7 @@ def prepare(job, launch):
         raise LaunchError(f"job {job.pk} has no user who launched it, so no token can be issued for its run")
     token, row = ApiToken.issue(job.created_by, name=f"launched job {job.pk}", run_id=run.run_id)
     env = child_env(job, launch, run, token, launch.gpus, values)
+    env[MARK] = secrets.token_hex(16)  # every process of this start carries it: the guard finds them by it
     cwd = render([definition["workdir"]], values)[0] if definition.get("workdir") else str(folder)
     return argv, env, cwd, row
 
@@ -166,7 +168,7 @@ def run(job_id):
 
 def env_names(env, launch):
     """The names of the variables Yardstick and the recipe set for the command (what the job records)."""
-    ours = {"PYTHONUNBUFFERED", "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "YARDSTICK_STOP_CHECK_S"}
+    ours = {"PYTHONUNBUFFERED", "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "YARDSTICK_STOP_CHECK_S", MARK}
     return [k for k in env if k in ours or k.startswith(("MLFLOW_", "YARDSTICK_")) or k in launch.definition["env"]]
 
 
@@ -181,6 +183,7 @@ class Supervisor:
 
     def __init__(self, job, argv, env, cwd):
         self.job, self.argv, self.env, self.cwd = job, argv, env, cwd
+        self.mark = env[MARK]
         self.launch = Launch.objects.get(pk=job.pk)
         self.seq = self.launch.output_seq
         self.pending = []  # OutputLine rows not yet written
@@ -202,7 +205,7 @@ class Supervisor:
         self.proc = proc
         # In a session of its own too: a signal to the worker's process group (its supervisor's hard stop) must
         # not take the guard with it.
-        guard = subprocess.Popen([sys.executable, "-m", "launch.guard", str(proc.pid), str(self.job.pk)],
+        guard = subprocess.Popen([sys.executable, "-m", "launch.guard", str(proc.pid), str(self.job.pk), self.mark],
                                  cwd=settings.BASE_DIR, stdin=subprocess.PIPE, start_new_session=True)
         stints = self._open_stints(proc.pid)
         Launch.objects.filter(pk=self.job.pk).update(pid=proc.pid)
@@ -264,7 +267,7 @@ class Supervisor:
         for key in list(selector.get_map().values()):
             selector.unregister(key.fileobj)
         code = proc.wait()
-        kill_all(self.job.pk, proc.pid)  # nothing of the run outlives it (a child left behind holds its GPU)
+        kill_all(self.mark, proc.pid)  # nothing of the run outlives it (a child left behind holds its GPU)
         for stream, splitter in self.splitters.items():
             for text in splitter.close():
                 self.add(stream, text)
@@ -294,7 +297,7 @@ class Supervisor:
         if row is None or row["status"] not in ACTIVE:
             self.lost = f"the job is now {row['status'] if row else 'deleted'}"
             self.say(f"{self.lost}: its processes are killed")
-            kill_all(self.job.pk, proc.pid)
+            kill_all(self.mark, proc.pid)
             return
         wanted = row["status"] == Status.STOPPING or row["budget_stop_requested"]
         if not wanted:
@@ -307,10 +310,10 @@ class Supervisor:
         if self.step == "flag" and now - self.stop_at >= first:
             self._step("SIGTERM", f"the run ran on {first} s after its stop flag: SIGTERM to its process group; "
                                   f"SIGKILL in {second} s")
-            kill_all(self.job.pk, proc.pid, signal.SIGTERM)
+            kill_all(self.mark, proc.pid, signal.SIGTERM)
         if self.step == "SIGTERM" and now - self.stop_at >= first + second:
             self._step("SIGKILL", f"the run ran on {second} s after SIGTERM: SIGKILL")
-            kill_all(self.job.pk, proc.pid, signal.SIGKILL)
+            kill_all(self.mark, proc.pid, signal.SIGKILL)
 
     def _step(self, step, text):
         self.step = step

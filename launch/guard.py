@@ -2,12 +2,13 @@
 
 The worker starts the command as its own process group (a new session) and, beside it, this guard:
 
-    python -m launch.guard <process group> <job id>
+    python -m launch.guard <process group> <job id> <start mark>
 
 with a pipe as its stdin whose other end only the worker holds. When the run ends the worker writes one byte
 and the guard exits. When the worker dies instead (SIGKILL, out of memory, a crash), the kernel closes the pipe:
-the guard reads end-of-file, kills the command's process group and every process whose environment carries the
-job's YARDSTICK_JOB_ID (one that made a session of its own), then fails the job at once, as the Celery pool does
+the guard reads end-of-file, kills the command's process group and every process whose environment carries this
+start's YARDSTICK_LAUNCH_MARK (one that made a session of its own; a mark, not the job id, which another database
+on the same machine may give another job), then fails the job at once, as the Celery pool does
 for an embedded job whose process died. It needs no signal from the dying worker and works the same whichever of
 the worker's threads started the command.
 
@@ -23,29 +24,32 @@ import psutil
 RELEASE = b"x"  # what the worker writes when it ended the run itself
 
 
-def processes_of(job_id, pgid):
-    """The live processes of a launched job: its process group, and any process whose environment names the job."""
+MARK = "YARDSTICK_LAUNCH_MARK"  # set in a launched command's environment: one random value per start
+
+
+def processes_of(mark, pgid):
+    """The live processes of one start of a launched command: its process group, and any process whose environment
+    carries its mark."""
     found = []
-    wanted = str(job_id)
     for proc in psutil.process_iter(["pid"]):
         try:
             if proc.pid == os.getpid():
                 continue
-            if os.getpgid(proc.pid) == pgid or proc.environ().get("YARDSTICK_JOB_ID") == wanted:
+            if os.getpgid(proc.pid) == pgid or proc.environ().get(MARK) == mark:
                 found.append(proc)
         except (psutil.Error, OSError):  # gone meanwhile, or another user's (whose environment is not ours to read)
             continue
     return found
 
 
-def kill_all(job_id, pgid, sig=signal.SIGKILL):
-    """Send `sig` to the job's process group and to every process naming the job; return the PIDs signalled."""
+def kill_all(mark, pgid, sig=signal.SIGKILL):
+    """Send `sig` to the start's process group and to every process carrying its mark; return the PIDs signalled."""
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
     hit = []
-    for proc in processes_of(job_id, pgid):
+    for proc in processes_of(mark, pgid):
         try:
             proc.send_signal(sig)
             hit.append(proc.pid)
@@ -69,12 +73,12 @@ def _fail_job(job_id, pgid, worker_pid):
 
 
 def main(argv):
-    pgid, job_id = int(argv[0]), int(argv[1])
+    pgid, job_id, mark = int(argv[0]), int(argv[1]), argv[2]
     worker_pid = os.getppid()
     said = sys.stdin.buffer.read(1)
     if said == RELEASE:
         return 0
-    kill_all(job_id, pgid)
+    kill_all(mark, pgid)
     try:
         _fail_job(job_id, pgid, worker_pid)
     except Exception as err:  # noqa: BLE001 - the processes are dead; the heartbeat check fails the job later

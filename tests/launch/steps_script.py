@@ -14,19 +14,21 @@ import yardstick_mlflow
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
-    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--steps", type=int, required=True, help="the step to end at")
+    parser.add_argument("--more", action="store_true", help="--steps counts from where --from starts")
     parser.add_argument("--every", type=int, default=2)
     parser.add_argument("--sleep", type=float, default=0.2)
     parser.add_argument("--from", dest="start_from", default="")
     args = parser.parse_args()
     first = int(Path(args.start_from).name.removeprefix("step_")) if args.start_from else 0
+    last = first + args.steps if args.more else args.steps
     print(f"starting at step {first}", flush=True)
     with mlflow.start_run():  # the job's run: MLFLOW_RUN_ID
-        for step in range(first + 1, args.steps + 1):
-            mlflow.log_metric("reward", step / args.steps, step=step)
+        for step in range(first + 1, last + 1):
+            mlflow.log_metric("reward", step / last, step=step)
             print(f"step {step}", flush=True)
             stop = yardstick_mlflow.should_stop()  # the active run (mlflow takes MLFLOW_RUN_ID from the environment)
-            if step % args.every == 0 or stop or step == args.steps:
+            if step % args.every == 0 or stop or step == last:
                 (Path(args.out) / f"step_{step}").mkdir(parents=True, exist_ok=True)
             if stop:
                 print(f"stopped at step {step}, checkpoint written", flush=True)
