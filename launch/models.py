@@ -25,7 +25,7 @@ ARGV_MAX, PARAMS_MAX, ENV_MAX = 200, 50, 100
 GRACE_MAX_S = 3600
 DEFAULT_GRACE_S = (60, 30)  # the stop flag's, then SIGTERM's, before the next step
 FIELDS = ("description", "argv", "params", "env", "workdir", "devices", "framework", "score_key", "stop_grace_s",
-          "resume_argv")
+          "resume_argv", "checkpoint_pattern")
 
 
 def _text(field, value, limit, required=False):
@@ -115,7 +115,17 @@ def clean_definition(raw):
     workdir = _text("workdir", raw.get("workdir"), 4000)
     if workdir:
         _item("workdir", workdir, given)
-    return {
+    pattern = _text("checkpoint_pattern", raw.get("checkpoint_pattern"), 200)
+    if pattern:
+        try:
+            groups = re.compile(pattern).groups
+        except re.error as err:
+            raise InputError("checkpoint_pattern", f"checkpoint_pattern is not a regular expression ({err}), "
+                                                   f"got {pattern!r}") from None
+        if groups != 1:
+            raise InputError("checkpoint_pattern", "checkpoint_pattern must match a checkpoint folder's whole name "
+                                                   "with one group, its step: e.g. ckpt_(\\d+)")
+    out = {
         "description": _text("description", raw.get("description"), 2000),
         "argv": _argv("argv", raw.get("argv"), given, required=True),
         "params": [p.to_dict() for p in params],
@@ -127,6 +137,9 @@ def clean_definition(raw):
         "stop_grace_s": list(grace),
         "resume_argv": _argv("resume_argv", raw.get("resume_argv"), given | {"checkpoint"}, required=False),
     }
+    if pattern:  # only when given: the definitions stored before the field existed stay equal to their exports
+        out["checkpoint_pattern"] = pattern
+    return out
 
 
 def clean_name(name):

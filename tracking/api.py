@@ -154,7 +154,7 @@ def run_dict(run, latest=None, outputs=True):
     latest = store.latest_metrics([run]).get(run.pk, []) if latest is None else latest
     # .all() and a sort here, not order_by: a search prefetched them for its whole page (search_runs).
     tags = [{"key": t.key, "value": t.value} for t in sorted(run.tags.all(), key=lambda t: t.key)]
-    if run.job.stop_requested or run.job.status == "stopping":
+    if run.job.stop_requested or run.job.budget_stop_requested or run.job.status == "stopping":
         # Computed, never stored: the client package reads it to stop training at the next step.
         tags.append({"key": store.STOP_TAG, "value": "true"})
     data = {"metrics": [_metric_dict(m) for m in latest],

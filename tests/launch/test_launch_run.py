@@ -175,7 +175,7 @@ STEPS_PARAMS = [{"name": "steps", "kind": "integer", "default": 6, "minimum": 1,
 
 
 def test_a_stopped_run_resumes_from_its_newest_checkpoint_into_the_same_run(launch_worker, recipe, operator, client):
-    recipe("steps", STEPS, params=STEPS_PARAMS, resume_argv=["--from", "{checkpoint}"], stop_grace_s=[30, 5])
+    recipe("steps", STEPS, params=STEPS_PARAMS, resume_argv=["--from", "{checkpoint}"], stop_grace_s=[9, 5])
     client.force_login(operator)
     job = launch(client, "steps", params={"steps": 1000})
     wait_for(lambda: Job.objects.get(pk=job.pk).steps_done >= 3,
@@ -228,3 +228,30 @@ def test_continue_starts_the_next_run_from_the_last_ones_final_checkpoint(launch
     assert second.status == "completed" and (second.init_from_id, second.init_step) == (first.pk, 4)
     assert second.launch.argv[-2:] == ["--from", f"{first.launch.job_dir}/step_4"]
     assert sorted(second.steps.values_list("step", flat=True)) == [5, 6]
+
+
+def test_the_budget_stops_a_launched_run_through_the_same_steps(launch_worker, recipe, operator, client):
+    recipe("steps", STEPS, params=STEPS_PARAMS, resume_argv=["--from", "{checkpoint}"], stop_grace_s=[9, 5])
+    client.force_login(operator)
+    job = launch(client, "steps", params={"steps": 1000}, budget_usd="5")
+    wait_for(lambda: Job.objects.get(pk=job.pk).steps_done >= 2, what="two steps")
+    assert job.request_budget_stop("spend reached the budget of $5") is True  # what costs/budget.py calls
+
+    job = ended(job)
+    assert job.status == "budget_exhausted"
+    assert job.status_changes.last().reason.startswith("spend reached the budget of $5; stopped: the run ended "
+                                                       "itself at its stop flag")
+    assert Launch.objects.get(pk=job.pk).checkpoints[-1] == f"step_{job.steps_done}", "resumable once raised"
+
+
+def test_a_recipe_may_name_its_own_checkpoint_pattern(launch_worker, recipe, operator, client):
+    from launch.models import Recipe
+    from yardstick.inputs import InputError
+
+    with pytest.raises(InputError, match="one group, its step"):
+        Recipe.define("bad", {"argv": ["x"], "checkpoint_pattern": "ckpt"})
+    recipe("own", [PY, "-c", "import os, sys; [os.makedirs(f'{{sys.argv[1]}}/ckpt-{{n}}') for n in (3, 10)]",
+                   "{job_dir}"], checkpoint_pattern=r"ckpt-(\d+)", resume_argv=["{checkpoint}"])
+    client.force_login(operator)
+    job = ended(launch(client, "own"))
+    assert job.status == "completed" and job.kept_checkpoint_steps() == [3, 10] and job.checkpoint_step == 10
