@@ -65,3 +65,25 @@ def test_killing_the_worker_kills_every_process_of_the_run_and_fails_the_job_at_
         wait_for(lambda pid=pid: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
                  timeout_s=10, what=f"process {pid} to be gone")
     assert job.stints.get().end_reason == "crashed"
+
+
+def test_a_warm_shutdown_stops_its_runs_through_their_stop_flag(worker_process, recipe, operator, client):
+    from tests.launch.test_launch_run import STEPS, STEPS_PARAMS
+
+    recipe("steps", STEPS, params=STEPS_PARAMS, resume_argv=["--from", "{checkpoint}"], stop_grace_s=[9, 5])
+    client.force_login(operator)
+    resp = client.post("/api/launch", '{"recipe": "steps", "team": "research", "params": {"steps": 1000}}',
+                       content_type="application/json")
+    job_id = resp.json()["id"]
+    wait_for(lambda: Job.objects.get(pk=job_id).steps_done >= 2, timeout_s=60,
+             what=lambda: f"two steps; worker log: {worker_process.log.read_text()[-3000:]}")
+
+    worker_process.send_signal(signal.SIGTERM)  # what `up` sends its children on Ctrl-C or a deploy
+    assert worker_process.wait(timeout=60) == 0
+
+    job = Job.objects.get(pk=job_id)
+    assert job.status == "stopped", (job.status, job.error)
+    assert [c.to_status for c in job.status_changes.all()] == ["queued", "running", "stopping", "stopped"]
+    assert "by worker shutting down" in job.status_changes.get(to_status="stopping").reason
+    assert "the run ended itself at its stop flag" in job.status_changes.last().reason
+    assert Launch.objects.get(pk=job_id).checkpoints[-1] == f"step_{job.steps_done}"
