@@ -42,8 +42,7 @@ from launch.models import Launch, OutputLine
 from launch.output import LineSplitter, line_bytes, marker
 from launch.params import render
 from trainer.models import ACTIVE, Job, Status, Stint, Worker
-from trainer.runner import heartbeat_limit_s
-from trainer.signals import run_ended
+from trainer.runner import heartbeat_limit_s, tell_run_ended
 from trainer.workers import Heartbeat
 from yardstick.live import publish
 from yardstick.models import ApiToken
@@ -160,7 +159,7 @@ def run(job_id):
             ApiToken.objects.filter(pk=token.pk).update(revoked=True)
         job.refresh_from_db()
         if job.status not in ACTIVE:
-            _tell_run_ended(job)
+            tell_run_ended(job)
         close_old_connections()
         connection.close()  # this thread's own connection
     return job
@@ -170,12 +169,6 @@ def env_names(env, launch):
     """The names of the variables Yardstick and the recipe set for the command (what the job records)."""
     ours = {"PYTHONUNBUFFERED", "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "YARDSTICK_STOP_CHECK_S", MARK}
     return [k for k in env if k in ours or k.startswith(("MLFLOW_", "YARDSTICK_")) or k in launch.definition["env"]]
-
-
-def _tell_run_ended(job):
-    for receiver, result in run_ended.send_robust(sender=Job, job=job):
-        if isinstance(result, Exception):
-            log.error("job %s: %r failed after the run ended: %r", job.pk, receiver, result)
 
 
 class Supervisor:

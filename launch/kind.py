@@ -300,3 +300,19 @@ def match_other_nodes(now=None):
         totals["created"] += counts["created"]
         totals["ended"] += counts["ended"]
     return totals
+
+
+def fail_orphans(now=None):
+    """Fail the queued launched jobs whose launch worker stopped reporting before it started them (their GPUs
+    would be held for good); Restart places them again. Return the jobs failed."""
+    live = {w.name for w in launch_workers(now)}
+    failed = []
+    for job in Job.objects.filter(status=Status.QUEUED, source=LAUNCHED.source).select_related("launch"):
+        worker = job.launch.worker
+        if worker and worker not in live:
+            error = (f"its launch worker {worker} stopped reporting before it started the job; Restart places it "
+                     "on a worker that reports")
+            if job.transition([Status.QUEUED], Status.FAILED, error, where=Q(launch__worker=worker), error=error,
+                              finished_at=timezone.now()):
+                failed.append(job)
+    return failed

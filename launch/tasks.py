@@ -5,7 +5,7 @@ import logging
 from celery import shared_task
 
 from launch import executor
-from launch.kind import RUN_LAUNCH, match_other_nodes, revoke_ended_tokens
+from launch.kind import RUN_LAUNCH, fail_orphans, match_other_nodes, revoke_ended_tokens
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,10 @@ def run_launch(job_id):
 
 @shared_task(name="launch.tasks.revoke_ended_tokens", ignore_result=True)
 def revoke_tokens():
-    """Revoke the run tokens of launched jobs that ended without their worker revoking them (it died)."""
+    """Revoke the run tokens of launched jobs that ended without their worker revoking them (it died), and fail the
+    queued ones whose worker went away before starting them."""
+    for job in fail_orphans():
+        log.warning("launched job %s failed: %s", job.pk, job.error)
     revoked = revoke_ended_tokens()
     if revoked:
         log.info("revoked %s tracking token(s) of ended launched jobs", revoked)

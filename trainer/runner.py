@@ -272,7 +272,7 @@ def run(job_id, progress=None):
     job.refresh_from_db()
     if job.status in ENDED:
         log.info("job %s (%s) ended %s after %s steps", job.pk, job.name, job.status, job.steps_done)
-        _tell_run_ended(job)
+        tell_run_ended(job)
     return job
 
 
@@ -303,8 +303,9 @@ def _missing_devices(job):
             "the workers have (auto runs anywhere)")
 
 
-def _tell_run_ended(job):
-    """Send trainer.signals.run_ended; a receiver's error is logged, the job's end stands."""
+def tell_run_ended(job):
+    """Send trainer.signals.run_ended (from whichever worker ran the job); a receiver's error is logged, the job's
+    end stands."""
     for receiver, result in run_ended.send_robust(sender=Job, job=job):
         if isinstance(result, Exception):
             log.error("job %s: %s failed after the run ended: %r", job.pk, getattr(receiver, "__qualname__", receiver),

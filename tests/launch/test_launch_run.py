@@ -255,3 +255,23 @@ def test_a_recipe_may_name_its_own_checkpoint_pattern(launch_worker, recipe, ope
     client.force_login(operator)
     job = ended(launch(client, "own"))
     assert job.status == "completed" and job.kept_checkpoint_steps() == [3, 10] and job.checkpoint_step == 10
+
+
+def test_a_queued_launch_whose_worker_went_away_fails_saying_so(db, recipe, operator, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from launch.kind import fail_orphans, start
+    from trainer.models import Worker
+
+    Worker.report("launch@gone", "gone", ["launch@gone"], ["cpu"], cores=4,
+                  gpus=[{"index": 0, "uuid": GPUS[0], "name": "NVIDIA H100", "memory_mib": 81920}])
+    recipe("gpu", [PY, "-c", "pass"], devices={"kind": "cuda", "count": 1})
+    job = start(recipe="gpu", team="research", created_by=operator)  # not sent: no commit in a db test
+    assert fail_orphans() == []
+    Worker.objects.filter(name="launch@gone").update(seen_at=timezone.now() - timedelta(hours=1))
+
+    [failed] = fail_orphans()
+    assert failed.pk == job.pk and failed.status == "failed"
+    assert failed.error.startswith("its launch worker launch@gone stopped reporting before it started the job")
