@@ -18,6 +18,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Named in the docs, read by something other than the control plane's settings, on purpose.
 NOT_SETTINGS = {
     "YARDSTICK_STOP_CHECK_S": "read by the client package (client/) inside a training process",
+    "YARDSTICK_JOB_ID": "set by a launch worker for a launched run's processes; the node agents record it",
     "YARDSTICK_FUZZ_EXAMPLES": "a knob of the test suite",
     "YARDSTICK_TEST_DATA_DIR": "a knob of the test suite (the Makefile's)",
 }
