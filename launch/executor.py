@@ -379,7 +379,7 @@ class Supervisor:
                               f"({_exit_text(code)})",
                    "SIGKILL": f"SIGKILL ended it: it ignored its stop flag and SIGTERM "
                               f"({sum(self.launch.stop_grace_s)} s)"}[self.step]
-            return to, f"{who}stopped: {how}", ""
+            return to, f"{who}{how}", ""
         if code == 0:
             return Status.COMPLETED, "the command exited with status 0", ""
         tail = list(self.stderr_tail)

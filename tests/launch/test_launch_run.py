@@ -239,8 +239,8 @@ def test_the_budget_stops_a_launched_run_through_the_same_steps(launch_worker, r
 
     job = ended(job)
     assert job.status == "budget_exhausted"
-    assert job.status_changes.last().reason.startswith("spend reached the budget of $5; stopped: the run ended "
-                                                       "itself at its stop flag")
+    assert job.status_changes.last().reason.startswith("spend reached the budget of $5; the run ended itself at "
+                                                       "its stop flag")
     assert Launch.objects.get(pk=job.pk).checkpoints[-1] == f"step_{job.steps_done}", "resumable once raised"
 
 
