@@ -6,10 +6,16 @@ the API would receive and hands them to `Job.start`. `Job.start` stops at the
 first bad field; to name *each* bad field, the form asks again with that field
 set back to a value known to be good, inside a transaction that is always
 rolled back, until the trainer accepts the rest (see `_all_errors`).
+
+With a recipe picked instead of the built-in trainer, `LaunchForm` hands the
+recipe's typed parameters and the launch's fields to `launch.kind.start`.
 """
 
 from django.db import transaction
 
+from launch.kind import start as launch_start
+from launch.models import Recipe
+from launch.params import ParamError
 from trainer.models import Job
 from yardstick.inputs import InputError
 
@@ -153,3 +159,62 @@ def _all_errors(args, first):
                 break
             errors[err.field] = err.message
     return errors
+
+
+class LaunchForm:
+    """The Start form with a recipe picked: its typed parameters (posted as "params.<name>") and the launch's
+    name, team, environment, budget, node, pool and stop-loss, handed to launch.kind.start, which owns every
+    rule. Each parameter is checked first (launch.params.Param.value, no side effect) so every bad one is
+    named at once; then start's first refusal (a field such as devices, node or env) is named."""
+
+    def __init__(self, data, recipe_name):
+        self.data = data
+        self.recipe_name = recipe_name
+        self.errors = {}
+
+    def _list(self, key):
+        data = self.data
+        return data.getlist(key) if hasattr(data, "getlist") else ([data[key]] if key in data else [])
+
+    def params_given(self, recipe):
+        """{name: raw value} from the posted fields: a boolean's checkbox (absent: false), a number left empty
+        takes its default, text as typed (empty is a value)."""
+        given = {}
+        for spec in recipe.definition["params"]:
+            key, kind = f"params.{spec['name']}", spec["kind"]
+            if kind == "boolean":
+                given[spec["name"]] = "true" if "true" in self._list(key) else "false"
+            elif key in self.data:
+                raw = self.data.get(key, "")
+                if kind in ("integer", "float"):
+                    raw = raw.strip()
+                    if raw == "":
+                        continue
+                given[spec["name"]] = raw
+        return given
+
+    def save(self, user):
+        """Launch the recipe and return the job, or return None with `errors` naming the bad fields."""
+        recipe = Recipe.objects.filter(name=self.recipe_name).first()
+        if recipe is None:
+            self.errors["recipe"] = f"there is no recipe {self.recipe_name!r} (an admin may have renamed it)"
+            return None
+        given = self.params_given(recipe)
+        for param in recipe.params():
+            try:
+                param.value(given.get(param.name, param.default), field=f"params.{param.name}")
+            except ParamError as err:
+                self.errors[err.field] = err.message
+        if self.errors:
+            return None
+        data = self.data
+        try:
+            return launch_start(
+                recipe=recipe.name, params=given, name=data.get("name", "").strip(), team=data.get("team", ""),
+                env=data.get("env", "").strip(), budget_usd=data.get("budget_usd", "").strip() or None,
+                node=data.get("node", "").strip(), pool=data.get("pool", "").strip(), created_by=user,
+                init_from=data.get("init_from", "").strip() or None, init_step=data.get("init_step", "").strip() or None,
+                stop_loss=stop_loss_input(data))
+        except InputError as err:
+            self.errors[err.field] = err.message
+            return None

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboard import views
+from dashboard import views, views_launch
 
 urlpatterns = [
     path("", views.fleet_page, name="fleet"),
@@ -18,6 +18,10 @@ urlpatterns = [
     path("jobs/<int:job_id>/resume", views.resume_job, name="job-resume"),
     path("jobs/<int:job_id>/score-key", views.set_score_key, name="job-score-key"),
     path("jobs/<int:job_id>/stop-loss", views.set_stop_loss, name="job-stop-loss"),
+    path("jobs/<int:job_id>/restart", views_launch.restart_job, name="job-restart"),
+    path("jobs/<int:job_id>/part/<str:part>", views_launch.job_part, name="job-part"),
+    path("recipes", views_launch.recipes_page, name="recipes"),
+    path("recipes/<str:name>", views_launch.recipe_page, name="recipe"),
     path("compare", views.compare_page, name="compare"),
     path("costs/", views.costs_page, name="costs"),
 ]

@@ -21,15 +21,15 @@ from collector.models import Node
 from costs import report
 from costs.activity import BUSY_PCT, IDLE_TENSOR_PCT, THROTTLED_SHARE, job_activity, job_mfu
 from costs.intelligence import base_build, job_intelligence, score_cost_curve
-from dashboard import figures, health, readings
-from dashboard.forms import FORM_CONFIG, PRESETS, STOP_LOSS_FIELDS, StartForm, stop_loss_input
+from dashboard import figures, health, launched, readings
+from dashboard.forms import FORM_CONFIG, PRESETS, STOP_LOSS_FIELDS, LaunchForm, StartForm, stop_loss_input
 from dashboard.timerange import RANGES, from_request
 from tracking import store as tracking_store
 from tracking.models import SCORE_KEY_TAG, TrackingError
 from trainer import stoploss
 from trainer.inputs import status_filter
 from trainer.models import CONTROLS, Job, Status, Step
-from trainer.workers import live_jobs_workers
+from trainer.workers import live_workers
 from yardstick.auth import require_role, role_of
 from yardstick.http import bad_page, script_json
 from yardstick.inputs import InputError
@@ -142,23 +142,52 @@ def set_node_owner(request, name):
 # -- jobs --------------------------------------------------------------------------------------------
 
 
-def _jobs_context(request, form=None, status=None):
+def _jobs_context(request, form=None, status=None, what=None):
+    """The Jobs page: its table and the Start form, as `form` left it (a StartForm, or a LaunchForm when a
+    recipe was picked: `what` is then "recipe:<name>")."""
     from trainer.rl.envs import ENV_NAMES  # here, not at the top: trainer.rl loads torch, which no other page needs
 
-    form = form or StartForm()
-    errors = {k.removeprefix("config."): v for k, v in form.errors.items()}
-    workers = live_jobs_workers()
+    builtin = form if isinstance(form, StartForm) else StartForm()
+    launching = isinstance(form, LaunchForm)
+    errors = {k.removeprefix("config."): v for k, v in form.errors.items()} if form is not None else {}
+    values = builtin.initial()
+    if launching:
+        values.update({k: v for k, v in form.data.items() if k != "csrfmiddlewaretoken"})
+    what = what or (f"recipe:{form.recipe_name}" if launching else "builtin")
+    recipes = launched.recipe_choices(what.removeprefix("recipe:"), form.data if launching else None,
+                                      errors if launching else None)
+    workers = live_workers()
     return {
+        "what": what, "recipes": recipes, "recipe_picked": what.startswith("recipe:"),
+        "recipe_env": form.data.get("env", "") if launching else "",
+        "builtin_errors": {} if launching else errors, "error_links": _error_links(errors, form),
         "rows": readings.jobs_table(status=status), "status_filter": status, "statuses": Status.values,
-        "form_values": form.initial(), "form_errors": errors, "presets": PRESETS, "envs": ENV_NAMES,
+        "form_values": values, "form_errors": errors, "presets": PRESETS, "envs": ENV_NAMES,
         "config_fields": [{"name": n, "kind": k, "label": label} for n, k, label in FORM_CONFIG],
         "stop_loss_fields": _stop_loss_fields(),
         "presets_json": script_json({k: {"env": env, "config": cfg} for k, (_, env, cfg) in PRESETS.items()}),
         "topics": "jobs,costs",
         "spark_max": readings.SPARK_POINTS,
-        "workers": workers, "worker_nodes": sorted({w.host for w in workers}),
+        "workers": launched.worker_rows(workers), "worker_nodes": sorted({w.host for w in workers}),
         "worker_pools": sorted({w.team for w in workers} - {""}),
     }
+
+
+def _error_links(errors, form):
+    """[(the id of the input at fault, message)] for the Start form's list of what to fix."""
+    recipe = form.recipe_name if isinstance(form, LaunchForm) else None
+    links = []
+    for field, message in errors.items():
+        if recipe and (field.startswith("params.") or field in ("env", "init_from", "init_step")):
+            target = f"f-{recipe}-{field.removeprefix('params.').replace('init_step', 'init_from')}"
+        elif field == "recipe":
+            target = "f-what"
+        elif recipe and field == "devices":
+            target = "e-devices"
+        else:
+            target = f"f-{field}"
+        links.append((target, message))
+    return links
 
 
 def _stop_loss_fields():
@@ -172,18 +201,27 @@ def jobs_page(request):
         status = status_filter(request.GET.get("status"))
     except InputError as err:
         return bad_page(request, err.field, err.message)
-    return render(request, "dashboard/jobs.html", _jobs_context(request, status=status))
+    what = request.GET.get("what", "")  # "recipe:<name>": the Start form opens with that recipe picked
+    if not what.startswith("recipe:"):
+        what = None
+    return render(request, "dashboard/jobs.html", {**_jobs_context(request, status=status, what=what),
+                                                   "form_open": bool(what)})
 
 
 @require_POST
 @require_role("operator")
 def start_job(request):
-    form = StartForm(request.POST)
+    """The Start form: the built-in trainer (Job.start), or a recipe ("what" = "recipe:<name>",
+    launch.kind.start). A refusal shows the form again, each message beside its field, the values kept."""
+    what = request.POST.get("what", "builtin")
+    form = LaunchForm(request.POST, what.removeprefix("recipe:")) if what.startswith("recipe:") else StartForm(request.POST)
     job = form.save(request.user)
     if job is None:
         return render(request, "dashboard/jobs.html", {**_jobs_context(request, form), "form_open": True},
                       status=400)
-    messages.success(request, f"Job {job.pk} {job.name!r} queued.")
+    messages.success(request, f"Job {job.pk} {job.name!r} queued" + (
+        f": recipe {job.launch.recipe_name} v{job.launch.recipe_version}, sent to {job.placed_on}." if isinstance(
+            form, LaunchForm) else "."))
     return redirect("job", job_id=job.pk)
 
 
@@ -239,6 +277,7 @@ def job_page(request, job_id):
     figs.update({key: fig for _, key, fig in logged})
     activity = job_activity(job)
     return render(request, "dashboard/job.html", {
+        "launched": launched.launch_view(job),
         "job": job, "intel": intel, "figures_json": script_json(figs), "fig_keys": list(figs),
         "samples": samples, "sample_step": shown_step, "sample_steps": sample_steps,
         "history": job.status_changes.order_by("at", "id"), "stints": job.stints.order_by("started_at", "id"),

@@ -1,5 +1,6 @@
 // Jobs page: each row's status, phase, progress, reward sparkline, cost, IPD and Stop/Resume follow the
-// "jobs" and "costs" events; the Start form's preset fills the fields.
+// "jobs" and "costs" events; the Start form shows the fields of what is picked (the built-in trainer or a
+// recipe), and a preset fills the built-in trainer's.
 (function () {
   "use strict";
   const Y = window.Yardstick;
@@ -106,7 +107,23 @@
     svg.setAttribute("aria-label", "reward trend, latest " + Y.num(good[good.length - 1][1], 3));
   }
 
-  // -- the Start form: a preset fills the fields ------------------------------------------------
+  // -- the Start form: what to run shows its own fields; a preset fills the built-in trainer's --------------
+  // Only the fieldset of what is picked is enabled: a disabled one posts nothing, so one recipe's
+  // "params.<name>" never meets another's.
+  const whatSel = document.getElementById("f-what");
+  if (whatSel) {
+    const pick = function () {
+      document.querySelectorAll("fieldset.what-fields").forEach(function (fs) {
+        const mine = fs.dataset.what === whatSel.value;
+        fs.disabled = !mine;
+        fs.hidden = !mine;
+      });
+    };
+    whatSel.addEventListener("change", pick);
+    pick();
+  }
+
+  // -- a preset fills the built-in trainer's fields ------------------------------------------------
   const presetsEl = document.getElementById("presets");
   const presetSel = document.getElementById("f-preset");
   if (presetsEl && presetSel) {

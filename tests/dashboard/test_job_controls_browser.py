@@ -152,7 +152,7 @@ def test_the_start_form_shows_where_jobs_can_run_and_places_the_job_on_the_node_
     log_in(page, live_server.url, "otto", "/jobs/")
     page.click("details#start summary")
     rows = page.locator("#workers tbody tr")
-    assert rows.count() == 2 and "NVIDIA H200 #0, NVIDIA H200 #1" in rows.nth(1).inner_text()
+    assert rows.count() == 2 and "2 × NVIDIA H200 #0, #1" in rows.nth(1).inner_text()
 
     page.fill("#f-name", "two gpus on b")
     page.fill("#f-team", "research")

@@ -1,0 +1,221 @@
+"""What the pages show of launched jobs and recipes: a job's launch (recipe, argv, where it ran, how it ended),
+the recipes a Start form offers with their typed parameters as inputs, the workers' free and held devices, and
+recipe definitions as an admin edits them (YAML or JSON text).
+
+Reads only: launching is launch.kind.start (dashboard/forms.py LaunchForm), defining is Recipe.define.
+"""
+
+import json
+import signal
+
+import yaml
+from django.conf import settings
+
+from launch.kind import LAUNCHED
+from launch.models import FIELDS, Launch, Recipe
+from launch.output import marker
+from trainer.models import ENDED, RESUMABLE, Source
+from trainer.workers import live_workers, with_devices
+from yardstick.inputs import InputError
+
+# What each stop step means (launch/executor.py: the flag, then SIGTERM, then SIGKILL).
+STOP_STEPS = {
+    "flag": "the stop flag: the run ended itself at its next step",
+    "SIGTERM": "SIGTERM, after the stop flag's grace",
+    "SIGKILL": "SIGKILL: it ignored the stop flag and SIGTERM",
+}
+FORMATS = ("yaml", "json")
+
+
+def exit_text(code):
+    """A process's exit status, for people: "0", "1", "killed by SIGKILL (signal 9)"."""
+    if code is None:
+        return ""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (signal {-code})"
+    return f"{code}" + (" (success)" if code == 0 else "")
+
+
+def launch_of(job):
+    """The job's Launch row, or None for a job of another kind."""
+    if job.source != Source.LAUNCHED:
+        return None
+    return Launch.objects.filter(pk=job.pk).select_related("recipe").first()
+
+
+def launch_view(job):
+    """What the job page shows of a launched job's launch, or None for another kind of job."""
+    launch = launch_of(job)
+    if launch is None:
+        return None
+    order = [p["name"] for p in launch.definition.get("params", [])]
+    values = sorted(launch.values.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+    cap = settings.LAUNCH_OUTPUT_MAX_MB
+    ended = job.status in ENDED
+    return {
+        "launch": launch, "values": values, "ended": ended, "devices_text": devices_text(launch.definition["devices"]),
+        "current_version": launch.recipe.version if launch.recipe else None,
+        "stop_step_text": STOP_STEPS.get(launch.stop_step, ""),
+        "exit_text": exit_text(launch.exit_code),
+        "kept": max(0, launch.output_seq - launch.output_dropped),
+        "marker": marker(launch.output_dropped, cap * 2**20), "cap_mb": cap,
+    }
+
+
+def restart_refusal(job):
+    """Why a launched job that has ended cannot resume, so that Restart (a new job from the beginning) is what it
+    offers; "" for a job Restart is not for (another kind, not ended, or one that can resume)."""
+    if job.source != Source.LAUNCHED or job.status not in RESUMABLE:
+        return ""
+    return LAUNCHED.resume_refusal(job)
+
+
+# -- the Start form's recipes -------------------------------------------------------------------------
+
+
+def devices_text(devices):
+    kind, count = devices["kind"], devices["count"]
+    return f"{count} × {'GPU' if kind == 'cuda' else 'CPU core'}{'s' if count > 1 else ''}"
+
+
+def bounds_text(spec):
+    low, high = spec.get("minimum"), spec.get("maximum")
+    if low is not None and high is not None:
+        return f"from {low} to {high}"
+    if low is not None:
+        return f"at least {low}"
+    return f"at most {high}" if high is not None else ""
+
+
+def accepts_text(spec):
+    """(what a parameter accepts, in words, and the pattern or root it names, shown as code)."""
+    kind = spec["kind"]
+    if kind in ("integer", "float"):
+        bounds = bounds_text(spec)
+        return (f"{kind} {bounds}" if bounds else kind), ""
+    if kind == "choice":
+        return f"one of {', '.join(spec['choices'])}", ""
+    if kind == "string":
+        return ("text matching", spec["pattern"]) if spec.get("pattern", ".*") != ".*" else ("text", "")
+    if kind == "path":
+        return "a path under", spec["root"]
+    return "on or off", ""
+
+
+def _shown(value):
+    """A parameter's value as its input shows it: true/false for a boolean, the text otherwise."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def recipe_choices(selected="", posted=None, errors=None):
+    """The recipes the Start form offers, each with its parameters as inputs: the posted values for the recipe
+    `selected` (what was submitted), the defaults for the others; `errors` ({field: message}) beside them."""
+    posted, errors = posted or {}, errors or {}
+    out = []
+    for recipe in Recipe.objects.all():
+        definition = recipe.definition
+        mine = recipe.name == selected
+        params = []
+        for spec in definition["params"]:
+            key = f"params.{spec['name']}"
+            if mine and spec["kind"] == "boolean":
+                value = "true" if "true" in _getlist(posted, key) else "false"
+            elif mine and key in posted:
+                value = posted[key]
+            else:
+                value = _shown(spec["default"])
+            accepts, code = accepts_text(spec)
+            params.append({**spec, "key": key, "id": f"f-{recipe.name}-{spec['name']}", "value": value,
+                           "default_text": _shown(spec["default"]), "accepts": accepts, "accepts_code": code,
+                           "error": errors.get(key, "") if mine else ""})
+        uses_init_from = any("{init_from}" in item for item in [*definition["argv"], *definition["env"].values()])
+        out.append({"name": recipe.name, "version": recipe.version, "description": definition.get("description", ""),
+                    "framework": definition.get("framework", ""), "devices": devices_text(definition["devices"]),
+                    "params": params, "uses_init_from": uses_init_from, "value": f"recipe:{recipe.name}",
+                    "selected": mine})
+    return out
+
+
+def _getlist(data, key):
+    if hasattr(data, "getlist"):
+        return data.getlist(key)
+    value = data.get(key)
+    return [] if value is None else value if isinstance(value, list) else [value]
+
+
+def worker_rows(workers=None):
+    """The live jobs and launch workers with what each has, what is free now and which job holds which GPU."""
+    rows = []
+    for worker in workers if workers is not None else live_workers():
+        devices = with_devices(worker)
+        held = sorted((int(i), j) for i, j in devices["held"]["gpus"].items())
+        models = {}
+        for gpu in worker.gpus:
+            models.setdefault(gpu.get("name") or "CUDA GPU", []).append(gpu)
+        groups = [{"name": name, "count": len(gpus), "indices": [g.get("index") for g in gpus],
+                   "uuids": " ".join(str(g.get("uuid", "")) for g in gpus)} for name, gpus in models.items()]
+        rows.append({"worker": worker, "launch": worker.name.startswith("launch@"), "gpu_groups": groups,
+                     "free_gpus": devices["free"]["gpus"],
+                     "free_cores": devices["free"]["cores"], "held_gpus": held,
+                     "held_cores": sorted((int(j), n) for j, n in devices["held"]["cores"].items())})
+    return rows
+
+
+# -- recipes as text --------------------------------------------------------------------------------
+
+
+PARAM_KEYS = ("name", "kind", "default", "minimum", "maximum", "choices", "pattern", "root", "help")
+
+
+def _ordered(definition):
+    """The definition's fields in the order a person reads them (launch.models.FIELDS; a parameter's name and kind
+    first): the database keeps a JSON object's keys in an order of its own."""
+    out = {k: definition[k] for k in FIELDS if k in definition}
+    out.update({k: v for k, v in definition.items() if k not in out})
+    out["params"] = [{**{k: p[k] for k in PARAM_KEYS if k in p}, **{k: v for k, v in p.items() if k not in PARAM_KEYS}}
+                     for p in out.get("params", [])]
+    if isinstance(out.get("devices"), dict):
+        out["devices"] = {k: out["devices"][k] for k in ("kind", "count") if k in out["devices"]}
+    return out
+
+
+def definition_text(name, definition, fmt="yaml"):
+    """A recipe as an admin edits it: its name and definition, as YAML or JSON text."""
+    document = {"name": name, **_ordered(definition)}
+    if fmt == "json":
+        return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=120)
+
+
+def parse_definition(text, fmt):
+    """The recipe document in `text` (YAML or JSON) as a dict; InputError("definition", why) when it is not one."""
+    if fmt not in FORMATS:
+        raise InputError("format", f"format must be yaml or json, got {fmt!r}")
+    if not text.strip():
+        raise InputError("definition", "the definition is empty: give the recipe's name, argv, params, ...")
+    if fmt == "json":
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise InputError("definition", f"the definition is not JSON: {err.msg} at line {err.lineno}, "
+                                           f"column {err.colno}") from None
+    else:
+        try:
+            document = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            where = getattr(err, "problem_mark", None)
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise InputError("definition", f"the definition is not YAML: {problem}{at}") from None
+        # Through JSON, so what YAML alone can say (dates, sets) is refused as text would be.
+        document = json.loads(json.dumps(document, default=lambda v: f"<{type(v).__name__} {v!r}>"))
+    if not isinstance(document, dict):
+        raise InputError("definition", f"the definition must be a mapping of the recipe's fields (name, argv, "
+                                       f"params, ...), got {type(document).__name__}")
+    return document
