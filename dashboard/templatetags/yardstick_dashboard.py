@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from costs import money
+from dashboard import launched
 
 register = template.Library()
 
@@ -84,3 +85,9 @@ def status_badge(status):
 @register.filter
 def get_item(mapping, key):
     return mapping.get(key) if hasattr(mapping, "get") else None
+
+
+@register.filter
+def restart_refusal(job):
+    """Why a launched job that ended cannot resume (so its controls offer Restart), or ""."""
+    return launched.restart_refusal(job)

@@ -252,7 +252,25 @@
       if (d.can_continue !== undefined) {
         box.querySelectorAll(".job-continue-form").forEach(function (el) { el.hidden = !d.can_continue; });
       }
+      // A launched job's controls (Restart, and why it cannot resume) are the server's to word: redrawn from it.
+      if (box.dataset.part && d.status && box.dataset.status !== d.status) {
+        box.dataset.status = d.status;  // asked once per change
+        swapPart('[data-job-controls="' + d.id + '"]', box.dataset.part);
+      }
     });
+  }
+  // Replace the element `selector` finds with the part of the page the server renders at `url` now
+  // (dashboard/views_launch.py job_part); of several asked for one element, the newest answer wins.
+  const swaps = {};
+  async function swapPart(selector, url) {
+    const mine = swaps[selector] = (swaps[selector] || 0) + 1;
+    const resp = await fetch(url, { cache: "no-store" });
+    if (!resp.ok || swaps[selector] !== mine) return;
+    const tpl = document.createElement("template");
+    tpl.innerHTML = (await resp.text()).trim();
+    const fresh = tpl.content.firstElementChild;
+    const now = document.querySelector(selector);
+    if (fresh && now) now.replaceWith(fresh);
   }
 
   // A table row of cells: strings become text (never HTML), elements go in as they are.
@@ -282,6 +300,6 @@
     draw: draw, sayEmpty: sayEmpty, xValue: xValue, metric: metric, extend: extend, dropQueuedAfter: dropQueuedAfter,
     setLive: setLive, on: on, onCatchUp: onCatchUp, run: run, handle: handle,
     text: text, shown: shown, withUnit: withUnit, num: num, usd: usd, hhmm: hhmm, badge: badge,
-    showControls: showControls, row: row, code: code, utc: utc,
+    showControls: showControls, swapPart: swapPart, row: row, code: code, utc: utc,
   });
 })();
