@@ -32,7 +32,7 @@ from collections import deque
 from pathlib import Path
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -160,7 +160,6 @@ def run(job_id):
         job.refresh_from_db()
         if job.status not in ACTIVE:
             tell_run_ended(job)
-        close_old_connections()
         connection.close()  # this thread's own connection
     return job
 
@@ -243,17 +242,21 @@ class Supervisor:
             for key, _events in selector.select(timeout=FLUSH_EVERY_S):
                 self._read(selector, key)
             now = time.monotonic()
-            if now - flushed >= FLUSH_EVERY_S:
-                self.flush()
-                flushed = now
-            if proc.poll() is None:
-                if now - flagged >= FLAGS_EVERY_S:
+            try:
+                if now - flushed >= FLUSH_EVERY_S:
+                    self.flush()
+                    flushed = now
+                if proc.poll() is None and now - flagged >= FLAGS_EVERY_S:
                     self._check_flags(proc)
                     flagged = now
-            elif exited_at is None:
-                exited_at = now
-            elif now - exited_at > DRAIN_S:
-                break  # the command exited; a child of it still holds the pipes: it is killed below
+            except DatabaseError as err:  # a database blip: the lines wait in memory, the run goes on
+                log.warning("launched job %s: the database did not answer (%s); trying again", self.job.pk, err)
+                connection.close()  # the next query opens a fresh one
+            if proc.poll() is not None:
+                if exited_at is None:
+                    exited_at = now
+                elif now - exited_at > DRAIN_S:
+                    break  # the command exited; a child of it still holds the pipes: it is killed below
             if now - scanned >= SCAN_EVERY_S:
                 self._scan_checkpoints()
                 scanned = now
@@ -285,8 +288,9 @@ class Supervisor:
     # -- stop -------------------------------------------------------------------------------
 
     def _check_flags(self, proc):
+        # One connection for the whole run (this thread's): a stop check twice a second and a flush four times
+        # must not open a new one each (CONN_MAX_AGE is 0), which cost PostgreSQL more than the lines did.
         row = Job.objects.filter(pk=self.job.pk).values("status", "budget_stop_requested").first()
-        close_old_connections()
         if row is None or row["status"] not in ACTIVE:
             self.lost = f"the job is now {row['status'] if row else 'deleted'}"
             self.say(f"{self.lost}: its processes are killed")
@@ -331,8 +335,7 @@ class Supervisor:
         partial = {s: sp.pending() for s, sp in self.splitters.items() if sp.pending()}
         if not self.pending and partial == self.partial:
             return
-        lines, self.pending = self.pending, []
-        self.partial = partial
+        lines = self.pending  # kept until written: a flush the database refused is tried again with them
         size = sum(line_bytes(line.text) for line in lines)
         with transaction.atomic():
             OutputLine.objects.bulk_create(lines)
@@ -342,7 +345,7 @@ class Supervisor:
             publish(f"job.{self.job.pk}", "output", {
                 "job": self.job.pk, "lines": [line.to_list() for line in lines], "partial": partial,
                 "dropped": dropped, "marker": marker(dropped, output_cap_bytes())})
-        close_old_connections()
+        self.pending, self.partial = [], partial
 
     def _scan_checkpoints(self):
         found = [name for _step, name in found_checkpoints(job_dir(self.job), self.launch.definition)]

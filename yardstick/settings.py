@@ -145,7 +145,9 @@ CHANNEL_LAYERS = {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         # channels_redis blocks 5 s on a read; redis-py's default 5 s socket timeout
         # would end every idle subscription, so give the socket more than that.
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
+        # A web process's one channel holds every event for its sockets until they are sent: launched jobs' output
+        # (four events a second each) overflowed the default 100 under load, and an event beyond it is dropped.
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}], "capacity": 1000},
     }
 }
 
