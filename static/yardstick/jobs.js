@@ -113,11 +113,18 @@
   const whatSel = document.getElementById("f-what");
   if (whatSel) {
     const pick = function () {
+      const builtin = whatSel.value === "builtin";
       document.querySelectorAll("fieldset.what-fields").forEach(function (fs) {
         const mine = fs.dataset.what === whatSel.value;
         fs.disabled = !mine;
         fs.hidden = !mine;
       });
+      // A recipe's job is named after it unless given a name; the built-in trainer's needs one.
+      document.querySelectorAll("[data-for-what]").forEach(function (el) {
+        el.hidden = (el.dataset.forWhat === "builtin") !== builtin;
+      });
+      const name = document.getElementById("f-name");
+      if (name) { name.required = builtin; name.setAttribute("aria-required", builtin ? "true" : "false"); }
     };
     whatSel.addEventListener("change", pick);
     pick();

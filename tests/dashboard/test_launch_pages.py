@@ -187,6 +187,8 @@ def test_restart_is_offered_beside_why_in_the_list_and_on_the_page_and_starts_a_
     assert resp.status_code == 302 and resp["Location"] == f"/jobs/{new.pk}" and sent
     assert Launch.objects.get(pk=new.pk).values == Launch.objects.get(pk=job.pk).values
     assert new.status == "queued" and new.name == job.name and new.team == "research"
+    said = operator_client.get(resp["Location"]).content.decode()
+    assert f"Job {new.pk} &#x27;{new.name}&#x27; queued: it restarts job {job.pk}&#x27;s recipe typed from the beginning." in said
     viewer_client = Client()
     viewer_client.force_login(viewer)
     assert viewer_client.post(f"/jobs/{job.pk}/restart").status_code == 403
