@@ -35,6 +35,9 @@
   const early = [];  // events that came before the first page
   let chain = Promise.resolve();  // fetches of lines, one at a time, in order
   let searching = "", matches = 0, searchToken = 0;
+  let capped = false;  // the search found more than one page of matches: the newest are listed
+  let around = 0;  // the line shown in context, in place of the matches (kept in `saved` meanwhile)
+  const saved = document.createDocumentFragment();
 
   const STREAM_MARK = { stderr: "err", yardstick: "◆" };
   const STREAM_NAME = { stdout: "stdout", stderr: "stderr", yardstick: "Yardstick's own line" };
@@ -73,6 +76,19 @@
     el.append(text.slice(at));
   }
   function contains(text) { return text.toLowerCase().includes(searching.toLowerCase()); }
+  // A match in the results: its number is a button that shows the lines around it.
+  function matchEl(l, query) {
+    const el = lineEl(l, query);
+    const ln = el.querySelector(".ln");
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "ln ln-link";
+    b.textContent = l[0];
+    b.title = "show the lines around line " + l[0];
+    b.setAttribute("aria-label", "show line " + l[0] + " in context");
+    ln.replaceWith(b);
+    return el;
+  }
 
   function atBottom() { return view.scrollHeight - view.scrollTop - view.clientHeight <= 4; }
   function toBottom() { view.scrollTop = view.scrollHeight; }
@@ -89,9 +105,9 @@
     newest = Math.max(newest, last);
     if (searching) {
       fresh.forEach(function (l) {
-        if (contains(l[2])) { results.append(lineEl(l, searching)); matches += 1; }
+        if (contains(l[2])) { (around ? saved : results).append(matchEl(l, searching)); matches += 1; }
       });
-      if (matches) sayMatches(false);
+      if (matches && !around) sayMatches();
     }
     trim();
     if (following) toBottom(); else unseen += fresh.length;
@@ -235,25 +251,27 @@
   });
 
   // -- search: every kept line, on the server --------------------------------------------------
-  function sayMatches(more) {
-    const what = more ? "The newest " + matches.toLocaleString() + " kept lines that contain “" + searching + "” are listed"
+  function sayMatches() {
+    const what = capped ? "The newest " + matches.toLocaleString() + " kept lines that contain “" + searching + "” are listed"
       : matches.toLocaleString() + " kept line" + (matches === 1 ? " contains" : "s contain") + " “" + searching + "”";
     stateEl.textContent = what + "; new ones join as they arrive. Clear the search to return to the live output.";
   }
   async function search(text) {
     const token = ++searchToken;
     searching = text;
+    around = 0;
+    saved.replaceChildren();
     const body = await get("q=" + encodeURIComponent(text) + "&limit=" + RESULTS);
     if (token !== searchToken) return;
     if (!body) { stateEl.textContent = "The search failed: try again."; return; }
     results.replaceChildren();
     matches = 0;
-    body.lines.forEach(function (l) { results.append(lineEl(l, text)); matches += 1; });
+    body.lines.forEach(function (l) { results.append(matchEl(l, text)); matches += 1; });
     // Lines that arrived while the search ran are in the view; those the server had not kept yet join too.
     shownLines().forEach(function (el) {
       const seq = Number(el.dataset.seq);
       if (seq > (body.lines.length ? body.lines[body.lines.length - 1][0] : body.last) && contains(el.querySelector(".tx").textContent)) {
-        results.append(lineEl([seq, el.dataset.stream, el.querySelector(".tx").textContent], text));
+        results.append(matchEl([seq, el.dataset.stream, el.querySelector(".tx").textContent], text));
         matches += 1;
       }
     });
@@ -267,13 +285,16 @@
     results.hidden = false;
     clear.hidden = false;
     jump.hidden = true;
-    if (matches) sayMatches(body.lines.length === RESULTS);
+    capped = body.lines.length === RESULTS;
+    if (matches) sayMatches();
     else stateEl.textContent = "No kept line contains “" + text + "”. Clear the search to return to the live output.";
     results.scrollTop = results.scrollHeight;
   }
   function endSearch() {
     searchToken += 1;
     searching = "";
+    around = 0;
+    saved.replaceChildren();
     matches = 0;
     results.hidden = true;
     results.replaceChildren();
@@ -281,6 +302,42 @@
     clear.hidden = true;
     if (following) toBottom();
     showState();
+  }
+  // A match's number: the lines around it (fetched from the server), the match marked; "Back" returns to the matches.
+  const CONTEXT = 30;
+  results.addEventListener("click", async function (e) {
+    const b = e.target.closest("button.ln-link, button.output-back");
+    if (!b) return;
+    if (b.classList.contains("output-back")) { backToMatches(); return; }
+    const seq = Number(b.closest(".line").dataset.seq);
+    const token = searchToken;
+    const body = await get("after=" + Math.max(0, seq - CONTEXT - 1) + "&limit=" + (2 * CONTEXT + 1));
+    if (!body || token !== searchToken) return;
+    if (!around) saved.replaceChildren.apply(saved, Array.from(results.childNodes));
+    around = seq;
+    const back = document.createElement("button");
+    back.type = "button";
+    back.className = "small output-back";
+    back.textContent = "← Back to the matches";
+    results.replaceChildren(back);
+    body.lines.forEach(function (l) {
+      const el = lineEl(l, searching);
+      if (l[0] === seq) { el.classList.add("target"); el.setAttribute("aria-current", "true"); }
+      results.append(el);
+    });
+    stateEl.textContent = "Lines " + body.lines[0][0] + "–" + body.lines[body.lines.length - 1][0] + " around line " + seq +
+      ". Back returns to the matches; clear the search to return to the live output.";
+    const target = results.querySelector(".line.target");
+    if (target) target.scrollIntoView({ block: "center" });
+    back.focus({ preventScroll: true });
+  });
+  function backToMatches() {
+    const seq = around;
+    around = 0;
+    results.replaceChildren(saved);  // a fragment: its children move back
+    sayMatches();
+    const el = results.querySelector('.line[data-seq="' + seq + '"] button.ln-link');
+    if (el) { el.scrollIntoView({ block: "center" }); el.focus(); }
   }
   form.addEventListener("submit", function (e) {
     e.preventDefault();

@@ -155,6 +155,19 @@ def test_an_operator_launches_a_recipe_from_the_form_and_reads_its_output_live( 
     assert page.locator("#output-lines").is_hidden()
     assert page.inner_text("#output-state").startswith("1 kept line contains “SLOW BATCH 00050”; new ones join")
     shot(page, output_dir, request, "search")
+    # Its number shows the lines around it, from the server; Back returns to the matches.
+    found.locator("button.ln-link").click()
+    page.wait_for_selector("#output-results .line.target")
+    target = page.locator("#output-results .line.target")
+    assert target.get_attribute("data-seq") == str(seq) and target.get_attribute("aria-current") == "true"
+    around = [int(s) for s in page.locator("#output-results .line").evaluate_all("els => els.map(e => e.dataset.seq)")]
+    assert around == list(range(seq - 30, seq + 31)) or around[:31] == list(range(seq - 30, seq + 1))
+    assert page.inner_text("#output-state").startswith(f"Lines {seq - 30}–")
+    assert target.evaluate("(t) => { const r = t.getBoundingClientRect(), v = t.parentElement.getBoundingClientRect(); "
+                           "return r.top >= v.top && r.bottom <= v.bottom; }"), "the line asked for is in sight"
+    shot(page, output_dir, request, "context")
+    page.click("#output-results .output-back")
+    assert page.locator("#output-results .line").count() == 1 and page.locator("#output-results .line.target").count() == 0
     page.click("#output-clear")
     assert page.locator("#output-results").is_hidden() and page.locator("#output-lines").is_visible()
     page.wait_for_function(AT_BOTTOM)
