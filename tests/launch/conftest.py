@@ -46,7 +46,28 @@ def launch_worker(transactional_db, live_server, settings, monkeypatch, launch_d
         report(name, [name])
         wait_for(lambda: Worker.objects.filter(name=name).exclude(gpus=[]).exists(), what="the launch worker's report")
         yield worker
+        purge(name)
+        _end_runs_left()
     purge(name)
+
+
+def _end_runs_left():
+    """Kill what a test left running (a loop's next run, a sleeper) and wait for its thread to end the job, so no
+    run outlives its test and writes into the next one's database."""
+    import os
+    import signal
+
+    from launch.models import Launch
+    from trainer.models import ACTIVE, Job
+
+    for pid in Launch.objects.filter(job__status__in=ACTIVE, pid__isnull=False).values_list("pid", flat=True):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    Job.objects.filter(status="queued", source="launched").update(status="stopped")
+    wait_for(lambda: not Job.objects.filter(status__in=ACTIVE, source="launched").exists(), timeout_s=30,
+             what="the runs a test left to end")
 
 
 @pytest.fixture

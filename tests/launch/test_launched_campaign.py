@@ -49,7 +49,7 @@ def test_a_loop_of_two_launched_runs_is_scored_by_its_evaluation_recipe(launch_w
         f"{list(Job.objects.values_list('id', 'name', 'status', 'error'))}; evals: "
         f"{list(campaign.retention_evals.values_list('after_job', 'pass1'))}; output: "
         f"{[(l.job_id, l.stream, l.text) for l in OutputLine.objects.order_by('at')]}"))
-    Campaign.objects.filter(pk=campaign.pk).update(loop="stopped")  # no third run
+    campaign.stop_loop(by="the test")  # no third run (one already queued is cancelled)
     first, second = runs[:2]
     wait_for(lambda: Job.objects.get(pk=second.pk).status == "completed", what="run 2 to complete")
     second.refresh_from_db()
@@ -74,3 +74,12 @@ def test_a_loop_of_two_launched_runs_is_scored_by_its_evaluation_recipe(launch_w
     assert Decimal(figures["cost_usd"]) == sum(Decimal(money[j.pk]["cost_usd"]) for j in every)
     assert campaign.spent_usd() == Decimal(figures["cost_usd"])
     assert by_run[second.pk]["own_gain_points"] == 40.0 and by_run[second.pk]["own_gain_from"] == "retention evals"
+
+    # The campaign page says where each run's dollars and gains come from.
+    page = client.get(f"/campaigns/{campaign.pk}")
+    assert page.status_code == 200
+    html = " ".join(page.content.decode().split())
+    for run in (first, second):
+        scorer = scorers[run.pk][0].pk
+        assert f'to score it (<a href="/jobs/{scorer}">#{scorer}</a>)' in html
+    assert "the score each environment's evaluation recipe (arith: score) logged" in html
