@@ -68,7 +68,9 @@ class Launched(Kind):
 
     def placement(self, job):
         launch = job.launch
-        return place(launch.definition["devices"], job.node, job.pool, job=job)
+        # A Resume goes where its checkpoints are: the job's output directory is on its node's disk.
+        node = job.node or (launch.node if launch.checkpoints else "")
+        return place(launch.definition["devices"], node, job.pool, job=job)
 
     def dispatch(self, job, placement):
         # What the placement gave the job is held from now: the next placement sees it taken.
