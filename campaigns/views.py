@@ -8,6 +8,7 @@ the wrong state (409), as /api/jobs answers.
 
 import csv
 import io
+import json
 
 from django.contrib import messages
 from django.http import HttpResponse, JsonResponse
@@ -17,6 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from campaigns import charts, figures
 from campaigns.models import Campaign
+from launch.models import Recipe
 from trainer.models import Job
 from yardstick.auth import require_role
 from yardstick.http import bad, bad_page, int_param, methods, script_json
@@ -180,7 +182,25 @@ def campaigns_page(request):
     from trainer.rl.envs import ENV_NAMES
 
     rows = [(c, figures.summary(c)) for c in Campaign.objects.select_related("created_by")[:200]]
-    return render(request, "campaigns/campaigns.html", {"rows": rows, "envs": ENV_NAMES})
+    # The recipes a loop can start from (no {init_from}) and those that continue or score a run (they name it).
+    recipes = {"first": [], "more": []}
+    for recipe in Recipe.objects.all():
+        names = " ".join([*recipe.definition["argv"], *recipe.definition["env"].values()])
+        recipes["more" if "{init_from}" in names else "first"].append(recipe)
+    return render(request, "campaigns/campaigns.html", {"rows": rows, "envs": ENV_NAMES, "recipes": recipes})
+
+
+def _json_object(field, text):
+    """A form field holding a JSON object ({} when empty); InputError naming it otherwise."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise InputError(field, f"{field} must be a JSON object such as {{\"max_steps\": 200}}, got {text[:80]!r}")
+    return value
 
 
 @require_POST
@@ -197,9 +217,14 @@ def create_campaign(request):
                 raise InputError("steps",
                                  f"steps must be a whole number of GRPO updates per run, got {post['steps']!r}")
             run_config["steps"] = int(post["steps"])
+        launched = {}
+        if post.get("run_recipe") or post.get("continue_recipe") or post.get("eval_recipe") or post.get("run_params"):
+            launched = {"run_recipe": post.get("run_recipe", ""), "continue_recipe": post.get("continue_recipe", ""),
+                        "run_params": _json_object("run_params", post.get("run_params", "")),
+                        "eval_recipes": {env: post["eval_recipe"] for env in envs} if post.get("eval_recipe") else {}}
         campaign = Campaign.create(name=post.get("name"), team=post.get("team"), envs=envs, schedule=schedule,
                                    run_config=run_config, budget_usd=post.get("budget_usd") or None,
-                                   loop=post.get("loop") == "on", created_by=request.user)
+                                   loop=post.get("loop") == "on", created_by=request.user, **launched)
     except InputError as err:
         messages.error(request, f"Campaign not created: {err.message}.")
         return redirect("campaigns")

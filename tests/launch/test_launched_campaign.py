@@ -83,3 +83,27 @@ def test_a_loop_of_two_launched_runs_is_scored_by_its_evaluation_recipe(launch_w
         scorer = scorers[run.pk][0].pk
         assert f'to score it (<a href="/jobs/{scorer}">#{scorer}</a>)' in html
     assert "the score each environment's evaluation recipe (arith: score) logged" in html
+
+
+def test_the_campaigns_form_makes_a_loop_of_recipes_and_refuses_a_bad_one(db, recipe, operator, client):
+    recipe("steps", STEPS, params=STEPS_PARAMS)
+    recipe("steps-continue", [*STEPS, "--more", "--from", "{init_from}"], params=STEPS_PARAMS)
+    recipe("score", [PY, "-c", EVAL, "{init_from}"], score_key="eval/pass1")
+    client.force_login(operator)
+    form = client.get("/campaigns/").content.decode()
+    assert '<option value="steps">steps v1</option>' in form
+    assert form.count('<option value="steps-continue">steps-continue v1</option>') == 2  # next run, scored by
+
+    base = {"name": "from the form", "team": "research", "envs": "arith, gsm", "run_recipe": "steps",
+            "continue_recipe": "steps-continue", "eval_recipe": "score"}
+    resp = client.post("/campaigns/create", {**base, "run_params": "steps=4"}, follow=True)
+    assert "Campaign not created: run_params must be a JSON object" in resp.content.decode()
+    resp = client.post("/campaigns/create", {**base, "run_params": '{"steps": 0}'}, follow=True)
+    assert "Campaign not created: params.steps must be from 1 to 1000, got 0" in resp.content.decode()
+    assert not Campaign.objects.exists()
+
+    resp = client.post("/campaigns/create", {**base, "run_params": '{"steps": 4}'})
+    campaign = Campaign.objects.get()
+    assert resp.status_code == 302 and resp.url == f"/campaigns/{campaign.pk}"
+    assert (campaign.run_recipe, campaign.continue_recipe, campaign.run_params, campaign.eval_recipes) == (
+        "steps", "steps-continue", {"steps": 4}, {"arith": "score", "gsm": "score"})
