@@ -196,7 +196,7 @@ def parameter_values(recipe_definition, given):
     return values
 
 
-def start(*, recipe, params=None, name="", team, env="", budget_usd=None, node="", pool="", created_by=None,
+def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=None, node="", pool="", created_by=None,
           init_from=None, init_step=None, stop_loss=None):
     """Validate the launch, place it, create the queued job, its Launch and its MLflow run, and (after commit) send
     it to the chosen launch worker; return the job. InputError names the first bad field; nothing is created then.

@@ -142,8 +142,7 @@ def _launch(request):
         unknown = sorted(set(body) - set(LAUNCH_FIELDS))
         if unknown:
             raise InputError(unknown[0], f"unknown field {unknown[0]!r}; accepted fields are {', '.join(LAUNCH_FIELDS)}")
-        job = kind.start(**{k: body[k] for k in LAUNCH_FIELDS if k in body and k != "team"},
-                         team=body.get("team"), created_by=request.user)
+        job = kind.start(**{k: body[k] for k in LAUNCH_FIELDS if k in body}, created_by=request.user)
     except InputError as err:
         return bad(err.field, err.message)
     return JsonResponse({**job.to_dict(detail=True), "launch": job.launch.to_dict()}, status=201)

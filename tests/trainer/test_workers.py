@@ -176,7 +176,7 @@ def test_the_workers_api_and_the_start_form_show_where_jobs_can_run(db, client, 
     assert [g["uuid"] for g in workers[1]["gpus"]] == ["GPU-b0", "GPU-b1"]
     page = client.get("/jobs/").content.decode()
     assert '<option>gpu-b</option>' in page and '<option>research</option>' in page
-    assert "NVIDIA H200 <code" in page and "<td>research</td>" in page
+    assert "2 × NVIDIA H200</span>" in page and "<td>research</td>" in page
 
 
 def test_manage_py_train_checks_the_device_against_what_torch_sees_here(db, data_dir):
