@@ -50,7 +50,7 @@ def test_an_operator_launches_trl_from_the_start_form_stops_it_at_a_checkpoint_a
     page.fill("#f-trl-grpo-model", "tiny-gpt2")
     page.fill("#f-trl-grpo-max_steps", "1000")
     page.fill("#f-trl-grpo-save_steps", "1000")  # the one checkpoint is the stop's
-    page.fill("#f-trl-grpo-eval_steps", "0")
+    page.fill("#f-trl-grpo-eval_steps", "2")  # the recipe's score, eval_reward, at step 2
     shot(page, output_dir, request, "form")
     record_events(page)
     page.click("#start-submit")
@@ -78,6 +78,7 @@ def test_an_operator_launches_trl_from_the_start_form_stops_it_at_a_checkpoint_a
     assert launch.stop_step == "flag" and "the run ended itself at its stop flag" in job.status_changes.last().reason
     stopped_at = job.steps_done
     assert launch.checkpoints == [f"checkpoint-{stopped_at}"] and job.checkpoint_step == stopped_at
+    assert "eval_reward" in job.steps.get(step=2).metrics and job.latest_pass1 is not None, "scored by its score key"
     shot(page, output_dir, request, "stopped")
 
     page.locator(f'[data-job-controls="{job.pk}"] .job-resume-form button').click()
