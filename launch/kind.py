@@ -41,10 +41,6 @@ LIVE = (Status.QUEUED, *ACTIVE)
 CHECKPOINT_PATTERNS = (r"checkpoint-(\d+)", r"global_step_(\d+)", r"step_(\d+)")
 
 
-def worker_name(node):
-    return f"{QUEUE_PREFIX}{node}"
-
-
 def launch_workers(now=None):
     """The live launch workers (trainer.models.Worker rows named launch@<node>)."""
     return list(Worker.live(now=now).filter(name__startswith=QUEUE_PREFIX))

@@ -257,9 +257,12 @@ def device_refusal(requested, devices=1):
 
 
 def report(name, queues):
-    """Write this worker's row now: what it has, where, for whom."""
-    return Worker.report(name, settings.YARDSTICK_NODE, queues, local_devices(), team=settings.YARDSTICK_POOL,
-                         cores=local_cores(), gpus=local_gpus())
+    """Write this worker's row now: what it has, where, for whom. A launch worker trains nothing itself: its
+    devices are NVML's GPUs, without loading torch (seconds of CPU at every start) to count them."""
+    gpus = local_gpus()
+    devices = ["cpu", *(f"cuda:{g['index']}" for g in gpus)] if name.startswith(LAUNCH_PREFIX) else local_devices()
+    return Worker.report(name, settings.YARDSTICK_NODE, queues, devices, team=settings.YARDSTICK_POOL,
+                         cores=local_cores(), gpus=gpus)
 
 
 def refresh(name):

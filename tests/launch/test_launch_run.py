@@ -275,3 +275,21 @@ def test_a_queued_launch_whose_worker_went_away_fails_saying_so(db, recipe, oper
     [failed] = fail_orphans()
     assert failed.pk == job.pk and failed.status == "failed"
     assert failed.error.startswith("its launch worker launch@gone stopped reporting before it started the job")
+
+
+def test_a_gpu_a_built_in_job_trains_on_is_not_given_to_a_launch(db, recipe, operator):
+    from launch.kind import start
+    from trainer.models import Worker
+    from yardstick.inputs import InputError
+
+    gpus = [{"index": i, "uuid": uuid, "name": "NVIDIA H100", "memory_mib": 81920} for i, uuid in enumerate(GPUS)]
+    Worker.report("launch@gpu-a", "gpu-a", ["launch@gpu-a"], ["cpu"], cores=4, gpus=gpus)
+    built_in = Job.objects.create(name="grpo", team="research", env="arithmetic", config={}, status="running",
+                                  placed_on="jobs@gpu-a")
+    Stint.objects.create(job=built_in, node="gpu-a", device=GPUS[0], pid=1)  # the node's jobs worker trains on GPU 0
+    recipe("gpu", [PY, "-c", "pass"], devices={"kind": "cuda", "count": 1})
+
+    job = start(recipe="gpu", team="research", created_by=operator)
+    assert Launch.objects.get(pk=job.pk).gpus == [1]
+    with pytest.raises(InputError, match=rf"GPUs none free of 2, held: 0 \(job {built_in.pk}\), 1 \(job {job.pk}\)"):
+        start(recipe="gpu", team="research", created_by=operator)

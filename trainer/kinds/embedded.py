@@ -33,11 +33,13 @@ class Embedded(Kind):
         return sorted(int(p.stem.removeprefix("step-")) for p in job.checkpoint_dir.glob("step-*.pt"))
 
     def held(self, worker):
-        """A running embedded job on `worker` holds the GPUs its open stints name (by UUID), and one core a rank."""
+        """A running embedded job on `worker`'s node holds the GPUs its open stints name (by UUID), and one core a
+        rank: whichever of the node's workers runs it (its jobs worker), another (its launch worker) must not give
+        them out."""
         index = {g.get("uuid"): g.get("index") for g in worker.gpus}
         gpus, cores = {}, {}
-        for job_id, device in Stint.objects.filter(ended_at__isnull=True, node=worker.host, job__source=self.source,
-                                                   job__placed_on=worker.name).values_list("job_id", "device"):
+        for job_id, device in Stint.objects.filter(ended_at__isnull=True, node=worker.host,
+                                                   job__source=self.source).values_list("job_id", "device"):
             if device in index:
                 gpus[index[device]] = job_id
             else:
