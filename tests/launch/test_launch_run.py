@@ -175,7 +175,7 @@ STEPS_PARAMS = [{"name": "steps", "kind": "integer", "default": 6, "minimum": 1,
 
 
 def test_a_stopped_run_resumes_from_its_newest_checkpoint_into_the_same_run(launch_worker, recipe, operator, client):
-    recipe("steps", STEPS, params=STEPS_PARAMS, resume_argv=["--from", "{checkpoint}"], stop_grace_s=[9, 5])
+    recipe("steps", STEPS, params=STEPS_PARAMS, resume_argv=["--from", "{checkpoint}"], stop_grace_s=[5, 5])
     client.force_login(operator)
     job = launch(client, "steps", params={"steps": 1000})
     wait_for(lambda: Job.objects.get(pk=job.pk).steps_done >= 3,
@@ -231,7 +231,7 @@ def test_continue_starts_the_next_run_from_the_last_ones_final_checkpoint(launch
 
 
 def test_the_budget_stops_a_launched_run_through_the_same_steps(launch_worker, recipe, operator, client):
-    recipe("steps", STEPS, params=STEPS_PARAMS, resume_argv=["--from", "{checkpoint}"], stop_grace_s=[9, 5])
+    recipe("steps", STEPS, params=STEPS_PARAMS, resume_argv=["--from", "{checkpoint}"], stop_grace_s=[5, 5])
     client.force_login(operator)
     job = launch(client, "steps", params={"steps": 1000}, budget_usd="5")
     wait_for(lambda: Job.objects.get(pk=job.pk).steps_done >= 2, what="two steps")

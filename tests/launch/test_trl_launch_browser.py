@@ -33,7 +33,7 @@ def trl_recipe(db, admin_user, tmp_path):
         if param["name"] == "model":
             param["root"] = str(root)
     definition["devices"] = {"kind": "cpu", "count": 1}  # this machine has no GPU
-    definition["stop_grace_s"] = [6, 10]  # the run asks about Stop every 2 s
+    definition["stop_grace_s"] = [15, 10]  # the run asks about Stop every 5 s; a loaded machine steps slowly
     definition["env"] = {**definition["env"], "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
     return Recipe.define("trl-grpo", definition, admin_user)[0]
 

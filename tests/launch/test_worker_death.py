@@ -70,7 +70,7 @@ def test_killing_the_worker_kills_every_process_of_the_run_and_fails_the_job_at_
 def test_a_warm_shutdown_stops_its_runs_through_their_stop_flag(worker_process, recipe, operator, client):
     from tests.launch.test_launch_run import STEPS, STEPS_PARAMS
 
-    recipe("steps", STEPS, params=STEPS_PARAMS, resume_argv=["--from", "{checkpoint}"], stop_grace_s=[9, 5])
+    recipe("steps", STEPS, params=STEPS_PARAMS, resume_argv=["--from", "{checkpoint}"], stop_grace_s=[5, 5])
     client.force_login(operator)
     resp = client.post("/api/launch", '{"recipe": "steps", "team": "research", "params": {"steps": 1000}}',
                        content_type="application/json")
