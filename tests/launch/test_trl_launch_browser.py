@@ -67,6 +67,7 @@ def test_an_operator_launches_trl_from_the_start_form_stops_it_at_a_checkpoint_a
     page.wait_for_function("Number(document.getElementById('steps-done').textContent) >= 3", timeout=120_000)
     page.wait_for_function("Array.from(document.querySelectorAll('#logged-charts .chart, #run-figures .chart'))"
                            ".some(c => (c.data || []).some(t => (t.x || []).length >= 2))", timeout=30_000)
+    page.wait_for_function(f"document.getElementById('stints-body').textContent.includes('{settings.YARDSTICK_NODE}')")
     stints = page.inner_text("#stints-body")
     assert settings.YARDSTICK_NODE in stints and "cpu" in stints and "running" in stints
     shot(page, output_dir, request, "running")
