@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from costs.intelligence import jobs_money
 from launch import kind as launch_kind
-from launch.models import Recipe
+from launch.models import Recipe, names_init_from
 from tracking.store import jobs_tagged
 from trainer import inputs, runner
 from trainer.kinds import kind_of
@@ -116,11 +116,7 @@ class Campaign(models.Model):
         accepted = f"a list of environment names, each one of {', '.join(ENV_NAMES)}"
         if not isinstance(envs, list) or not envs or not all(isinstance(e, str) and e in ENV_NAMES for e in envs):
             raise InputError("envs", f"envs must be {accepted}, at least one; got {envs!r}")
-        envs = list(dict.fromkeys(envs))
-        schedule = envs if schedule in (None, []) else schedule
-        if not isinstance(schedule, list) or not all(isinstance(e, str) and e in envs for e in schedule):
-            raise InputError("schedule", f"schedule must be a list of the campaign's envs ({', '.join(envs)}), "
-                                         f"in the order the loop takes them; got {schedule!r}")
+        envs, schedule = _schedule(envs, schedule)
         run_config = {} if run_config is None else run_config
         if not isinstance(run_config, dict):
             raise InputError("run_config", f"run_config must be an object of TrainConfig fields, got {run_config!r}")
@@ -170,11 +166,7 @@ class Campaign(models.Model):
                 or not all(isinstance(e, str) and e.strip() and len(e) <= ENV_MAX for e in envs)):
             raise InputError("envs", f"envs must be a list of environment names (each at most {ENV_MAX} characters), "
                                      f"at least one; got {envs!r}")
-        envs = list(dict.fromkeys(envs))
-        schedule = envs if schedule in (None, []) else schedule
-        if not isinstance(schedule, list) or not all(isinstance(e, str) and e in envs for e in schedule):
-            raise InputError("schedule", f"schedule must be a list of the campaign's envs ({', '.join(envs)}), "
-                                         f"in the order the loop takes them; got {schedule!r}")
+        envs, schedule = _schedule(envs, schedule)
         run_params = {} if run_params is None else run_params
         eval_recipes = {} if eval_recipes is None else eval_recipes
         _recipe("run_recipe", run_recipe, init_from=False, params=run_params)
@@ -513,6 +505,17 @@ def on_run_ended(sender, job, **kwargs):
     campaign.advance(job)
 
 
+def _schedule(envs, schedule):
+    """(envs without repeats, the loop's schedule: the envs in turn unless given); InputError for a schedule that
+    names another env."""
+    envs = list(dict.fromkeys(envs))
+    schedule = envs if schedule in (None, []) else schedule
+    if not isinstance(schedule, list) or not all(isinstance(e, str) and e in envs for e in schedule):
+        raise InputError("schedule", f"schedule must be a list of the campaign's envs ({', '.join(envs)}), "
+                                     f"in the order the loop takes them; got {schedule!r}")
+    return envs, schedule
+
+
 # -- launched runs -------------------------------------------------------------------
 
 
@@ -523,8 +526,7 @@ def _recipe(field, name, init_from, params):
     recipe = Recipe.objects.filter(name=name).first()
     if recipe is None:
         raise InputError(field, f"{field}: there is no recipe {name!r}")
-    names = any("{init_from}" in item for item in [*recipe.definition["argv"], *recipe.definition["env"].values()])
-    if names != init_from:
+    if names_init_from(recipe.definition) != init_from:
         raise InputError(field, f"{field}: recipe {name!r} {'names no' if init_from else 'names'} {{init_from}}; "
                                 + ("it must start from the run it continues or scores" if init_from
                                    else "the first run starts from the recipe's own model"))

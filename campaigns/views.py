@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from campaigns import charts, figures
 from campaigns.models import Campaign
-from launch.models import Recipe
+from launch.models import Recipe, names_init_from
 from trainer.models import Job
 from yardstick.auth import require_role
 from yardstick.http import bad, bad_page, int_param, methods, script_json
@@ -185,8 +185,7 @@ def campaigns_page(request):
     # The recipes a loop can start from (no {init_from}) and those that continue or score a run (they name it).
     recipes = {"first": [], "more": []}
     for recipe in Recipe.objects.all():
-        names = " ".join([*recipe.definition["argv"], *recipe.definition["env"].values()])
-        recipes["more" if "{init_from}" in names else "first"].append(recipe)
+        recipes["more" if names_init_from(recipe.definition) else "first"].append(recipe)
     return render(request, "campaigns/campaigns.html", {"rows": rows, "envs": ENV_NAMES, "recipes": recipes})
 
 

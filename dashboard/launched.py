@@ -6,13 +6,13 @@ Reads only: launching is launch.kind.start (dashboard/forms.py LaunchForm), defi
 """
 
 import json
-import signal
 
 import yaml
 from django.conf import settings
 
+from launch.executor import signal_name
 from launch.kind import LAUNCHED
-from launch.models import FIELDS, Launch, Recipe
+from launch.models import FIELDS, Launch, Recipe, names_init_from
 from launch.output import marker
 from trainer.models import ENDED, RESUMABLE, Source
 from trainer.workers import live_workers, with_devices
@@ -32,11 +32,7 @@ def exit_text(code):
     if code is None:
         return ""
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name} (signal {-code})"
+        return f"killed by {signal_name(-code)} (signal {-code})"
     return f"{code}" + (" (success)" if code == 0 else "")
 
 
@@ -134,7 +130,7 @@ def recipe_choices(selected="", posted=None, errors=None):
             params.append({**spec, "key": key, "id": f"f-{recipe.name}-{spec['name']}", "value": value,
                            "default_text": _shown(spec["default"]), "accepts": accepts, "accepts_code": code,
                            "error": errors.get(key, "") if mine else ""})
-        uses_init_from = any("{init_from}" in item for item in [*definition["argv"], *definition["env"].values()])
+        uses_init_from = names_init_from(definition)
         out.append({"name": recipe.name, "version": recipe.version, "description": definition.get("description", ""),
                     "framework": definition.get("framework", ""), "devices": devices_text(definition["devices"]),
                     "params": params, "uses_init_from": uses_init_from, "value": f"recipe:{recipe.name}",

@@ -373,34 +373,35 @@ class Supervisor:
 
     def _outcome(self, code, job):
         """(status, reason, error) of the job from the command's exit status and the stop step that ended it."""
-        signal_name = _signal_name(-code) if code < 0 else ""
+        killed_by = signal_name(-code) if code < 0 else ""
         if self.stop_at is not None:
             to = Status.BUDGET_EXHAUSTED if job.budget_stop_requested else Status.STOPPED
             who = f"{job.stop_reason}; " if job.stop_reason else ""
-            how = {"flag": f"the run ended itself at its stop flag ({_exit_text(code)})",
+            how = {"flag": f"the run ended itself at its stop flag ({exit_text(code)})",
                    "SIGTERM": f"SIGTERM ended it, {self.launch.stop_grace_s[0]} s after its stop flag "
-                              f"({_exit_text(code)})",
+                              f"({exit_text(code)})",
                    "SIGKILL": f"SIGKILL ended it: it ignored its stop flag and SIGTERM "
                               f"({sum(self.launch.stop_grace_s)} s)"}[self.step]
             return to, f"{who}{how}", ""
         if code == 0:
             return Status.COMPLETED, "the command exited with status 0", ""
         tail = list(self.stderr_tail)
-        first = (f"killed by {signal_name} (signal {-code})" if code < 0
+        first = (f"killed by {killed_by} (signal {-code})" if code < 0
                  else f"exited with status {code}" + (f": {tail[-1].strip()}" if tail else ""))
         quoted = "\n".join(tail)
         return Status.FAILED, first, f"{first}\n{quoted}".strip()[:4000] if quoted else first
 
 
-def _signal_name(number):
+def signal_name(number):
     try:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
 
 
-def _exit_text(code):
-    return f"killed by {_signal_name(-code)}" if code < 0 else f"exit status {code}"
+def exit_text(code):
+    """A process's exit status, for people: "exit status 1", "killed by SIGKILL"."""
+    return f"killed by {signal_name(-code)}" if code < 0 else f"exit status {code}"
 
 
 def trim(job_id, cap_bytes):

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from launch.models import Launch, Recipe
+from launch.models import Launch, Recipe, names_init_from
 from launch.params import Param, ParamError
 from tracking import matching
 from tracking import store as tracking_store
@@ -242,7 +242,7 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
 def _init_from(definition, init_from, init_step):
     """(the launched job a Continue starts from, its checkpoint step) or (None, None); InputError when the recipe
     cannot take one or the job has no checkpoint."""
-    uses = any("{init_from}" in item for item in [*definition["argv"], *definition["env"].values()])
+    uses = names_init_from(definition)
     if init_from in (None, ""):
         if uses:
             raise InputError("init_from", "this recipe starts from another job's checkpoint ({init_from}): give "

@@ -142,6 +142,13 @@ def clean_definition(raw):
     return out
 
 
+def names_init_from(definition):
+    """Whether a (clean) recipe definition starts from another job's checkpoint: its argv or env names {init_from}
+    (a Continue's recipe, a campaign's next run, an evaluation recipe)."""
+    items = [*definition["argv"], *definition["env"].values()]
+    return any("init_from" in placeholders(item, "argv") for item in items)
+
+
 def clean_name(name):
     if not isinstance(name, str) or not NAME.match(name):
         raise InputError("name", f"name must be 1 to 100 lower-case letters, digits, '.', '_' or '-' (starting with "
