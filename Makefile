@@ -22,11 +22,12 @@ run: $(STAMP)
 	$(PY) manage.py up $(ARGS)
 
 # Test processes side by side (pytest-xdist), each with its own embedded servers
-# (tests/parallel.py); TEST_WORKERS=0 runs the suite in one process.
+# (tests/parallel.py); TEST_WORKERS=0 runs the suite in one process. --dist loadgroup keeps
+# the tests of one xdist_group in one process (the Ray tests share one Ray head).
 TEST_WORKERS ?= 2
 
 test: $(DEV_STAMP) browser prometheus lint
-	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} $(PY) -m pytest -p tests.parallel -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} $(PY) -m pytest -p tests.parallel -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The architecture of docs/architecture.md (.importlinter) and a small rule set of mistakes (ruff.toml).
 lint: $(DEV_STAMP)

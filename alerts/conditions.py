@@ -16,6 +16,7 @@ from collector import store
 from collector.models import Device, DeviceEvent, Node, Sample
 from costs.ledger import job_costs, usage
 from costs.money import usd_text
+from launch.models import Cluster
 from trainer.models import ACTIVE, Job, Status, Step
 
 
@@ -200,6 +201,27 @@ def entropy_low(rule, now):
     return _for_steps(rule, "train/entropy", lambda v: v < rule.threshold, "below")
 
 
+# -- clusters -------------------------------------------------------------------------------------
+
+
+def cluster_unreachable(rule, now):
+    """Clusters Yardstick launches on (launch.models.Cluster) whose follower has had no answer for longer than
+    `duration` minutes; their jobs are marked "cluster unreachable", not failed. Resolved at the first answer."""
+    prefix, name = rule.scope_parts()
+    clusters = Cluster.objects.filter(unreachable_since__isnull=False)
+    if prefix == "cluster":
+        clusters = clusters.filter(name=name)
+    out = {}
+    for cluster in clusters:
+        minutes = (now - cluster.unreachable_since).total_seconds() / 60
+        if minutes >= rule.duration:
+            live = cluster.launches.filter(job__status__in=(Status.QUEUED, *ACTIVE)).count()
+            out[f"cluster:{cluster.name}"] = (
+                round(minutes, 1), f"{cluster.kind} cluster {cluster.name} ({cluster.address}) does not answer for "
+                                   f"{minutes:.0f} min ({live} live job(s) on it): {cluster.error or 'no answer'}")
+    return out
+
+
 CONDITIONS = {"gpu_idle": gpu_idle, "node_stale": node_stale, "device_unhealthy": device_unhealthy,
-              "idle_spend": idle_spend, "job_failed": job_failed,
+              "idle_spend": idle_spend, "job_failed": job_failed, "cluster_unreachable": cluster_unreachable,
               "budget": budget, "reward_drop": reward_drop, "kl_high": kl_high, "entropy_low": entropy_low}

@@ -59,6 +59,8 @@ KINDS = {
     "idle_spend": Kind("Idle spend", "dollars per hour of idle device time, per team",
                        "averaged over the last this many minutes", "minutes", ("team",), 60),
     "job_failed": Kind("Job failed", None, None, None, ("team", "job")),
+    "cluster_unreachable": Kind("Cluster unreachable", None, "not answering for longer than this many minutes",
+                                "minutes", ("cluster",), 5),
     "budget": Kind("Budget", "percent of the job's budget spent (e.g. 80 or 100)", None, None, ("team", "job")),
     "reward_drop": Kind("Reward collapse", "drop of train/reward_mean below its best so far",
                         "for this many consecutive steps", "steps", ("team", "job"), 5),
@@ -183,7 +185,7 @@ class AlertRule(models.Model):
         return KINDS[self.kind]
 
     def scope_parts(self):
-        """("team"|"node"|"job"|None, value): what the rule is limited to."""
+        """("team"|"node"|"job"|"cluster"|None, value): what the rule is limited to."""
         if not self.scope:
             return None, None
         prefix, _, value = self.scope.partition(":")
@@ -299,6 +301,7 @@ class AlertRule(models.Model):
             "device_unhealthy": lambda: "a device that reported a critical error (XID, uncorrected ECC, row remap)",
             "idle_spend": lambda: f"idle spend above ${t:g}/h per team (over {d} min)",
             "job_failed": lambda: "a job failed",
+            "cluster_unreachable": lambda: f"a cluster Yardstick launches on not answering for more than {d} min",
             "budget": lambda: f"a job at {t:g}% of its budget",
             "reward_drop": lambda: f"reward mean {t:g} below its best for {d} steps",
             "kl_high": lambda: f"KL above {t:g} for {d} steps",

@@ -11,6 +11,12 @@ class LaunchConfig(AppConfig):
         from trainer.kinds import register
 
         register(LAUNCHED)
+        from launch.executors import register as register_executor
+        from launch.kind import NODE
+        from launch.on_ray import RayExecutor
+
+        register_executor(NODE)
+        register_executor(RayExecutor())
         # here: trainer.views is loaded once every app is; /api/jobs/<id> then shows what a launched job ran
         from trainer.views import add_detail_part
 

@@ -89,20 +89,56 @@ def child_env(job, launch, run, token, gpus, values):
     the recipe's (rendered)."""
     env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV and not k.startswith(PRIVATE_PREFIXES)}
     env.update({
-        "PYTHONUNBUFFERED": "1",  # lines reach the page as they are printed, not when a buffer fills
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpus),
+        **run_variables(job, launch, run, token, values),
+        "YARDSTICK_NODE": settings.YARDSTICK_NODE,
+    })
+    return env
+
+
+def run_variables(job, launch, run, token, values):
+    """What every start of a launched job is given, wherever it runs: its MLflow run and token, its job id, how
+    often to ask for a stop, and the recipe's own variables (rendered)."""
+    env = {
+        "PYTHONUNBUFFERED": "1",  # lines reach the page as they are printed, not when a buffer fills
         "MLFLOW_TRACKING_URI": settings.YARDSTICK_URL or DEFAULT_URL,
         "MLFLOW_TRACKING_TOKEN": token,
         "MLFLOW_RUN_ID": run.run_id,
         "MLFLOW_EXPERIMENT_NAME": run.experiment.name,
         "YARDSTICK_JOB_ID": str(job.pk),
-        "YARDSTICK_NODE": settings.YARDSTICK_NODE,
         # The run asks whether to stop well within the first grace (the client's default is every 10 s).
         "YARDSTICK_STOP_CHECK_S": f"{max(1.0, min(10.0, launch.stop_grace_s[0] / 3)):g}",
-    })
+    }
     env.update(dict(zip(launch.definition["env"], render(list(launch.definition["env"].values()), values))))
     return env
+
+
+def command(job, launch, folder, python):
+    """(argv, placeholder values) of this start of `job`, its output directory `folder` and {python} `python`: the
+    recipe's argv, and on a Resume its resume arguments from the newest checkpoint there. LaunchError when a Resume
+    finds none or no token can be issued."""
+    definition = launch.definition
+    run = job.run
+    values = {**launch.values, "job_dir": str(folder), "experiment": run.experiment.name, "python": python,
+              "yardstick": str(settings.BASE_DIR)}
+    if job.init_from_id:
+        values["init_from"] = init_from_path(job)
+    argv = render(definition["argv"], values)
+    if launch.checkpoints and definition.get("resume_argv"):  # a Resume: from the newest checkpoint
+        found = found_checkpoints(folder, definition)
+        if not found:
+            raise LaunchError(f"job {job.pk} was resumed but its output directory {folder} holds no checkpoint "
+                              "now; Restart starts it again from the beginning")
+        argv += render(definition["resume_argv"], {**values, "checkpoint": str(Path(folder) / found[-1][1])})
+    if not job.created_by_id:
+        raise LaunchError(f"job {job.pk} has no user who launched it, so no token can be issued for its run")
+    return argv, values
+
+
+def issue_token(job):
+    """(secret, ApiToken row) of a new token that writes `job`'s run and nothing else."""
+    return ApiToken.issue(job.created_by, name=f"launched job {job.pk}", run_id=job.run.run_id)
 
 
 def prepare(job, launch):
@@ -110,22 +146,9 @@ def prepare(job, launch):
     definition = launch.definition
     folder = job_dir(job)
     folder.mkdir(parents=True, exist_ok=True)
-    run = job.run
-    values = {**launch.values, "job_dir": str(folder), "experiment": run.experiment.name, "python": sys.executable,
-              "yardstick": str(settings.BASE_DIR)}
-    if job.init_from_id:
-        values["init_from"] = init_from_path(job)
-    argv = render(definition["argv"], values)
-    found = found_checkpoints(folder, definition)
-    if launch.checkpoints and definition.get("resume_argv"):  # a Resume: from the newest checkpoint
-        if not found:
-            raise LaunchError(f"job {job.pk} was resumed but its output directory {folder} holds no checkpoint "
-                              "now; Restart starts it again from the beginning")
-        argv += render(definition["resume_argv"], {**values, "checkpoint": str(folder / found[-1][1])})
-    if not job.created_by_id:
-        raise LaunchError(f"job {job.pk} has no user who launched it, so no token can be issued for its run")
-    token, row = ApiToken.issue(job.created_by, name=f"launched job {job.pk}", run_id=run.run_id)
-    env = child_env(job, launch, run, token, launch.gpus, values)
+    argv, values = command(job, launch, folder, sys.executable)
+    token, row = issue_token(job)
+    env = child_env(job, launch, job.run, token, launch.gpus, values)
     env[MARK] = secrets.token_hex(16)  # every process of this start carries it: the guard finds them by it
     cwd = render([definition["workdir"]], values)[0] if definition.get("workdir") else str(folder)
     return argv, env, cwd, row
@@ -177,11 +200,9 @@ class Supervisor:
         self.job, self.argv, self.env, self.cwd = job, argv, env, cwd
         self.mark = env[MARK]
         self.launch = Launch.objects.get(pk=job.pk)
-        self.seq = self.launch.output_seq
-        self.pending = []  # OutputLine rows not yet written
+        self.out = OutputWriter(job.pk, self.launch.output_seq)
         self.stderr_tail = deque(maxlen=STDERR_QUOTED)
         self.splitters = {"stdout": LineSplitter(), "stderr": LineSplitter()}
-        self.partial = {}
         self.stop_at = None  # monotonic time the stop flag was seen
         self.step = ""  # the stop step reached: "", flag, SIGTERM, SIGKILL
         self.lost = ""
@@ -320,32 +341,16 @@ class Supervisor:
     # -- output -----------------------------------------------------------------------------
 
     def add(self, stream, text):
-        self.seq += 1
-        self.pending.append(OutputLine(job_id=self.job.pk, seq=self.seq, stream=stream, text=text,
-                                       at=timezone.now()))
+        self.out.add(stream, text)
         if stream == "stderr" and text.strip():
             self.stderr_tail.append(text)
 
     def say(self, text):
         """A line of Yardstick's own in the job's output (the stop steps, the start and the end)."""
-        self.add("yardstick", text)
-        self.flush()
+        self.out.say(text)
 
     def flush(self):
-        partial = {s: sp.pending() for s, sp in self.splitters.items() if sp.pending()}
-        if not self.pending and partial == self.partial:
-            return
-        lines = self.pending  # kept until written: a flush the database refused is tried again with them
-        size = sum(line_bytes(line.text) for line in lines)
-        with transaction.atomic():
-            OutputLine.objects.bulk_create(lines)
-            Launch.objects.filter(pk=self.job.pk).update(output_seq=self.seq,
-                                                         output_bytes=F("output_bytes") + size)
-            dropped = trim(self.job.pk, output_cap_bytes())
-            publish(f"job.{self.job.pk}", "output", {
-                "job": self.job.pk, "lines": [line.to_list() for line in lines], "partial": partial,
-                "dropped": dropped, "marker": marker(dropped, output_cap_bytes())})
-        self.pending, self.partial = [], partial
+        self.out.flush({s: sp.pending() for s, sp in self.splitters.items() if sp.pending()})
 
     def _scan_checkpoints(self):
         found = [name for _step, name in found_checkpoints(job_dir(self.job), self.launch.definition)]
@@ -390,6 +395,42 @@ class Supervisor:
                  else f"exited with status {code}" + (f": {tail[-1].strip()}" if tail else ""))
         quoted = "\n".join(tail)
         return Status.FAILED, first, f"{first}\n{quoted}".strip()[:4000] if quoted else first
+
+
+class OutputWriter:
+    """The lines of one start of a launched job, numbered on from `seq`: kept (OutputLine, the newest
+    settings.LAUNCH_OUTPUT_MAX_MB) and published on the job's topic at each flush, whoever read them (a node's
+    Supervisor from the process's pipes, a cluster's follower from the scheduler's log)."""
+
+    def __init__(self, job_id, seq):
+        self.job_id, self.seq = job_id, seq
+        self.pending = []  # OutputLine rows not yet written
+        self.partial = {}
+
+    def add(self, stream, text):
+        self.seq += 1
+        self.pending.append(OutputLine(job_id=self.job_id, seq=self.seq, stream=stream, text=text, at=timezone.now()))
+
+    def say(self, text):
+        """A line of Yardstick's own in the job's output (the stop steps, the start and the end), written now."""
+        self.add("yardstick", text)
+        self.flush()
+
+    def flush(self, partial=None):
+        """Write and publish the lines added since the last flush; `partial`: {stream: the line being written}."""
+        partial = partial or {}
+        if not self.pending and partial == self.partial:
+            return
+        lines = self.pending  # kept until written: a flush the database refused is tried again with them
+        size = sum(line_bytes(line.text) for line in lines)
+        with transaction.atomic():
+            OutputLine.objects.bulk_create(lines)
+            Launch.objects.filter(pk=self.job_id).update(output_seq=self.seq, output_bytes=F("output_bytes") + size)
+            dropped = trim(self.job_id, output_cap_bytes())
+            publish(f"job.{self.job_id}", "output", {
+                "job": self.job_id, "lines": [line.to_list() for line in lines], "partial": partial,
+                "dropped": dropped, "marker": marker(dropped, output_cap_bytes())})
+        self.pending, self.partial = [], partial
 
 
 def signal_name(number):

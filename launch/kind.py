@@ -21,7 +21,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from launch.models import Launch, Recipe, names_init_from
+from launch.executors import Executor, executor_named
+from launch.models import Cluster, Launch, Recipe, names_init_from
 from launch.params import Param, ParamError
 from tracking import matching
 from tracking import store as tracking_store
@@ -64,16 +65,11 @@ class Launched(Kind):
 
     def placement(self, job):
         launch = job.launch
-        # A Resume goes where its checkpoints are: the job's output directory is on its node's disk.
-        node = job.node or (launch.node if launch.checkpoints else "")
-        return place(launch.definition["devices"], node, job.pool, job=job)
+        return executor_named(launch.executor).place(launch.definition, node=job.node, pool=job.pool,
+                                                     cluster=launch.cluster, job=job)
 
     def dispatch(self, job, placement):
-        # What the placement gave the job is held from now: the next placement sees it taken.
-        Launch.objects.filter(pk=job.pk).update(worker=placement.worker, node=placement.node, gpus=placement.gpus,
-                                                cores=placement.cores)
-        job_id, queue = job.pk, placement.queue
-        transaction.on_commit(lambda: current_app.send_task(RUN_LAUNCH, args=[job_id], queue=queue))
+        executor_named(job.launch.executor).dispatch(job, placement)
 
     def resume_refusal(self, job):
         launch = _launch(job)
@@ -91,6 +87,35 @@ class Launched(Kind):
             if launch else []
 
     def held(self, worker):
+        return NODE.held(worker)
+
+    def beating(self):
+        # A cluster's job has no Yardstick worker to beat for it: its follower reconciles it with the scheduler.
+        return Q(launch__executor=NODE.name)
+
+
+LAUNCHED = Launched()
+
+
+class NodeExecutor(Executor):
+    """A GPU node's launch worker runs the job (launch/executor.py): placed here on free devices, sent to that
+    worker's own queue."""
+
+    name = "node"
+
+    def place(self, definition, *, node="", pool="", cluster=None, job=None):
+        if job is not None and not node and job.launch.checkpoints:
+            node = job.launch.node  # a Resume goes where its checkpoints are: the job's output directory is there
+        return place(definition["devices"], node, pool, job=job)
+
+    def dispatch(self, job, placement):
+        # What the placement gave the job is held from now: the next placement sees it taken.
+        Launch.objects.filter(pk=job.pk).update(worker=placement.worker, node=placement.node, gpus=placement.gpus,
+                                                cores=placement.cores)
+        job_id, queue = job.pk, placement.queue
+        transaction.on_commit(lambda: current_app.send_task(RUN_LAUNCH, args=[job_id], queue=queue))
+
+    def held(self, worker):
         gpus, cores = {}, {}
         for launch in Launch.objects.filter(worker=worker.name, job__status__in=LIVE).only("job_id", "gpus", "cores"):
             gpus.update({index: launch.job_id for index in launch.gpus})
@@ -99,7 +124,7 @@ class Launched(Kind):
         return {"gpus": gpus, "cores": cores}
 
 
-LAUNCHED = Launched()
+NODE = NodeExecutor()
 
 
 def _launch(job):
@@ -193,13 +218,14 @@ def parameter_values(recipe_definition, given):
 
 
 def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=None, node="", pool="", created_by=None,
-          init_from=None, init_step=None, stop_loss=None):
+          init_from=None, init_step=None, stop_loss=None, cluster=None):
     """Validate the launch, place it, create the queued job, its Launch and its MLflow run, and (after commit) send
     it to the chosen launch worker; return the job. InputError names the first bad field; nothing is created then.
 
     `recipe`: its name; `params`: values for its parameters; `env`: the job's environment (its MLflow experiment,
     what IPD compares; default the recipe's name); `init_from`: a launched job whose final checkpoint fills
-    {init_from} (a Continue)."""
+    {init_from} (a Continue); `cluster`: the registered cluster a recipe that runs on one is submitted to (default
+    the recipe's own, or the only one of its kind)."""
     if not isinstance(recipe, str) or not recipe:
         raise InputError("recipe", "recipe is required: the name of one of the admins' recipes")
     row = Recipe.objects.filter(name=recipe).first()
@@ -215,12 +241,14 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
     stop_rule = stoploss.parse(stop_loss)
     node, pool = inputs.name_field("node", node, 255), inputs.name_field("pool", pool, TEAM_MAX)
     source, init_step = _init_from(definition, init_from, init_step)
-    if source is not None and not node:
+    executor = executor_named(definition.get("executor"))
+    target = _cluster(definition, cluster) if executor.remote else None
+    if source is not None and not node and not executor.remote:
         node = source.launch.node  # {init_from} is a folder on the node the job it continues ran on
     with transaction.atomic():
         # One placement at a time: two launches must not be given the same free GPUs.
         Worker.objects.select_for_update().filter(name__startswith=QUEUE_PREFIX).exists()
-        placement = place(definition["devices"], node, pool)
+        placement = executor.place(definition, node=node, pool=pool, cluster=target)
         job = Job.open(
             reason=f"launched by {created_by}" if created_by else "launched",
             name=name, team=team, env=env, config={}, budget_usd=budget, device=definition["devices"]["kind"],
@@ -229,14 +257,32 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
             placed_on=placement.worker, stop_loss={**stop_rule, "from_step": 0} if stop_rule else {},
         )
         Launch.objects.create(job=job, recipe=row, recipe_name=row.name, recipe_version=row.version,
-                              definition=definition, values=values)
+                              definition=definition, values=values, executor=executor.name, cluster=target)
         try:
             tracking_store.attach_run(job, experiment=env, score_key=definition.get("score_key", ""),
                                       created_by=created_by)
         except TrackingError as err:  # a deleted experiment of that name
             raise InputError("env", f"env: {err.message}") from None
-        LAUNCHED.dispatch(job, placement)
+        executor.dispatch(job, placement)
     return job
+
+
+def _cluster(definition, name):
+    """The registered cluster a launch of `definition` is submitted to: `name` (the launch's), else the recipe's,
+    else the only one of the executor's kind; InputError naming the clusters there are."""
+    kind = definition["executor"]
+    name = name or definition.get("cluster") or ""
+    clusters = Cluster.objects.filter(kind=kind)
+    if not name:
+        if clusters.count() == 1:
+            return clusters.get()
+        there = ", ".join(c.name for c in clusters) or "none yet (an admin registers one on the Clusters page)"
+        raise InputError("cluster", f"this recipe runs on a {kind} cluster: choose one ({there})")
+    row = clusters.filter(name=name).first()
+    if row is None:
+        there = ", ".join(c.name for c in clusters) or "none yet (an admin registers one on the Clusters page)"
+        raise InputError("cluster", f"there is no {kind} cluster {name!r}; {kind} clusters: {there}")
+    return row
 
 
 def _init_from(definition, init_from, init_step):
@@ -271,7 +317,8 @@ def restart(job, by=None):
     launch = job.launch
     return start(recipe=launch.recipe_name, params=launch.values, name=job.name, team=job.team, env=job.env,
                  budget_usd=job.budget_usd, node=job.node, pool=job.pool, created_by=by,
-                 init_from=job.init_from_id, init_step=job.init_step, stop_loss=job.stop_loss or None)
+                 init_from=job.init_from_id, init_step=job.init_step, stop_loss=job.stop_loss or None,
+                 cluster=launch.cluster.name if launch.cluster_id else None)
 
 
 def revoke_ended_tokens(now=None):

@@ -25,7 +25,11 @@ ARGV_MAX, PARAMS_MAX, ENV_MAX = 200, 50, 100
 GRACE_MAX_S = 3600
 DEFAULT_GRACE_S = (60, 30)  # the stop flag's, then SIGTERM's, before the next step
 FIELDS = ("description", "argv", "params", "env", "workdir", "devices", "framework", "score_key", "stop_grace_s",
-          "resume_argv", "checkpoint_pattern")
+          "resume_argv", "checkpoint_pattern", "executor", "cluster", "shared_dir", "working_dir")
+# Where a recipe runs: "node" (a GPU node's launch worker, launch/executor.py) or a scheduler Yardstick submits it
+# to and follows (launch/remote.py): "ray" (a registered Ray cluster's Jobs API, launch/on_ray.py).
+EXECUTORS = ("node", "ray")
+CLUSTER_KINDS = ("ray",)
 
 
 def _text(field, value, limit, required=False):
@@ -139,6 +143,42 @@ def clean_definition(raw):
     }
     if pattern:  # only when given: the definitions stored before the field existed stay equal to their exports
         out["checkpoint_pattern"] = pattern
+    out.update(_where(raw, out))
+    return out
+
+
+def _where(raw, clean):
+    """The fields of a recipe that runs on a cluster (executor, cluster, shared_dir, working_dir), checked; {} for
+    a node recipe, so the definitions stored before clusters existed stay equal to their exports."""
+    executor = raw.get("executor") or "node"
+    if executor not in EXECUTORS:
+        raise InputError("executor", f"executor must be one of {', '.join(EXECUTORS)} (node: a GPU node's launch "
+                                     f"worker; ray: a registered Ray cluster), got {executor!r}")
+    if executor == "node":
+        extra = sorted(k for k in ("cluster", "shared_dir", "working_dir") if raw.get(k))
+        if extra:
+            raise InputError(extra[0], f"{extra[0]} is for a recipe that runs on a cluster (executor: ray); this "
+                                       "one runs on a node's launch worker")
+        return {}
+    cluster = raw.get("cluster") or ""
+    if cluster:
+        clean_name(cluster, "cluster")
+    shared = _text("shared_dir", raw.get("shared_dir"), 1000)
+    if shared and not shared.startswith("/"):
+        raise InputError("shared_dir", f"shared_dir must be an absolute path on storage every node of the cluster "
+                                       f"mounts (its jobs' output directories go there), got {shared!r}")
+    items = [*clean["argv"], *clean["resume_argv"], *clean["env"].values(), clean["workdir"]]
+    uses_dir = any("job_dir" in placeholders(item, "argv") for item in items)
+    if uses_dir and not shared:
+        raise InputError("shared_dir", "this recipe names {job_dir}, which on a cluster must be on storage its "
+                                       "nodes share: set shared_dir (e.g. /mnt/shared/yardstick)")
+    if clean["resume_argv"] and not shared:
+        raise InputError("shared_dir", "a Resume on a cluster finds its checkpoints in the job's output directory, "
+                                       "on storage its nodes share: set shared_dir")
+    working_dir = _text("working_dir", raw.get("working_dir"), 1000)
+    out = {"executor": executor, "cluster": cluster, "shared_dir": shared}
+    if working_dir:
+        out["working_dir"] = working_dir
     return out
 
 
@@ -149,10 +189,10 @@ def names_init_from(definition):
     return any("init_from" in placeholders(item, "argv") for item in items)
 
 
-def clean_name(name):
+def clean_name(name, field="name"):
     if not isinstance(name, str) or not NAME.match(name):
-        raise InputError("name", f"name must be 1 to 100 lower-case letters, digits, '.', '_' or '-' (starting with "
-                                 f"a letter or digit), got {name!r}")
+        raise InputError(field, f"{field} must be 1 to 100 lower-case letters, digits, '.', '_' or '-' (starting "
+                                f"with a letter or digit), got {name!r}")
     return name
 
 
@@ -250,6 +290,103 @@ def import_all(document, user=None):
     return outcome
 
 
+CLUSTER_FIELDS = ("name", "kind", "address", "headers", "python", "description")
+HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,100}$")
+HEADERS_MAX = 20
+
+
+class Cluster(models.Model):
+    """A scheduler Yardstick submits recipes to and follows (launch/remote.py): a Ray cluster, by the address of its
+    dashboard (the Jobs API, e.g. http://ray-head:8265) and the headers an authenticating proxy in front of it wants
+    (their values are secrets: stored, sent, never shown).
+
+    `answered_at` / `unreachable_since` / `error` are the follower's: when it last answered, since when it has not,
+    and what the last failed call said."""
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=20, default="ray")
+    address = models.CharField(max_length=1000)
+    headers = models.JSONField(default=dict, blank=True)
+    python = models.CharField(max_length=1000, blank=True, default="python",
+                              help_text="what {python} is in its recipes: the interpreter on the cluster's nodes")
+    description = models.CharField(max_length=2000, blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    unreachable_since = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return f"{self.kind} cluster {self.name}"
+
+    @classmethod
+    def register(cls, raw, user=None):
+        """Create the cluster `raw` names ({name, address, kind?, headers?, python?, description?}) or change it; return
+        (cluster, "created" | "updated"). InputError names the bad field; nothing is stored then."""
+        if not isinstance(raw, dict):
+            raise InputError("body", "a cluster must be an object {name, address, kind, headers, description}")
+        unknown = sorted(set(raw) - set(CLUSTER_FIELDS))
+        if unknown:
+            raise InputError(unknown[0], f"a cluster has no field {unknown[0]!r}; its fields are "
+                                         f"{', '.join(CLUSTER_FIELDS)}")
+        name = clean_name(raw.get("name"))
+        kind = raw.get("kind") or "ray"
+        if kind not in CLUSTER_KINDS:
+            raise InputError("kind", f"kind must be one of {', '.join(CLUSTER_KINDS)}, got {kind!r}")
+        address = clean_address(raw.get("address"))
+        headers = raw.get("headers") or {}
+        if not isinstance(headers, dict) or len(headers) > HEADERS_MAX:
+            raise InputError("headers", f"headers must be an object of at most {HEADERS_MAX} Name: value pairs (what "
+                                        "a proxy in front of the dashboard wants), got a "
+                                        f"{type(headers).__name__}")
+        for key, value in headers.items():
+            if not HEADER_NAME.match(key):
+                raise InputError("headers", f"header names are letters, digits and '-', got {key!r}")
+            if not isinstance(value, str) or text_problem(value) or len(value) > 4000 or "\n" in value:
+                raise InputError(f"headers.{key}", f"headers.{key} must be one line of text of at most 4000 "
+                                                   "characters")
+        description = _text("description", raw.get("description"), 2000)
+        python = _text("python", raw.get("python"), 1000) or "python"
+        with transaction.atomic():
+            row = cls.objects.select_for_update().filter(name=name).first()
+            outcome = "updated" if row else "created"
+            row = row or cls(name=name, created_by=user)
+            row.kind, row.address, row.headers, row.description = kind, address, dict(headers), description
+            row.python = python
+            row.save()
+        return row, outcome
+
+    def to_dict(self):
+        return {"name": self.name, "kind": self.kind, "address": self.address, "header_names": sorted(self.headers),
+                "python": self.python, "description": self.description,
+                "answered_at": self.answered_at.isoformat() if self.answered_at else None,
+                "unreachable_since": self.unreachable_since.isoformat() if self.unreachable_since else None,
+                "error": self.error}
+
+
+def clean_address(value):
+    """A cluster dashboard's address: http(s)://host[:port][/path], no credentials in it (headers carry those)."""
+    from urllib.parse import urlsplit
+
+    text = _text("address", value, 1000, required=True).strip()
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises on a port that is no number
+    except ValueError as err:
+        raise InputError("address", f"address is not a URL ({err}), got {value!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError("address", f"address must be the dashboard's http(s)://host:port (Ray's is port 8265), got "
+                                    f"{value!r}")
+    if parts.username or parts.password:
+        raise InputError("address", "address must not hold a user or password: give them as headers (e.g. "
+                                    "Authorization), which are never shown")
+    return text.rstrip("/")
+
+
 class Launch(models.Model):
     """What a launched job (trainer.Job, source "launched") runs: the recipe version, the parameter values, and
     the exact argv and environment names of its newest start; where it runs and how its process ended.
@@ -282,6 +419,17 @@ class Launch(models.Model):
     output_bytes = models.BigIntegerField(default=0, help_text="bytes of the output lines kept")
     output_dropped = models.BigIntegerField(default=0, help_text="oldest output lines dropped past the cap")
     output_seq = models.BigIntegerField(default=0, help_text="number of the newest output line")
+    # A launch on a cluster (launch/remote.py): the scheduler's id of its newest start, what the scheduler last
+    # said of it, how much of its log is kept, and its stop steps' times (the follower keeps nothing in memory).
+    executor = models.CharField(max_length=20, default="node")
+    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="launches")
+    remote_id = models.CharField(max_length=200, blank=True, default="")
+    remote_status = models.CharField(max_length=40, blank=True, default="")
+    remote_message = models.TextField(blank=True, default="")
+    starts = models.PositiveIntegerField(default=0, help_text="submissions so far (each Resume is one more)")
+    log_offset = models.BigIntegerField(default=0, help_text="characters of the scheduler's log already kept")
+    stop_flag_at = models.DateTimeField(null=True, blank=True)
+    unreachable_since = models.DateTimeField(null=True, blank=True)
 
     def __str__(self):
         return f"launch of job {self.job_id}: {self.recipe_name} v{self.recipe_version}"
@@ -295,6 +443,10 @@ class Launch(models.Model):
                 "argv": self.argv, "env_names": self.env_names, "worker": self.worker, "node": self.node,
                 "gpus": self.gpus, "cores": self.cores, "job_dir": self.job_dir, "pid": self.pid,
                 "stop_step": self.stop_step, "exit_code": self.exit_code, "checkpoints": self.checkpoints,
+                "executor": self.executor, "cluster": self.cluster.name if self.cluster_id else None,
+                "remote_id": self.remote_id, "remote_status": self.remote_status,
+                "remote_message": self.remote_message,
+                "unreachable_since": self.unreachable_since.isoformat() if self.unreachable_since else None,
                 "output": {"bytes": self.output_bytes, "dropped": self.output_dropped, "lines": self.output_seq}}
 
 

@@ -4,7 +4,7 @@ import logging
 
 from celery import shared_task
 
-from launch import executor
+from launch import executor, remote
 from launch.kind import RUN_LAUNCH, fail_orphans, match_other_nodes, revoke_ended_tokens
 
 log = logging.getLogger(__name__)
@@ -34,3 +34,17 @@ def revoke_tokens():
 def match_launched_runs():
     """Charge launched jobs for the GPUs their processes hold on other nodes (found by YARDSTICK_JOB_ID)."""
     return match_other_nodes()
+
+
+# Sent after a launch on a cluster (to submit it at once) and by beat every settings.LAUNCH_FOLLOW_S for them all;
+# the row lock each pass takes makes two at once harmless.
+@shared_task(name=remote.FOLLOW, ignore_result=True)
+def follow_remote(job_id):
+    """One follower pass over launched job `job_id` on its cluster (submits it when queued)."""
+    remote.follow(job_id)
+
+
+@shared_task(name="launch.tasks.follow_clusters", ignore_result=True)
+def follow_clusters():
+    """One follower pass over every live job launched on a cluster."""
+    return remote.follow_all()

@@ -9,8 +9,9 @@ import yaml
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 
-from launch import kind
-from launch.models import Launch, OutputLine, Recipe, export_all, import_all
+from launch import kind, remote
+from launch.executors import executor_named
+from launch.models import Cluster, Launch, OutputLine, Recipe, export_all, import_all
 from launch.output import marker
 from trainer.models import Job
 from yardstick.auth import require_role
@@ -18,7 +19,7 @@ from yardstick.http import bad, int_param, methods
 from yardstick.inputs import InputError, json_object
 
 LAUNCH_FIELDS = ("recipe", "params", "name", "team", "env", "budget_usd", "node", "pool", "init_from", "init_step",
-                 "stop_loss")
+                 "stop_loss", "cluster")
 OUTPUT_LIMIT, OUTPUT_LIMIT_MAX = 1000, 10000
 
 FORMATS = ("json", "yaml")
@@ -127,6 +128,70 @@ def _import(request):
 
 export_api = methods(GET=_export)
 import_api = methods(POST=_import)
+
+
+# -- /api/clusters -------------------------------------------------------------------------------
+
+
+def cluster_detail(cluster, nodes=False):
+    """A cluster as the API and its page show it; with `nodes`, its nodes as it reports them (asked now), each tied to
+    its Yardstick node or flagged as one whose cost cannot be measured, and {"nodes_error"} when it did not answer."""
+    out = {**cluster.to_dict(), "live_jobs": list(cluster.launches.filter(job__status__in=kind.LIVE)
+                                                   .values_list("job_id", flat=True))}
+    if nodes:
+        try:
+            found = remote.tie(executor_named(cluster.kind).nodes(cluster))
+        except remote.Unreachable as err:
+            out.update(nodes=[], nodes_error=f"the cluster did not answer: {err}")
+        else:
+            out["nodes"] = [{"name": n.name, "address": n.address, "alive": n.alive, "head": n.head, "gpus": n.gpus,
+                             "cpus": n.cpus, "yardstick_node": n.yardstick_node,
+                             "measured": n.yardstick_node is not None} for n in found]
+    return out
+
+
+@require_role("viewer")
+def _clusters(request):
+    return JsonResponse({"clusters": [cluster_detail(c) for c in Cluster.objects.all()]})
+
+
+@require_role("admin")
+def _register(request):
+    """Register a cluster {name, address, kind, headers, python, description} (or change the one of that name)."""
+    try:
+        cluster, outcome = Cluster.register(json_object(request.body), request.user)
+    except InputError as err:
+        return bad(err.field, err.message)
+    return JsonResponse(cluster_detail(cluster), status=201 if outcome == "created" else 200)
+
+
+clusters_api = methods(GET=_clusters, POST=_register)
+
+
+@require_role("viewer")
+def _cluster(request, name):
+    cluster = Cluster.objects.filter(name=name).first()
+    if cluster is None:
+        return JsonResponse({"error": f"no cluster {name!r}"}, status=404)
+    return JsonResponse(cluster_detail(cluster, nodes=True))
+
+
+@require_role("admin")
+def _unregister(request, name):
+    """Forget a cluster; refused while a job launched on it is live (its follower needs the address)."""
+    cluster = Cluster.objects.filter(name=name).first()
+    if cluster is None:
+        return JsonResponse({"error": f"no cluster {name!r}"}, status=404)
+    live = cluster.launches.filter(job__status__in=kind.LIVE).values_list("job_id", flat=True)
+    if live:
+        return bad("name", f"cluster {name!r} runs job(s) {', '.join(map(str, live))}: stop them first")
+    if cluster.launches.exists():
+        Launch.objects.filter(cluster=cluster).update(cluster=None)
+    cluster.delete()
+    return JsonResponse({"deleted": name})
+
+
+cluster_api = methods(GET=_cluster, DELETE=_unregister)
 
 
 # -- /api/launch ----------------------------------------------------------------------------------

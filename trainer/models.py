@@ -317,8 +317,11 @@ class Job(models.Model):
         stale = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)
         failed = []
         # Only a kind with a worker beats: an external run's silence marks it stale instead (tracking.kind).
-        beating = [kind.source for kind in kinds() if kind.worker_beats]
-        for job in cls.objects.filter(stale, status__in=ACTIVE, source__in=beating):
+        beating = Q(pk__in=[])
+        for kind in kinds():
+            if kind.worker_beats:
+                beating |= Q(kind.beating(), source=kind.source)
+        for job in cls.objects.filter(stale, beating, status__in=ACTIVE):
             last = job.heartbeat_at.strftime("%Y-%m-%d %H:%M:%S UTC") if job.heartbeat_at else "never"
             cause = f"stopped answering: last heartbeat {last}, more than {limit_s:g} s ago"
             # The worker was last known alive at its heartbeat: charge device time up to then.

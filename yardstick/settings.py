@@ -121,6 +121,8 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 # Long training runs get their own queue and workers so upkeep never starves.
 CELERY_TASK_ROUTES = {"trainer.tasks.run_job": {"queue": "jobs"}}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+# How often the jobs launched on clusters (Ray) are followed: their state, new log lines and stop steps.
+LAUNCH_FOLLOW_S = envint("YARDSTICK_LAUNCH_FOLLOW_S", 2, minimum=1)
 # Periodic upkeep; each task sits beside the domain code it maintains.
 CELERY_BEAT_SCHEDULE = {
     "beat-tick": {"task": "yardstick.tasks.beat_tick", "schedule": 10.0},
@@ -133,6 +135,9 @@ CELERY_BEAT_SCHEDULE = {
     "tracking-match-runs": {"task": "tracking.tasks.match_runs", "schedule": 30.0},
     "launch-revoke-ended-tokens": {"task": "launch.tasks.revoke_ended_tokens", "schedule": 60.0},
     "launch-match-other-nodes": {"task": "launch.tasks.match_other_nodes", "schedule": 30.0},
+    # A pass not started before the next is due is dropped: passes never pile up behind a slow cluster.
+    "launch-follow-clusters": {"task": "launch.tasks.follow_clusters", "schedule": float(LAUNCH_FOLLOW_S),
+                               "options": {"expires": float(LAUNCH_FOLLOW_S)}},
     "campaigns-join-tagged-runs": {"task": "campaigns.tasks.join_tagged_runs", "schedule": 30.0},
     "alerts-evaluate": {"task": "alerts.tasks.evaluate", "schedule": 30.0},
     "alerts-deliver": {"task": "alerts.tasks.deliver", "schedule": 15.0},

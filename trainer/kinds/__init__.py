@@ -12,6 +12,8 @@ tracking's External in tracking/apps.py): trainer never imports the apps above i
 there is known to trainer only through this registry. docs/architecture.md says how to add one.
 """
 
+from django.db.models import Q
+
 from yardstick.inputs import InputError
 
 
@@ -61,6 +63,10 @@ class Kind:
     def checkpoint_steps(self, job):
         """Steps of the checkpoints `job` keeps, oldest first, that a Continue may start from."""
         return []
+
+    def beating(self):
+        """A Q of the jobs of this kind a worker beats for (with `worker_beats`): all of them by default."""
+        return Q()
 
     def held(self, worker):
         """What this kind's active jobs hold of `worker` (a trainer.models.Worker): {"gpus": {NVML index: job id},

@@ -1,0 +1,140 @@
+"""Launched jobs on a Ray cluster, through its Jobs API (ray.job_submission.JobSubmissionClient, the dashboard's
+address, e.g. http://ray-head:8265): the scheduler calls of launch/remote.py's RemoteExecutor.
+
+- submit: `submit_job` with the argv joined safely as the entrypoint (shlex.join: Ray runs it with a shell), the
+  submission id Yardstick chose, `runtime_env.env_vars` holding the run's variables (its MLflow run and scoped token,
+  YARDSTICK_JOB_ID, the recipe's own; every worker process of the Ray job inherits them, so each node's agent finds
+  the job's GPU holders by YARDSTICK_JOB_ID) and RAY_JOB_STOP_WAIT_TIME_S (the recipe's second grace: Ray's time
+  between SIGTERM and SIGKILL on a stop), the recipe's `working_dir`, `entrypoint_num_gpus` / `entrypoint_num_cpus`
+  from its devices, and metadata naming the Yardstick job;
+- state: `get_job_info` (its status and message; a 404 is a job the cluster does not know);
+- log: `get_job_logs`; cancel: `stop_job`; nodes: the state API's node list.
+
+Every call is bounded (REQUEST_TIMEOUT_S): a cluster that hangs is unreachable, not a follower stuck.
+"""
+
+import threading
+
+from launch.remote import Refused, RemoteExecutor, RemoteNode, RemoteState, Unreachable
+
+REQUEST_TIMEOUT_S = 10
+_clients = {}
+_lock = threading.Lock()
+
+
+def _client_class():
+    from ray.job_submission import JobSubmissionClient
+
+    class Client(JobSubmissionClient):
+        # The SDK's requests carry no timeout of their own; a cluster behind a dead link would hang the follower.
+        def _do_request(self, method, endpoint, **kwargs):
+            kwargs.setdefault("timeout", REQUEST_TIMEOUT_S)
+            return super()._do_request(method, endpoint, **kwargs)
+
+    return Client
+
+
+def _unreachable(err):
+    """Whether `err` from the SDK means the cluster did not answer (rather than answered no)."""
+    import requests
+
+    if isinstance(err, (ConnectionError, OSError, requests.RequestException)):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and any(f"status code {code}" in text for code in (502, 503, 504))
+
+
+class RayExecutor(RemoteExecutor):
+    name = "ray"
+
+    def client(self, cluster):
+        """The cluster's JobSubmissionClient (one per address and headers, made at first use: it checks the
+        cluster's Ray version, a round trip)."""
+        key = (cluster.address, tuple(sorted(cluster.headers.items())))
+        with _lock:
+            client = _clients.get(key)
+        if client is None:
+            try:
+                client = _client_class()(cluster.address, headers=dict(cluster.headers) or None)
+            except Exception as err:  # noqa: BLE001 - sorted into unreachable or refused below
+                raise (Unreachable if _unreachable(err) else Refused)(_short(err)) from None
+            with _lock:
+                _clients[key] = client
+        return client
+
+    def _call(self, cluster, method, *args, **kwargs):
+        client = self.client(cluster)
+        try:
+            return getattr(client, method)(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - sorted below
+            if _unreachable(err):
+                with _lock:  # the next call checks the cluster afresh (a new head may run another Ray)
+                    _clients.pop((cluster.address, tuple(sorted(cluster.headers.items()))), None)
+                raise Unreachable(_short(err)) from None
+            raise
+
+    def submit(self, cluster, submission):
+        env = {**submission.env, "RAY_JOB_STOP_WAIT_TIME_S": str(submission.stop_wait_s)}
+        runtime_env = {"env_vars": env}
+        if submission.working_dir:
+            runtime_env["working_dir"] = submission.working_dir
+        count = submission.devices["count"]
+        resources = ({"entrypoint_num_gpus": count} if submission.devices["kind"] == "cuda"
+                     else {"entrypoint_num_cpus": count})
+        try:
+            self._call(cluster, "submit_job", entrypoint=submission.entrypoint(), submission_id=submission.id,
+                       runtime_env=runtime_env, metadata=submission.metadata, **resources)
+        except RuntimeError as err:
+            if "already exists" in str(err):  # our own earlier submission of this start: it runs
+                return
+            raise Refused(_short(err)) from None
+
+    def state(self, cluster, remote_id):
+        try:
+            info = self._call(cluster, "get_job_info", remote_id)
+        except RuntimeError as err:
+            if "status code 404" in str(err):
+                return None
+            raise Unreachable(_short(err)) from None
+        status = getattr(info.status, "value", str(info.status))
+        return RemoteState(status=status, message=info.message or "", exit_code=getattr(info, "driver_exit_code", None))
+
+    def log(self, cluster, remote_id):
+        try:
+            return self._call(cluster, "get_job_logs", remote_id)
+        except RuntimeError as err:
+            if "status code 404" in str(err):
+                return ""
+            raise Unreachable(_short(err)) from None
+
+    def cancel(self, cluster, remote_id):
+        try:
+            self._call(cluster, "stop_job", remote_id)
+        except RuntimeError as err:
+            raise Unreachable(_short(err)) from None
+
+    def nodes(self, cluster):
+        from ray.util.state.api import StateApiClient
+        from ray.util.state.common import ListApiOptions, StateResource
+
+        try:
+            client = StateApiClient(address=cluster.address, headers=dict(cluster.headers) or None)
+            rows = client.list(StateResource.NODES, options=ListApiOptions(limit=10_000, timeout=REQUEST_TIMEOUT_S,
+                                                                           detail=True),
+                               raise_on_missing_output=False)
+        except Exception as err:  # noqa: BLE001 - the state API raises its own kinds for a cluster that is down
+            raise Unreachable(_short(err)) from None
+        out = []
+        for row in rows:
+            row = row if isinstance(row, dict) else vars(row)
+            total = row.get("resources_total") or {}
+            out.append(RemoteNode(name=row.get("node_name") or row.get("node_ip") or row.get("node_id", ""),
+                                  address=row.get("node_ip") or "", alive=row.get("state") == "ALIVE",
+                                  head=bool(row.get("is_head_node")), gpus=float(total.get("GPU", 0)),
+                                  cpus=float(total.get("CPU", 0))))
+        return sorted(out, key=lambda n: (not n.head, n.name))
+
+
+def _short(err):
+    text = str(err).strip() or type(err).__name__
+    return text if len(text) <= 500 else text[:500] + "…"

@@ -1,0 +1,382 @@
+"""Launched jobs on a scheduler Yardstick submits to and follows (a Ray cluster; Slurm is the next of this shape).
+
+A `RemoteExecutor` speaks to one kind of scheduler with five calls: `submit` a start, read its `state` and its
+`log`, `cancel` it, list the cluster's `nodes`. Everything else is here, the same for every scheduler:
+
+- placement is the scheduler's: the job is queued for its cluster, and the follower submits it;
+- the follower (`follow`, every settings.LAUNCH_FOLLOW_S from beat, and at once after a launch) keeps nothing in
+  memory: each pass reads the job's Launch row, asks the scheduler, writes what changed. A control plane that was
+  down picks every job up again at its first pass; a job its scheduler no longer knows fails, saying so;
+- a cluster that does not answer marks its jobs "cluster unreachable" (Launch.unreachable_since), never failed, and
+  the alert rule "Cluster unreachable" fires after its duration; the first answer clears it;
+- the log: each pass takes the lines the scheduler's log has gained (whole lines; the rest once it has ended) into
+  the job's output, capped and published like a node's (launch.executor.OutputWriter);
+- a stop goes in the same steps as on a node: the run's stop flag, then after the recipe's first grace the
+  scheduler's cancel (SIGTERM, and SIGKILL after the second grace, which the submission carries);
+- the end follows the scheduler's: SUCCEEDED completed, FAILED failed with the scheduler's message, STOPPED stopped.
+
+Each job is followed under a row lock taken with SKIP LOCKED, so two followers (two beats, a beat and a launch)
+never handle one job at once; a submission's id is derived from the job and its start, so a submission the
+scheduler took but whose transaction was lost is found again, not repeated.
+"""
+
+import logging
+import shlex
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import PurePosixPath
+
+from celery import current_app
+from django.db import transaction
+from django.utils import timezone
+
+from collector.models import Node
+from launch.executor import OutputWriter, command, env_names, found_checkpoints, issue_token, run_variables
+from launch.executors import Executor, executor_named, executors
+from launch.kind import LIVE, LaunchPlacement, checkpoint_names
+from launch.models import Cluster, Launch
+from launch.output import LineSplitter
+from launch.params import render
+from trainer.models import Job, Status
+from trainer.runner import tell_run_ended
+from yardstick.inputs import InputError
+from yardstick.models import ApiToken
+
+log = logging.getLogger(__name__)
+
+FOLLOW = "launch.tasks.follow_remote"
+# What a scheduler says of a job (Ray's JobStatus names; another scheduler's executor maps its own onto them).
+PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
+ENDED = (SUCCEEDED, FAILED, STOPPED)
+
+
+class Unreachable(Exception):
+    """The cluster did not answer (connection refused, a timeout, a proxy's 5xx); says what happened."""
+
+
+class Refused(Exception):
+    """The scheduler answered and refused the submission; its words."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One start of a launched job, as a scheduler is given it."""
+
+    id: str  # the scheduler's id for it, chosen by Yardstick: yardstick-job-<job>-<start>
+    argv: list
+    env: dict  # the run's variables (launch.executor.run_variables): reach every process of the job
+    cwd: str  # "" for the scheduler's own
+    working_dir: str  # what the scheduler ships to its nodes first ("" for none)
+    devices: dict  # the recipe's {kind, count}
+    stop_wait_s: int  # after SIGTERM, how long before SIGKILL
+    metadata: dict = field(default_factory=dict)
+
+    def entrypoint(self):
+        """The argv as one shell line, every item quoted whole (what a scheduler that takes a line runs)."""
+        line = shlex.join(self.argv)
+        return f"cd {shlex.quote(self.cwd)} && exec {line}" if self.cwd else line
+
+
+@dataclass(frozen=True)
+class RemoteState:
+    status: str  # PENDING RUNNING SUCCEEDED FAILED STOPPED
+    message: str = ""
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class RemoteNode:
+    """A node as its cluster reports it; `yardstick_node` is the Yardstick node it is tied to (None: no telemetry
+    reaches Yardstick from it, so what it costs cannot be measured)."""
+
+    name: str
+    address: str
+    alive: bool
+    head: bool
+    gpus: float
+    cpus: float
+    yardstick_node: str | None = None
+
+
+class RemoteExecutor(Executor):
+    """A scheduler's executor: override the five calls; each raises Unreachable when the cluster does not answer."""
+
+    remote = True
+
+    def submit(self, cluster, submission):
+        """Start `submission` on `cluster`; Refused with the scheduler's words when it will not."""
+        raise NotImplementedError
+
+    def state(self, cluster, remote_id):
+        """The RemoteState of the scheduler's job `remote_id`, or None when it knows no such job."""
+        raise NotImplementedError
+
+    def log(self, cluster, remote_id):
+        """The whole log of the scheduler's job `remote_id` so far (text)."""
+        raise NotImplementedError
+
+    def cancel(self, cluster, remote_id):
+        """Ask the scheduler to end the job: SIGTERM, then SIGKILL after the submission's stop_wait_s."""
+        raise NotImplementedError
+
+    def nodes(self, cluster):
+        """[RemoteNode] of the cluster, as it reports them (yardstick_node left None: `tie` fills it)."""
+        raise NotImplementedError
+
+    # -- what every scheduler shares --------------------------------------------------------
+
+    def place(self, definition, *, node="", pool="", cluster=None, job=None):
+        if node:
+            raise InputError("node", f"this recipe runs on a {self.name} cluster, whose scheduler places it: leave "
+                                     "node empty")
+        if cluster is None and job is not None:
+            cluster = job.launch.cluster
+        if cluster is None:
+            raise InputError("cluster", f"this recipe runs on a {self.name} cluster: choose one")
+        return LaunchPlacement(queue="", worker="", node="")
+
+    def dispatch(self, job, placement):
+        job_id = job.pk
+        transaction.on_commit(lambda: current_app.send_task(FOLLOW, args=[job_id]))
+
+
+def remote_names():
+    return [e.name for e in executors() if e.remote]
+
+
+def follow_all():
+    """One pass over every live launch on a cluster; return how many were followed."""
+    ids = list(Launch.objects.filter(executor__in=remote_names(), job__status__in=LIVE).values_list("pk", flat=True))
+    for job_id in ids:
+        try:
+            follow(job_id)
+        except Exception:  # noqa: BLE001 - one job's trouble must not stop the others being followed
+            log.exception("following launched job %s failed; the next pass tries again", job_id)
+    return len(ids)
+
+
+def follow(job_id):
+    """One pass over launched job `job_id` on its cluster: submit it when queued, else bring it in line with what
+    the scheduler says. Skipped while another follower has it."""
+    with transaction.atomic():
+        launch = (Launch.objects.select_for_update(skip_locked=True, of=("self",))
+                  .select_related("job", "job__created_by", "cluster").filter(pk=job_id).first())
+        if launch is None or launch.job.status not in LIVE or launch.cluster is None:
+            return None
+        follower = Follower(launch, executor_named(launch.executor))
+        if launch.job.status == Status.QUEUED:
+            follower.submit()
+        else:
+            follower.follow()
+        ended = follower.ended
+    if ended is not None:
+        tell_run_ended(ended)
+    return follower
+
+
+def shared_dir(launch):
+    """The job's output directory on the cluster's shared storage ("" when its recipe names none)."""
+    root = launch.definition.get("shared_dir")
+    return str(PurePosixPath(root) / f"job-{launch.job_id}") if root else ""
+
+
+class Follower:
+    """One pass over one launched job on a cluster (inside `follow`'s transaction, its Launch row locked)."""
+
+    def __init__(self, launch, executor):
+        self.launch, self.executor, self.job, self.cluster = launch, executor, launch.job, launch.cluster
+        self.out = OutputWriter(self.job.pk, launch.output_seq)
+        self.ended = None  # the Job, when this pass ended it
+
+    def save(self, **fields):
+        for name, value in fields.items():
+            setattr(self.launch, name, value)
+        Launch.objects.filter(pk=self.launch.pk).update(**fields)
+
+    # -- a start ------------------------------------------------------------------------------
+
+    def submit(self):
+        job, launch = self.job, self.launch
+        if not job.claim():
+            return
+        job.refresh_from_db()
+        start = launch.starts + 1
+        folder = shared_dir(launch)
+        token = None
+        try:
+            argv, values = command(job, launch, folder, self.cluster_python())
+            token, row = issue_token(job)
+            env = run_variables(job, launch, job.run, token, values)
+            cwd = render([launch.definition["workdir"]], values)[0] if launch.definition.get("workdir") else ""
+            submission = Submission(
+                id=f"yardstick-job-{job.pk}-{start}", argv=argv, env=env, cwd=cwd,
+                working_dir=launch.definition.get("working_dir", ""), devices=launch.definition["devices"],
+                stop_wait_s=launch.stop_grace_s[1],
+                metadata={"yardstick_job": str(job.pk), "yardstick_recipe": launch.recipe_name,
+                          "yardstick_start": str(start)})
+            self.save(starts=start, argv=argv, env_names=sorted(env_names(env, launch)), token=row, job_dir=folder,
+                      remote_id=submission.id, remote_status=PENDING, remote_message="", stop_step="",
+                      exit_code=None, log_offset=0, stop_flag_at=None, unreachable_since=None, worker="", node="")
+            self.executor.submit(self.cluster, submission)
+        except (Unreachable, Refused) as err:
+            what = "did not answer" if isinstance(err, Unreachable) else "refused the job"
+            self.fail(f"{self.executor.name} cluster {self.cluster.name} ({self.cluster.address}) {what}: {err}",
+                      token=token)
+            return
+        except Exception as err:  # noqa: BLE001 - a LaunchError, or anything: the job must not stay running
+            self.fail(str(err) if type(err).__name__ == "LaunchError" else f"{type(err).__name__}: {err}"[:4000],
+                      token=token)
+            return
+        self.answered()
+        self.out.say(f"submitted to {self.executor.name} cluster {self.cluster.name} as {submission.id}: "
+                     f"{submission.entrypoint()}")
+
+    def cluster_python(self):
+        # {python} on a cluster: the interpreter its admin registered (Yardstick's own is a control-plane path).
+        return self.cluster.python or "python"
+
+    # -- following ------------------------------------------------------------------------------
+
+    def follow(self):
+        launch, job = self.launch, self.job
+        try:
+            state = self.executor.state(self.cluster, launch.remote_id)
+            text = self.executor.log(self.cluster, launch.remote_id) if state is not None else ""
+        except Unreachable as err:
+            self.unreachable(err)
+            return
+        self.answered()
+        if state is None:
+            self.fail(f"its {self.executor.name} job {launch.remote_id} is gone from cluster {self.cluster.name}: the "
+                      "cluster no longer knows it (restarted, or its job history was lost), so how it ended is not "
+                      "known")
+            return
+        final = state.status in ENDED
+        self.take(text, final=final)
+        if state.status != launch.remote_status or state.message != launch.remote_message:
+            self.save(remote_status=state.status, remote_message=state.message[:4000])
+        self.scan_checkpoints()
+        if final:
+            self.end(state)
+            return
+        row = Job.objects.filter(pk=job.pk).values("status", "budget_stop_requested").first()
+        if row["status"] == Status.STOPPING or row["budget_stop_requested"]:
+            self.stop_steps()
+
+    def take(self, text, final):
+        """Keep the lines `text` (the scheduler's whole log) has beyond what is kept: whole lines, and the last
+        partial one too when the job has ended."""
+        new = text[self.launch.log_offset:]
+        upto = len(new) if final else new.rfind("\n") + 1
+        if upto <= 0:
+            return
+        splitter = LineSplitter()  # the same clean lines as a node's (progress bars at their last state, no ANSI)
+        for line in [*splitter.feed(new[:upto].encode()), *splitter.close()]:
+            self.out.add("stdout", line)
+        self.out.flush()
+        self.save(log_offset=self.launch.log_offset + upto, output_seq=self.out.seq)
+
+    def stop_steps(self):
+        now = timezone.now()
+        first, second = self.launch.stop_grace_s
+        if self.launch.stop_flag_at is None:
+            self.save(stop_flag_at=now, stop_step="flag")
+            self.out.say(f"stop requested: the run's stop flag is set; {self.executor.name} stops it in {first} s if "
+                         "it runs on")
+        elif self.launch.stop_step == "flag" and now - self.launch.stop_flag_at >= timedelta(seconds=first):
+            try:
+                self.executor.cancel(self.cluster, self.launch.remote_id)
+            except Unreachable as err:
+                self.unreachable(err)
+                return
+            self.save(stop_step="SIGTERM")
+            self.out.say(f"the run ran on {first} s after its stop flag: {self.executor.name} stops its job (SIGTERM, "
+                         f"SIGKILL {second} s later)")
+
+    def scan_checkpoints(self):
+        """The checkpoints in the job's output directory, where this machine mounts the shared storage too."""
+        if not self.launch.job_dir:
+            return
+        found = [name for _step, name in found_checkpoints(self.launch.job_dir, self.launch.definition)]
+        if found and found != self.launch.checkpoints:
+            self.save(checkpoints=found)
+            steps = checkpoint_names(found, self.launch.definition)
+            Job.objects.filter(pk=self.job.pk).update(checkpoint_step=steps[-1][0])
+
+    # -- the cluster's answers ----------------------------------------------------------------
+
+    def answered(self):
+        now = timezone.now()
+        if self.launch.unreachable_since is not None:
+            gone = (now - self.launch.unreachable_since).total_seconds()
+            self.out.say(f"cluster {self.cluster.name} answers again after {gone:.0f} s")
+            self.save(unreachable_since=None)
+        Cluster.objects.filter(pk=self.cluster.pk).update(answered_at=now, unreachable_since=None, error="")
+
+    def unreachable(self, err):
+        now = timezone.now()
+        text = f"{err}"[:2000]
+        if self.launch.unreachable_since is None:
+            self.save(unreachable_since=now)
+            self.out.say(f"cluster unreachable: {self.executor.name} cluster {self.cluster.name} "
+                         f"({self.cluster.address}) does not answer ({text}); the job is not failed: Yardstick asks "
+                         "again every pass and follows it when the cluster answers")
+        Cluster.objects.filter(pk=self.cluster.pk, unreachable_since__isnull=True).update(unreachable_since=now)
+        Cluster.objects.filter(pk=self.cluster.pk).update(error=text)
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def end(self, state):
+        job = Job.objects.get(pk=self.job.pk)
+        stopped = self.launch.stop_flag_at is not None
+        at = f"at step {job.steps_done}"
+        if stopped:
+            to = Status.BUDGET_EXHAUSTED if job.budget_stop_requested else Status.STOPPED
+            who = f"{job.stop_reason}; " if job.stop_reason else ""
+            how = ("the run ended itself at its stop flag" if self.launch.stop_step == "flag"
+                   else f"{self.executor.name} stopped its job {self.launch.stop_grace_s[0]} s after its stop flag")
+            to, reason, error = to, f"{who}{how} ({at}; {self.executor.name} says {state.status})", ""
+        elif state.status == SUCCEEDED:
+            to, reason, error = Status.COMPLETED, f"its {self.executor.name} job succeeded ({at})", ""
+        elif state.status == STOPPED:
+            to, reason, error = (Status.STOPPED, f"its {self.executor.name} job was stopped on the cluster, not from "
+                                                 f"Yardstick ({at})", "")
+        else:
+            first = state.message.splitlines()[0] if state.message else f"its {self.executor.name} job failed"
+            to, reason, error = Status.FAILED, first, (state.message or first)[:4000]
+        self.save(exit_code=state.exit_code)
+        self.out.say(f"ended {to}: {reason}" if to != Status.FAILED else f"ended failed: {reason}")
+        self.revoke()
+        if job.finish(to, reason, error=error):
+            job.refresh_from_db()
+            self.ended = job
+
+    def fail(self, error, token=None):
+        self.out.say(f"ended failed: {error.splitlines()[0]}")
+        self.revoke(token)
+        if self.job.finish(Status.FAILED, error=error[:4000]):
+            self.job.refresh_from_db()
+            self.ended = self.job
+
+    def revoke(self, token=None):
+        ids = [pk for pk in (self.launch.token_id, token and token.pk) if pk]
+        ApiToken.objects.filter(pk__in=ids).update(revoked=True)
+
+
+def tie(remote_nodes):
+    """`remote_nodes` with yardstick_node filled: the Yardstick node whose name is the remote node's name or address,
+    or whose `address` label is its address."""
+    by_key = {}
+    for name, labels in Node.objects.values_list("name", "labels"):
+        by_key.setdefault(name, name)
+        if isinstance(labels, dict) and labels.get("address"):
+            by_key.setdefault(str(labels["address"]), name)
+    return [replace(n, yardstick_node=by_key.get(n.name) or by_key.get(n.address)) for n in remote_nodes]
+
+
+def unreachable_for(cluster, now=None):
+    """Seconds `cluster` has not answered (0 when it answers)."""
+    if cluster.unreachable_since is None:
+        return 0.0
+    return ((now or timezone.now()) - cluster.unreachable_since).total_seconds()
+

@@ -1,0 +1,282 @@
+"""Recipes launched on a real local Ray head (tests/ray_head.py: `ray start --head` from the pinned package, shared
+by every test here, one xdist group so one head serves them all), followed by the real follower (launch/remote.py)
+as beat runs it: a run that reports through MLflow (steps on the job page, output lines, its busy process
+attributed by the host agent through YARDSTICK_JOB_ID) stopped from the browser; a crashing entrypoint; a control
+plane restarted mid-run; a cluster that stops answering (through a proxy) and answers again; a head killed and
+started again, whose Ray job is then gone. No machine here has a GPU: the recipes ask for CPUs."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from launch.models import Cluster, Launch, OutputLine
+from tests.browser import page  # noqa: F401 - fixture
+from tests.dashboard.browser_helpers import in_thread, log_in, record_events, shot, user_in_role, wait_subscribed
+from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
+from tests.ray_head import Proxy, RayHead
+from tests.waiting import wait_for
+from trainer.models import Job, Status, Stint
+
+PY = sys.executable
+STEPS = "{yardstick}/tests/launch/steps_script.py"
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    head = RayHead().start()
+    yield head
+    head.close()
+
+
+@pytest.fixture
+def follower(transactional_db):
+    """The follower's pass (launch.tasks.follow_clusters) every 0.3 s in a thread, as beat runs it; `stop()` ends
+    it (the control plane going down), `start()` brings a fresh one up."""
+    from django.db import connection
+
+    from launch import remote
+
+    class Follower:
+        def __init__(self):
+            self.thread = None
+
+        def start(self):
+            self.stopping = threading.Event()
+
+            def loop(stopping):
+                try:
+                    while not stopping.is_set():
+                        remote.follow_all()
+                        stopping.wait(0.3)
+                finally:
+                    connection.close()
+
+            self.thread = threading.Thread(target=loop, args=(self.stopping,), daemon=True)
+            self.thread.start()
+            return self
+
+        def stop(self):
+            if self.thread is not None:
+                self.stopping.set()
+                self.thread.join(30)
+                self.thread = None
+
+    running = Follower().start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def cluster(ray_head, transactional_db, admin_user):
+    return Cluster.register({"name": "local", "address": ray_head.address, "python": PY}, admin_user)[0]
+
+
+@pytest.fixture
+def ray_recipe(recipe, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+
+    def define(name, argv, **fields):
+        fields.setdefault("stop_grace_s", [2, 3])
+        return recipe(name, argv, executor="ray", cluster="local", shared_dir=str(shared), **fields)
+
+    return define
+
+
+@pytest.fixture
+def reporting(settings, live_server, launch_data_dir):
+    settings.YARDSTICK_URL = live_server.url
+    return live_server
+
+
+def launch(recipe, admin_user, **fields):
+    from launch.kind import start
+
+    fields.setdefault("team", "research")
+    return start(recipe=recipe, created_by=admin_user, **fields)
+
+
+def job_of(job):
+    return Job.objects.select_related("launch").get(pk=job.pk)
+
+
+def output(job):
+    return "\n".join(OutputLine.objects.filter(job=job).values_list("text", flat=True))
+
+
+def test_a_launch_on_ray_is_submitted_with_its_run_variables_and_a_crash_fails_it_with_rays_message(
+        cluster, ray_recipe, reporting, follower, admin_user, ray_head):
+    ray_recipe("crashes", [PY, "-c", "import os, sys; print('job', os.environ['YARDSTICK_JOB_ID']); "
+                                     "print('bad config: lr < 0', file=sys.stderr); sys.exit(3)", "{job_dir}"])
+    job = launch("crashes", admin_user)
+    assert (job.status, job.launch.executor, job.launch.cluster_id) == (Status.QUEUED, "ray", cluster.pk)
+    wait_for(lambda: job_of(job).status == Status.FAILED, 60, "the crashing Ray job to fail")
+    job = job_of(job)
+    launch_row = job.launch
+    assert launch_row.remote_id == f"yardstick-job-{job.pk}-1" and launch_row.remote_status == "FAILED"
+    assert job.error.startswith("Job entrypoint command failed with exit code 3"), job.error
+    assert "bad config: lr < 0" in job.error, "Ray's message quotes the run's last lines"
+    assert f"job {job.pk}" in output(job) and "bad config: lr < 0" in output(job)
+    assert launch_row.token.revoked, "its token dies with its Ray job"
+    # What Ray was given: the argv as one safely quoted line, the run's variables, the stop wait, whose job it is.
+    info = ray_head.client().get_job_info(launch_row.remote_id)
+    variables = info.runtime_env["env_vars"]
+    assert variables["YARDSTICK_JOB_ID"] == str(job.pk) and variables["MLFLOW_RUN_ID"] == job.run.run_id
+    assert variables["RAY_JOB_STOP_WAIT_TIME_S"] == "3" and variables["MLFLOW_TRACKING_URI"] == reporting.url
+    assert "DATABASE_URL" not in variables and "REDIS_URL" not in variables
+    assert info.metadata["yardstick_job"] == str(job.pk)
+    assert info.entrypoint.startswith(f"{PY} -c 'import os, sys;")
+    assert launch_row.job_dir == f"{cluster.launches.get().definition['shared_dir']}/job-{job.pk}"
+
+
+def test_an_operator_stops_a_ray_run_from_the_job_page_and_its_host_process_is_charged_to_it(  # noqa: F811
+        cluster, ray_recipe, reporting, follower, admin_user, live_web, page, django_user_model, pg_dsn, tmp_path,
+        settings, output_dir, request):
+    from launch.kind import match_other_nodes
+
+    settings.YARDSTICK_URL = live_web.url  # the run reports to the server the page is on
+    ray_recipe("steps", [PY, STEPS, "--out", "{job_dir}", "--steps", "400", "--sleep", "0.3", "--busy",
+                         "--ignore-stop"])
+    agent = subprocess.Popen([PY, "-m", "collector.agent", "--dsn", pg_dsn, "--source", "host", "--interval", "1",
+                              "--spool-dir", str(tmp_path / "spool")], env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        user_in_role(django_user_model, "olga", "operator", subprocess=True)
+        # (Playwright keeps an event loop in this thread: what publishes live events runs in a thread of its own.)
+        job = in_thread(lambda: launch("steps", admin_user, name="on ray"))
+        record_events(page)
+        log_in(page, live_web.url, "olga", f"/jobs/{job.pk}")
+        wait_subscribed(page)
+        page.wait_for_selector("#output-lines .line:has-text('step 3')", timeout=60_000)
+        assert job_of(job).launch.remote_status == "RUNNING"
+        assert in_thread(Job.fail_crashed, 0) == [], "no worker beats for a Ray job: its follower reconciles it"
+
+        # The node agent sees the run's busy process with YARDSTICK_JOB_ID in its environment: a stint of the job's.
+        def charged():
+            in_thread(match_other_nodes)
+            return Stint.objects.filter(job=job, ended_at__isnull=True).first()
+
+        stint = wait_for(charged, 60, "the host agent's holder to become the job's stint", every_s=1)
+        assert stint.node == socket.gethostname() and stint.pid != job_of(job).launch.pid, (stint.node, stint.device)
+
+        wait_for(lambda: job_of(job).steps_done >= 5, 60, "five steps")
+        page.wait_for_function("Number(document.getElementById('steps-done').textContent) >= 5", timeout=30_000)
+        shot(page, output_dir, request, "running")
+        page.locator(f'[data-job-controls="{job.pk}"] .job-stop-form button').click()
+        page.wait_for_selector("#job-status .status[data-status='stopped']", timeout=60_000)
+    finally:
+        os.killpg(agent.pid, signal.SIGTERM)
+        agent.wait(15)
+    job = job_of(job)
+    assert job.launch.remote_status == "STOPPED" and job.launch.stop_step == "SIGTERM"
+    reason = job.status_changes.last().reason
+    assert reason == f"ray stopped its job 2 s after its stop flag (at step {job.steps_done}; ray says STOPPED)"
+    said = output(job)
+    assert "stop requested: the run's stop flag is set" in said and "ray stops its job (SIGTERM" in said
+    assert f"ended stopped: {reason}" in said
+    in_thread(match_other_nodes)
+    assert not Stint.objects.filter(job=job, ended_at__isnull=True).exists(), "its stints end with it"
+    shot(page, output_dir, request, "stopped")
+
+
+def test_a_control_plane_restarted_mid_run_picks_its_ray_jobs_up_again(cluster, ray_recipe, reporting, follower,
+                                                                       admin_user, ray_head):
+    ray_recipe("short", [PY, STEPS, "--out", "{job_dir}", "--steps", "12", "--sleep", "0.25"])
+    job = launch("short", admin_user)
+    wait_for(lambda: job_of(job).steps_done >= 1, 60, "the first step")
+    follower.stop()  # the control plane goes down; Ray runs on
+    remote_id = job_of(job).launch.remote_id
+    wait_for(lambda: ray_head.client().get_job_status(remote_id) == "SUCCEEDED", 60, "Ray to finish the job")
+    assert job_of(job).status == Status.RUNNING, "nothing followed it meanwhile"
+    follower.start()  # the control plane is back
+    wait_for(lambda: job_of(job).status == Status.COMPLETED, 30, "the job to be reconciled")
+    job = job_of(job)
+    assert job.steps_done == 12 and "step 12" in output(job), "every line Ray kept is in its output"
+    assert job.launch.checkpoints[-1] == "step_12" and job.checkpoint_step == 12
+
+    # A job whose Ray job the cluster no longer knows fails, saying so.
+    lost = launch("short", admin_user)
+    wait_for(lambda: job_of(lost).launch.remote_status == "RUNNING", 60, "the second job to run")
+    follower.stop()
+    ray_head.client().stop_job(job_of(lost).launch.remote_id)
+    Launch.objects.filter(pk=lost.pk).update(remote_id="yardstick-job-never-submitted")
+    follower.start()
+    wait_for(lambda: job_of(lost).status == Status.FAILED, 30, "the lost job to fail")
+    assert "is gone from cluster local" in job_of(lost).error
+
+
+def test_a_ray_run_stopped_at_its_flag_resumes_from_its_newest_checkpoint_on_the_shared_storage(
+        cluster, ray_recipe, reporting, follower, admin_user):
+    ray_recipe("resumable", [PY, STEPS, "--out", "{job_dir}", "--steps", "30", "--sleep", "0.2"],
+               resume_argv=["--from", "{checkpoint}"], stop_grace_s=[60, 3])
+    job = launch("resumable", admin_user)
+    wait_for(lambda: job_of(job).steps_done >= 3, 60, "three steps")
+    job.request_stop(by="ada")
+    wait_for(lambda: job_of(job).status == Status.STOPPED, 60, "the run to end itself at its stop flag")
+    job = job_of(job)
+    assert job.launch.remote_status == "SUCCEEDED" and job.launch.stop_step == "flag"
+    stopped_at = job.steps_done
+    assert job.status_changes.last().reason == (f"the run ended itself at its stop flag (at step {stopped_at}; ray "
+                                                "says SUCCEEDED)")
+    assert job.launch.checkpoints[-1] == f"step_{stopped_at}" and job.resume_refusal() == ""
+
+    assert job.resume(by=admin_user)
+    wait_for(lambda: job_of(job).status == Status.COMPLETED, 60, "the resumed run to complete")
+    job = job_of(job)
+    assert job.launch.remote_id == f"yardstick-job-{job.pk}-2" and job.launch.starts == 2
+    assert job.launch.argv[-2:] == ["--from", f"{job.launch.job_dir}/step_{stopped_at}"]
+    assert f"starting at step {stopped_at}" in output(job) and job.steps_done == 30
+
+
+def test_a_cluster_that_stops_answering_leaves_its_job_running_raises_an_alert_and_is_followed_again(
+        ray_head, ray_recipe, reporting, follower, admin_user):
+    from alerts.evaluate import evaluate
+    from alerts.models import Alert, AlertRule
+
+    proxy = Proxy(ray_head.dashboard_port).resume()
+    try:
+        Cluster.register({"name": "local", "address": proxy.address, "python": PY}, admin_user)
+        AlertRule.objects.create(name="ray down", kind="cluster_unreachable", duration=0)
+        ray_recipe("steady", [PY, STEPS, "--out", "{job_dir}", "--steps", "30", "--sleep", "0.3"])
+        job = launch("steady", admin_user)
+        wait_for(lambda: job_of(job).steps_done >= 1, 60, "the first step")
+        proxy.pause()
+        wait_for(lambda: job_of(job).launch.unreachable_since is not None, 30, "the job to be marked unreachable")
+        job = job_of(job)
+        assert job.status == Status.RUNNING, "a cluster that does not answer is not a failed job"
+        assert "cluster unreachable: ray cluster local" in output(job)
+        assert Cluster.objects.get(name="local").unreachable_since is not None
+        evaluate()
+        alert = Alert.objects.get(rule__kind="cluster_unreachable")
+        assert alert.subject == "cluster:local" and "does not answer" in alert.message
+        proxy.resume()
+        wait_for(lambda: job_of(job).launch.unreachable_since is None, 30, "the cluster to answer again")
+        assert "cluster local answers again" in output(job)
+        evaluate()
+        assert Alert.objects.get(pk=alert.pk).resolved_at is not None
+        wait_for(lambda: job_of(job).status == Status.COMPLETED, 60, "the job to complete")
+        assert job_of(job).steps_done == 30
+    finally:
+        proxy.pause()
+
+
+def test_a_killed_head_makes_its_job_unreachable_then_failed_once_a_new_head_has_no_such_job(
+        cluster, ray_recipe, reporting, follower, admin_user, ray_head):
+    # Last in this module: it restarts the shared head.
+    ray_recipe("long", [PY, STEPS, "--out", "{job_dir}", "--steps", "400", "--sleep", "0.3"])
+    job = launch("long", admin_user)
+    wait_for(lambda: job_of(job).steps_done >= 1, 60, "the first step")
+    ray_head.stop()
+    wait_for(lambda: job_of(job).launch.unreachable_since is not None, 30, "the job to be marked unreachable")
+    assert job_of(job).status == Status.RUNNING
+    ray_head.start()
+    wait_for(lambda: job_of(job).status == Status.FAILED, 60, "the job the new head does not know to fail")
+    job = job_of(job)
+    assert f"its ray job yardstick-job-{job.pk}-1 is gone from cluster local" in job.error
+    assert "cluster local answers again" in output(job)
