@@ -163,9 +163,10 @@ def _all_errors(args, first):
 
 class LaunchForm:
     """The Start form with a recipe picked: its typed parameters (posted as "params.<name>") and the launch's
-    name, team, environment, budget, node, pool and stop-loss, handed to launch.kind.start, which owns every
-    rule. Each parameter is checked first (launch.params.Param.value, no side effect) so every bad one is
-    named at once; then start's first refusal (a field such as devices, node or env) is named."""
+    name, team, environment, budget, node, pool, stop-loss and (a recipe that runs on one) cluster, handed to
+    launch.kind.start, which owns every rule. Each parameter is checked first (launch.params.Param.value, no side
+    effect) so every bad one is named at once; then start's first refusal (a field such as devices, node, env or
+    cluster) is named."""
 
     def __init__(self, data, recipe_name):
         self.data = data
@@ -214,7 +215,7 @@ class LaunchForm:
                 env=data.get("env", "").strip(), budget_usd=data.get("budget_usd", "").strip() or None,
                 node=data.get("node", "").strip(), pool=data.get("pool", "").strip(), created_by=user,
                 init_from=data.get("init_from", "").strip() or None, init_step=data.get("init_step", "").strip() or None,
-                stop_loss=stop_loss_input(data))
+                stop_loss=stop_loss_input(data), cluster=data.get("cluster", "").strip() or None)
         except InputError as err:
             self.errors[err.field] = err.message
             return None

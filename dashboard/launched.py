@@ -12,8 +12,9 @@ from django.conf import settings
 
 from launch.executor import signal_name
 from launch.kind import LAUNCHED
-from launch.models import FIELDS, Launch, Recipe, names_init_from
+from launch.models import FIELDS, Cluster, Launch, Recipe, names_init_from
 from launch.output import marker
+from launch.remote import FAILED as REMOTE_FAILED
 from trainer.models import ENDED, RESUMABLE, Source
 from trainer.workers import live_workers, with_devices
 from yardstick.inputs import InputError
@@ -25,6 +26,12 @@ STOP_STEPS = {
     "SIGKILL": "SIGKILL: it ignored the stop flag and SIGTERM",
 }
 FORMATS = ("yaml", "json")
+# A cluster's scheduler by its kind (launch.models.CLUSTER_KINDS), as the pages name it: "on Ray cluster gpu-a".
+SCHEDULERS = {"ray": "Ray"}
+
+
+def scheduler_name(kind):
+    return SCHEDULERS.get(kind, kind)
 
 
 def exit_text(code):
@@ -40,7 +47,7 @@ def launch_of(job):
     """The job's Launch row, or None for a job of another kind."""
     if job.source != Source.LAUNCHED:
         return None
-    return Launch.objects.filter(pk=job.pk).select_related("recipe").first()
+    return Launch.objects.filter(pk=job.pk).select_related("recipe", "cluster").first()
 
 
 def launch_view(job):
@@ -59,6 +66,9 @@ def launch_view(job):
         "exit_text": exit_text(launch.exit_code),
         "kept": max(0, launch.output_seq - launch.output_dropped),
         "marker": marker(launch.output_dropped, cap * 2**20), "cap_mb": cap,
+        # On a cluster: its scheduler placed it and says how it goes (launch/remote.py follows it).
+        "remote": launch.executor != "node", "scheduler": scheduler_name(launch.executor),
+        "remote_failed": launch.remote_status == REMOTE_FAILED,
     }
 
 
@@ -113,6 +123,7 @@ def recipe_choices(selected="", posted=None, errors=None):
     """The recipes the Start form offers, each with its parameters as inputs: the posted values for the recipe
     `selected` (what was submitted), the defaults for the others; `errors` ({field: message}) beside them."""
     posted, errors = posted or {}, errors or {}
+    clusters = clusters_by_kind()
     out = []
     for recipe in Recipe.objects.all():
         definition = recipe.definition
@@ -134,8 +145,41 @@ def recipe_choices(selected="", posted=None, errors=None):
         out.append({"name": recipe.name, "version": recipe.version, "description": definition.get("description", ""),
                     "framework": definition.get("framework", ""), "devices": devices_text(definition["devices"]),
                     "params": params, "uses_init_from": uses_init_from, "value": f"recipe:{recipe.name}",
-                    "selected": mine})
+                    "selected": mine, **_where_choice(definition, clusters, mine, posted, errors)})
     return out
+
+
+def clusters_by_kind():
+    """{kind: [names of the registered clusters of that kind]}, by name."""
+    out = {}
+    for kind, name in Cluster.objects.order_by("name").values_list("kind", "name"):
+        out.setdefault(kind, []).append(name)
+    return out
+
+
+def runs_on(definition, clusters=None):
+    """Where a recipe (definition) runs, as its page says it: on a node's launch worker ({"remote": False}), or on a
+    cluster: its scheduler, the cluster it names ("" for the only one of its kind, or the launch's choice), whether
+    that one is registered, the shared and working directories. `clusters`: clusters_by_kind(), read once."""
+    executor = definition.get("executor", "node")
+    if executor == "node":
+        return {"remote": False}
+    name = definition.get("cluster", "")
+    clusters = clusters_by_kind() if clusters is None else clusters
+    return {"remote": True, "scheduler": scheduler_name(executor), "cluster": name,
+            "registered": name in clusters.get(executor, []), "clusters": clusters.get(executor, []),
+            "shared_dir": definition.get("shared_dir", ""), "working_dir": definition.get("working_dir", "")}
+
+
+def _where_choice(definition, clusters, mine, posted, errors):
+    """runs_on for a recipe's Start form fields; for one that runs on a cluster, also the cluster chosen (posted, else
+    the recipe's: launch.kind.start's `cluster`) and the refusal of it."""
+    where = runs_on(definition, clusters)
+    if not where["remote"]:
+        return where
+    chosen = posted.get("cluster", "") if mine and "cluster" in posted else where["cluster"]
+    return {**where, "recipe_cluster": where["cluster"], "cluster": chosen,
+            "cluster_error": errors.get("cluster", "") if mine else ""}
 
 
 def _getlist(data, key):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboard import views, views_launch
+from dashboard import views, views_clusters, views_launch
 
 urlpatterns = [
     path("", views.fleet_page, name="fleet"),
@@ -22,6 +22,9 @@ urlpatterns = [
     path("jobs/<int:job_id>/part/<str:part>", views_launch.job_part, name="job-part"),
     path("recipes", views_launch.recipes_page, name="recipes"),
     path("recipes/<str:name>", views_launch.recipe_page, name="recipe"),
+    path("clusters", views_clusters.clusters_page, name="clusters"),
+    path("clusters/<str:name>/forget", views_clusters.forget_cluster, name="cluster-forget"),
+    path("clusters/<str:name>", views_clusters.cluster_page, name="cluster"),
     path("compare", views.compare_page, name="compare"),
     path("costs/", views.costs_page, name="costs"),
 ]

@@ -178,7 +178,7 @@ def _error_links(errors, form):
     recipe = form.recipe_name if isinstance(form, LaunchForm) else None
     links = []
     for field, message in errors.items():
-        if recipe and (field.startswith("params.") or field in ("env", "init_from", "init_step")):
+        if recipe and (field.startswith("params.") or field in ("env", "init_from", "init_step", "cluster")):
             target = f"f-{recipe}-{field.removeprefix('params.').replace('init_step', 'init_from')}"
         elif field == "recipe":
             target = "f-what"

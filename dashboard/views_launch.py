@@ -138,6 +138,7 @@ def _detail_page(request, name, status=200, **form):
         "text": form.get("text", launched.definition_text(recipe.name, recipe.definition, fmt)),
         "error": form.get("error"), "can_edit": has_role(request.user, "admin"), "recent": recent,
         "params": version.definition["params"], "devices_text": launched.devices_text(version.definition["devices"]),
+        "runs_on": launched.runs_on(version.definition),
     }, status=status)
 
 
