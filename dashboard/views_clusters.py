@@ -142,13 +142,11 @@ def forget_cluster(request, name):
     """Forget a cluster (as DELETE /api/clusters/<name>): refused while a job launched on it is live, since its
     follower needs the address; the ended jobs keep their history and lose the link to it."""
     cluster = get_object_or_404(Cluster, name=name)
-    live = list(cluster.launches.filter(job__status__in=kind.LIVE).values_list("job_id", flat=True))
+    live = cluster.forget()
     if live:
         jobs = ", ".join(f"#{j}" for j in live)
         messages.error(request, f"Cluster {name} is not forgotten: it runs job{'s' if len(live) > 1 else ''} {jobs}, "
                                 "which Yardstick follows there. Stop them first.")
         return redirect("cluster", name=name)
-    Launch.objects.filter(cluster=cluster).update(cluster=None)
-    cluster.delete()
     messages.success(request, f"Cluster {name} forgotten: its ended jobs keep their history.")
     return redirect("clusters")

@@ -360,6 +360,22 @@ class Cluster(models.Model):
             row.save()
         return row, outcome
 
+    def live_jobs(self):
+        """Ids of the queued and running jobs launched on this cluster (its follower needs its address)."""
+        from trainer.models import ACTIVE, Status
+
+        return list(self.launches.filter(job__status__in=(Status.QUEUED, *ACTIVE)).values_list("job_id", flat=True))
+
+    def forget(self):
+        """Delete the cluster unless a job launched on it is live; return those jobs' ids (nothing is deleted
+        then). The ended jobs keep their history and lose the link to it."""
+        with transaction.atomic():
+            live = self.live_jobs()
+            if not live:
+                Launch.objects.filter(cluster=self).update(cluster=None)
+                self.delete()
+        return live
+
     def to_dict(self):
         return {"name": self.name, "kind": self.kind, "address": self.address, "header_names": sorted(self.headers),
                 "python": self.python, "description": self.description,

@@ -136,8 +136,7 @@ import_api = methods(POST=_import)
 def cluster_detail(cluster, nodes=False):
     """A cluster as the API and its page show it; with `nodes`, its nodes as it reports them (asked now), each tied to
     its Yardstick node or flagged as one whose cost cannot be measured, and {"nodes_error"} when it did not answer."""
-    out = {**cluster.to_dict(), "live_jobs": list(cluster.launches.filter(job__status__in=kind.LIVE)
-                                                   .values_list("job_id", flat=True))}
+    out = {**cluster.to_dict(), "live_jobs": cluster.live_jobs()}
     if nodes:
         try:
             found = remote.tie(executor_named(cluster.kind).nodes(cluster))
@@ -182,12 +181,9 @@ def _unregister(request, name):
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
         return JsonResponse({"error": f"no cluster {name!r}"}, status=404)
-    live = cluster.launches.filter(job__status__in=kind.LIVE).values_list("job_id", flat=True)
+    live = cluster.forget()
     if live:
         return bad("name", f"cluster {name!r} runs job(s) {', '.join(map(str, live))}: stop them first")
-    if cluster.launches.exists():
-        Launch.objects.filter(cluster=cluster).update(cluster=None)
-    cluster.delete()
     return JsonResponse({"deleted": name})
 
 

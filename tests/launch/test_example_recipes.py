@@ -54,8 +54,8 @@ def recipe_argv(name, job_dir, values=(), roots=(), resume=None, init_from=None)
 def test_every_example_recipe_is_a_valid_definition_and_imports_in_one_go(db):
     document = yaml.safe_load(RECIPES.read_text())
     by_name = {r["name"]: r for r in document["recipes"]}
-    assert set(by_name) == {"trl-grpo", "trl-grpo-continue", "verl-grpo", "nemo-rl-grpo-math", "plain-script",
-                            "builtin-grpo", "eval-checkpoint"}
+    assert set(by_name) == {"trl-grpo", "trl-grpo-continue", "verl-grpo", "verl-grpo-ray", "nemo-rl-grpo-math",
+                            "plain-script", "builtin-grpo", "eval-checkpoint"}
     for name, raw in by_name.items():
         definition = clean_definition(raw)
         assert definition["framework"] and definition["score_key"] and definition["description"], name
@@ -73,6 +73,10 @@ def test_every_example_recipe_is_a_valid_definition_and_imports_in_one_go(db):
     assert import_all(document)["unchanged"] == list(by_name)
     assert Recipe.objects.get(name="verl-grpo").definition["resume_argv"] == [
         "trainer.resume_mode=resume_path", "trainer.resume_from_path={checkpoint}"]
+    on_ray = Recipe.objects.get(name="verl-grpo-ray").definition
+    assert (on_ray["executor"], on_ray["shared_dir"], on_ray["devices"]) == (
+        "ray", "/mnt/shared/yardstick", {"kind": "cpu", "count": 1}), "veRL's driver asks Ray for its GPUs itself"
+    assert on_ray["argv"] == Recipe.objects.get(name="verl-grpo").definition["argv"]
 
 
 def test_a_recipes_own_argv_renders_to_one_argument_per_item():
