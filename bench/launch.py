@@ -2,13 +2,13 @@
 20 chatty jobs cost the web server and the database.
 
     python bench/launch.py [--rounds 3] [--jobs 20] [--rate 100] [--duration 30]
-                           [--rates 100,1000,2500,5000,10000] [--rate-seconds 5]
+                           [--rates 100,1000,2500,5000,10000] [--rate-seconds 5] [--no-ray] [--ray-rounds 3]
 
 Runs the control plane's parts as processes of their own on the bench database `bench_launch` (embedded
 PostgreSQL and Redis under YARDSTICK_DATA_DIR, default var/bench via `make bench`): Daphne (the argv `up`
 gives it) and this node's launch worker (`celery -A yardstick worker -Q launch@<node> -n launch@<node>
 --pool threads --concurrency 24`, YARDSTICK_URL at that Daphne), and Debian's Chromium through Playwright
-logged in as an operator. Two recipes, defined as an admin would:
+logged in as an operator. Two recipes, defined as an admin would (and two more for (e), below):
 
 - bench-trl-grpo: launch/examples/recipes.yaml's trl-grpo, its model root a temporary folder holding the tiny
   GPT-2 and character tokenizer of tests/trl_tiny.py (on cpu when the worker reports no GPU), 1 step;
@@ -29,7 +29,18 @@ right after the POST, as the Start form's redirect does):
     own), over --duration s: CPU of the web server, the launch worker, the commands, PostgreSQL and Redis;
     web RSS; commits, new connections and rows written (pg_stat_database), launch_outputline bytes; the lines
     that reached the viewers and the events the channel layer dropped; against the same jobs printing
-    nothing over the same time.
+    nothing over the same time;
+(e) unless --no-ray: on a Ray head the bench starts itself (tests/ray_head.py, 2 CPUs on loopback) and registers as
+    a cluster, bench-steps-ray: `{python} {yardstick}/tests/launch/steps_script.py --out {job_dir} --steps 200
+    --sleep 0.2 --ignore-stop` (a step logged through MLflow every 0.2 s, ending only at a signal), executor ray,
+    shared_dir a temporary folder, stop_grace_s [2, 3], followed as production follows it: celery beat and a
+    default-queue worker with the argv `up` gives them (yardstick/runner.py), so launch.tasks.follow_clusters runs
+    every settings.LAUNCH_FOLLOW_S among the rest of the upkeep and follow_remote right after each launch. Per
+    round (--ray-rounds), the page open: POST -> Ray says RUNNING (its Jobs API) and Yardstick has it so
+    (Launch.remote_status), -> the first step on the reward chart as in (b); then Stop (POST /api/jobs/<id>/stop,
+    what the page's Stop button does) -> the stop flag, SIGTERM, Ray says STOPPED, the job stopped, 'stopped' on
+    the page. The reference, alternating with it: bench-steps-node, the same recipe with no executor, on the
+    bench's launch worker: POST -> the first step on the chart, Stop -> stopped; the ratios Ray / node.
 
 When the job page has no output panel (#output-lines), the figures of (a) and (c) are the "output" events'
 arrival on the page's socket, and say so. Job ids start at 10^9 and up: another Yardstick's launch worker on
@@ -42,6 +53,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -92,11 +104,11 @@ if n == 0:
 
 # Installed before the job page's own scripts. Lines: when each first shows in #output-lines (the animation
 # frame after it was added) and when its "output" event arrives; steps: the first "step" event and the first
-# point of the reward chart's mean trace (the frame after Plotly has it).
+# point of the reward chart's mean trace (the frame after Plotly has it); when the status badge first says stopped.
 RECORDER = """
 (() => {
   const R = window.__bench = {firstLine: {}, steps: null, stepNo: null, rewardEv: null, chartAt: null, chartStep: null,
-                              liveAt: null, panel: null};
+                              liveAt: null, panel: null, stoppedAt: null};
   const bucket = () => ({n: 0, seqs: new Set(), firstAt: null, lastAt: null, firstIndex: null, lastIndex: null,
                          firstPrinted: null, lastPrinted: null, lastLag: null, lags: []});
   R.dom = bucket(); R.ev = bucket();
@@ -143,6 +155,11 @@ RECORDER = """
     if (R.panel === null && document.readyState !== "loading") R.panel = !!document.getElementById("output-lines");
     const state = document.getElementById("live-state");
     if (R.liveAt === null && state && state.dataset.state === "live") R.liveAt = Date.now();
+    const badge = document.querySelector("#job-status .status");
+    if (R.stoppedAt === null && badge && badge.dataset.status === "stopped") {
+      R.stoppedAt = -1;
+      requestAnimationFrame(() => { R.stoppedAt = Date.now(); });
+    }
     const el = document.querySelector('.chart[data-fig="reward"]');
     const t = el && el.data && el.data[2];
     if (R.chartAt !== null || !t || !t.y) return;
@@ -160,7 +177,7 @@ RECORDER = """
                 lags: withLags ? b.lags : []};
     });
     return {...out, firstLine: R.firstLine, steps: R.steps, stepNo: R.stepNo, rewardEv: R.rewardEv,
-            chartAt: R.chartAt, chartStep: R.chartStep, liveAt: R.liveAt, panel: R.panel};
+            chartAt: R.chartAt, chartStep: R.chartStep, liveAt: R.liveAt, panel: R.panel, stoppedAt: R.stoppedAt};
   };
 })();
 """
@@ -267,15 +284,15 @@ def start_parts(parts):
     from django.conf import settings
 
     from bench.live_latency import free_port, wait_http
-    from launch.kind import worker_name
     from trainer.models import Worker
+    from trainer.workers import LAUNCH_PREFIX
     from yardstick.runner import children_for
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     parts.start("web", children_for(settings, ["web"], "127.0.0.1", port)[0].argv, child_env())
     wait_http(base + "/healthz")
-    name = worker_name(settings.YARDSTICK_NODE)
+    name = f"{LAUNCH_PREFIX}{settings.YARDSTICK_NODE}"  # the launch worker `up` starts (yardstick/runner.py)
     purge(name)
     parts.start("worker", [sys.executable, "-m", "celery", "-A", "yardstick", "worker", "-Q", name, "-n", name,
                            "--pool", "threads", "--concurrency", str(CONCURRENCY), "--prefetch-multiplier", "1",
@@ -428,17 +445,20 @@ def seen_on_page(page, with_lags=False):
     return page.evaluate(f"window.__bench.snapshot({'true' if with_lags else 'false'})")
 
 
-def first_lines(base, token, page, parts, recipe, params, timeout_s):
+def first_lines(base, token, page, parts, recipe, params, timeout_s, chart=None, tick=None):
     """One launch watched from its page: POST, open the page at once, wait for the command's first line
-    (and with `recipe` TRL, the first point of the reward chart); return what the page saw, t0, the job."""
+    (with `chart`, by default when `recipe` is TRL, for the first point of the reward chart instead), calling
+    `tick(job id)` at each look; return what the page saw, t0, the job."""
     job_id, t0 = launch(base, token, recipe, **params)
     page.goto(f"{base}/jobs/{job_id}", wait_until="commit")
-    want = ("window.__bench && window.__bench.chartAt > 0" if recipe == TRL else
+    want = ("window.__bench && window.__bench.chartAt > 0" if (recipe == TRL if chart is None else chart) else
             "window.__bench && (window.__bench.firstLine['dom:cmd'] || "
             "(window.__bench.panel === false && window.__bench.firstLine['ev:cmd']))")
     deadline, ended_at = time.monotonic() + timeout_s, None
     while not page.evaluate(want) and time.monotonic() < deadline:
         parts.check()
+        if tick is not None:
+            tick(job_id)
         if ended_at is None and job_status(job_id) in ENDED:
             ended_at = time.monotonic()
         if ended_at is not None and time.monotonic() > ended_at + 3:
@@ -720,6 +740,189 @@ def read_lags(ids, start, end):
     return {"printed": printed, "p50": p50, "p99": p99}
 
 
+# -- (e): on a Ray cluster -------------------------------------------------------------------------------------
+
+RAY_CLUSTER = "bench-ray"
+STEPS_RAY = "bench-steps-ray"
+STEPS_NODE = "bench-steps-node"
+STEPS_ARGV = ["{python}", "{yardstick}/tests/launch/steps_script.py", "--out", "{job_dir}", "--steps", "200",
+              "--sleep", "0.2", "--ignore-stop"]
+STEPS_GRACE_S = [2, 3]
+RAY_ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
+FOLLOWER_PARTS = ("beat", "default-worker")
+
+
+def stop_ray_head(head):
+    """End the processes of `head` and no other: those naming its temp folder or its GCS port, and theirs.
+    (RayHead.close's `ray stop --force` ends every Ray of this machine's user, a test suite's head too.)"""
+    import psutil
+
+    roots = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or []) + " "
+        if head.temp_dir in line or f":{head.port} " in line or f"_port={head.port} " in line:
+            roots.append(proc)
+    procs = {p.pid: p for p in roots}
+    for proc in roots:
+        with contextlib.suppress(psutil.Error):
+            procs.update((c.pid, c) for c in proc.children(recursive=True))
+    for proc in procs.values():
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _gone, alive = psutil.wait_procs(list(procs.values()), timeout=10)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=10)
+    shutil.rmtree(head.temp_dir, ignore_errors=True)
+
+
+def start_follower(parts, base):
+    """Beat and a default-queue worker, with the argv `up` gives them (yardstick/runner.py), reporting to our
+    Daphne: beat sends launch.tasks.follow_clusters every settings.LAUNCH_FOLLOW_S, the worker runs it (and the
+    follow_remote each launch on a cluster sends) among the rest of the upkeep. Wait for its first pass done."""
+    from django.conf import settings
+
+    from yardstick.runner import children_for
+
+    purge("default")
+    for child in children_for(settings, ["worker", "beat"], "127.0.0.1", int(base.rsplit(":", 1)[1])):
+        name = "default-worker" if child.name == "worker" else child.name
+        parts.start(name, child.argv, child_env(YARDSTICK_URL=base, **child.env))
+    log = Path(settings.DATA_DIR) / "bench-launch-default-worker.log"
+
+    def passed():
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return "launch.tasks.follow_clusters" in text and "succeeded" in text
+
+    wait(passed, 120, "the default worker's first follower pass from beat", parts, every_s=0.2)
+
+
+def define_steps_recipes(admin, address, shared):
+    """The Ray cluster (this bench's head) and the steps recipe twice: on it (executor ray, its job folders under
+    `shared`), and on a node (no executor: the bench's launch worker)."""
+    from launch.models import Cluster, Recipe
+
+    Cluster.register({"name": RAY_CLUSTER, "address": address, "python": sys.executable,
+                      "description": "bench/launch.py's own local Ray head"}, admin)
+    steps = {"description": "tests/launch/steps_script.py: 200 steps of 0.2 s, ends only at a signal "
+                            "(bench/launch.py)",
+             "argv": STEPS_ARGV, "devices": {"kind": "cpu", "count": 1}, "stop_grace_s": STEPS_GRACE_S}
+    Recipe.define(STEPS_RAY, {**steps, "executor": "ray", "cluster": RAY_CLUSTER, "shared_dir": str(shared)}, admin)
+    Recipe.define(STEPS_NODE, steps, admin)
+
+
+def ray_status(client, job_id):
+    """What Ray says of the job's first start (its JobStatus name), None before it was submitted."""
+    try:
+        status = client.get_job_status(f"yardstick-job-{job_id}-1")
+    except Exception:  # noqa: BLE001 - a 404 until the follower submits it
+        return None
+    return str(getattr(status, "value", status))
+
+
+def post_stop(base, token, job_id):
+    """POST /api/jobs/<id>/stop (what the page's Stop button does, through the API); ms just before it."""
+    req = urllib.request.Request(f"{base}/api/jobs/{job_id}/stop", data=b"", method="POST",
+                                 headers={"Authorization": f"Bearer {token}"})
+    t0 = now_ms()
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        resp.read()
+    return t0
+
+
+def steps_round(base, token, page, parts, recipe, client=None):
+    """One launch of a steps recipe watched from its page (with `client`, the Ray head's, one on Ray): POST ->
+    Ray says RUNNING and Yardstick has it so (Launch.remote_status), -> the first step on the reward chart (as
+    in (b)); then Stop -> Yardstick sets the stop flag, sends SIGTERM (stop_step), Ray says STOPPED, the job is
+    stopped (Job.finished_at) and 'stopped' is on the page. ms from the POST, and from the Stop."""
+    from launch.models import Launch
+    from trainer.models import Job
+
+    up = {}
+
+    def tick(job_id):
+        if client is None:
+            return
+        if "ray_running" not in up and ray_status(client, job_id) in ("RUNNING", *RAY_ENDED):
+            up["ray_running"] = now_ms()
+        if "running" not in up and Launch.objects.filter(pk=job_id, remote_status="RUNNING").exists():
+            up["running"] = now_ms()
+
+    seen, t0, job_id = first_lines(base, token, page, parts, recipe, {}, timeout_s=180, chart=True, tick=tick)
+    if client is not None:
+        wait(lambda: tick(job_id) or len(up) == 2, 60, f"Ray job of job {job_id} running", parts)
+    down = {}
+    stop_at = post_stop(base, token, job_id)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        parts.check()
+        if client is not None:
+            if "sigterm" not in down and Launch.objects.filter(pk=job_id, stop_step="SIGTERM").exists():
+                down["sigterm"] = now_ms()
+            if "ray_stopped" not in down and ray_status(client, job_id) in RAY_ENDED:
+                down["ray_stopped"] = now_ms()
+        if page.evaluate("window.__bench.stoppedAt > 0") and (client is None or "ray_stopped" in down):
+            break
+        page.wait_for_timeout(50)
+    after = seen_on_page(page)
+    wait_ended([job_id], 60, parts)
+    job = Job.objects.get(pk=job_id)
+    row = Launch.objects.get(pk=job_id)
+    db = round_breakdown(job_id, t0)
+    return {"ray": client is not None, "job": job_id, "status": job.status, "remote_status": row.remote_status, "stop_step": row.stop_step,
+           "claimed": db["claimed"], "logged": db["logged"], "step": db["step"],
+           "chart": _at(seen.get("chartAt"), t0), "steps_done": job.steps_done,
+           "ray_running": _at(up.get("ray_running"), t0), "running": _at(up.get("running"), t0),
+           "flag": row.stop_flag_at.timestamp() * 1000 - stop_at if row.stop_flag_at else None,
+           "sigterm": _at(down.get("sigterm"), stop_at), "ray_stopped": _at(down.get("ray_stopped"), stop_at),
+           "stopped": job.finished_at.timestamp() * 1000 - stop_at if job.finished_at else None,
+           "on_page": _at(after.get("stoppedAt"), stop_at)}
+
+
+def describe_steps_round(r):
+    out = [f"claimed {_ms(r['claimed'])}"]
+    if r["ray"]:
+        out.append(f"Ray says RUNNING {_ms(r['ray_running'])}, Yardstick has it {_ms(r['running'])}")
+    out.append(f"step {r['step']} logged {_ms(r['logged'])}, on the chart {_ms(r['chart'])}")
+    stop = [f"stop flag {_ms(r['flag'])}", f"SIGTERM {_ms(r['sigterm'])}", f"Ray STOPPED {_ms(r['ray_stopped'])}"]
+    out.append("Stop -> " + ", ".join((stop if r["ray"] else []) + [f"stopped {_ms(r['stopped'])}",
+                                                                     f"on the page {_ms(r['on_page'])}"]))
+    ray = f", Ray {r['remote_status']}, {r['stop_step']}" if r["ray"] else ""
+    return "; ".join(out) + f" ({r['status']} at step {r['steps_done']}{ray})"
+
+
+def measure_ray(base, token, cookie_name, cookie_value, parts, admin, rounds):
+    """(e): a Ray head of the bench's own, beat and a default-queue worker; `rounds` of the steps recipe on Ray
+    and on this node's launch worker, alternating, the job page open for each."""
+    from tests.ray_head import RayHead
+
+    began = time.monotonic()
+    head, shared = RayHead(), tempfile.mkdtemp(prefix="bench-launch-shared-")
+    try:
+        head.start()
+        head_s = time.monotonic() - began
+        define_steps_recipes(admin, head.address, shared)
+        start_follower(parts, base)
+        print(f"  Ray head at {head.address} up in {head_s:.0f} s; beat and the default worker following "
+              f"({time.monotonic() - began:.0f} s)", flush=True)
+        client = head.client()
+        ray, node = [], []
+        with browser_page(base, cookie_name, cookie_value) as page:
+            page.goto(f"{base}/")
+            for i in range(rounds):
+                ray.append(steps_round(base, token, page, parts, STEPS_RAY, client))
+                print(f"  Ray round {i + 1}: {describe_steps_round(ray[-1])}", flush=True)
+                node.append(steps_round(base, token, page, parts, STEPS_NODE))
+                print(f"  node round {i + 1}: {describe_steps_round(node[-1])}", flush=True)
+    finally:
+        parts.stop(FOLLOWER_PARTS)
+        stop_ray_head(head)
+        shutil.rmtree(shared, ignore_errors=True)
+    return {"ray": ray, "node": node, "head_s": head_s}
+
+
+
 # -- the report ------------------------------------------------------------------------------------------------
 
 
@@ -854,6 +1057,53 @@ def report_fleet(load, ref, web_rss_start):
           f"full (channels_redis capacity); reference {ref['dropped']:,}")
     print(f"  load average at the end      {load['load']:.1f} ({os.cpu_count()} cores; other users' processes included)")
 
+def report_ray(e):
+    from django.conf import settings
+
+    if "error" in e:
+        print(f"\n(e) on a Ray cluster: not measured: {e['error']}")
+        return
+    ray, node = e["ray"], e["node"]
+    print(f"\n(e) a steps recipe (tests/launch/steps_script.py, 200 steps of 0.2 s, ends only at a signal, stop_grace_s "
+          f"{STEPS_GRACE_S}) on a local Ray head of 2 CPUs (up in {e['head_s']:.0f} s), followed by celery beat every "
+          f"LAUNCH_FOLLOW_S = {settings.LAUNCH_FOLLOW_S:g} s and a default-queue worker; reference: the same recipe on "
+          f"this node's launch worker; {len(ray)} rounds of each, alternating, the job page open")
+
+    def col(rows, key):
+        return [r[key] for r in rows if r[key] is not None]
+
+    def ratio(key):
+        a, b = col(ray, key), col(node, key)
+        if a and b and statistics.median(b) > 0:
+            print(f"  ratio Ray / node: {statistics.median(a) / statistics.median(b):.2f} x")
+
+    print(f"  POST -> claimed, Ray (follow_remote submits it):       {p50_p90(col(ray, 'claimed'))}")
+    print(f"  POST -> claimed, node (the launch worker starts it):   {p50_p90(col(node, 'claimed'))}")
+    print(f"  POST -> Ray says RUNNING (its Jobs API):               {p50_p90(col(ray, 'ray_running'))}")
+    print(f"  POST -> Yardstick has it RUNNING (remote_status):      {p50_p90(col(ray, 'running'))}")
+    print(f"  POST -> first step logged by the run, Ray (MLflow):    {p50_p90(col(ray, 'logged'))}")
+    print(f"  POST -> first step logged by the run, node (MLflow):   {p50_p90(col(node, 'logged'))}")
+    print(f"  POST -> first step on the reward chart, Ray:           {p50_p90(col(ray, 'chart'))}")
+    print(f"  POST -> first step on the reward chart, node (ref):    {p50_p90(col(node, 'chart'))}")
+    ratio("chart")
+    print(f"  Stop -> the run's stop flag set (stop_flag_at), Ray:   {p50_p90(col(ray, 'flag'))}")
+    print(f"  Stop -> SIGTERM sent (stop_step), Ray:                 {p50_p90(col(ray, 'sigterm'))}")
+    grace = [r["sigterm"] - r["flag"] for r in ray if r["sigterm"] is not None and r["flag"] is not None]
+    print(f"  stop flag -> SIGTERM, Ray (the first grace: {STEPS_GRACE_S[0]} s):".ljust(57) + p50_p90(grace))
+    print(f"  Stop -> Ray says STOPPED:                              {p50_p90(col(ray, 'ray_stopped'))}")
+    print(f"  Stop -> the job stopped (Job.finished_at), Ray:        {p50_p90(col(ray, 'stopped'))}")
+    print(f"  Stop -> the job stopped (Job.finished_at), node:       {p50_p90(col(node, 'stopped'))}")
+    print(f"  Stop -> 'stopped' on the job page, Ray:                {p50_p90(col(ray, 'on_page'))}")
+    print(f"  Stop -> 'stopped' on the job page, node (ref):         {p50_p90(col(node, 'on_page'))}")
+    ratio("on_page")
+    print(f"  (a run that ignores its stop flag ends at SIGTERM, {STEPS_GRACE_S[0]} s after it, on both; on Ray the "
+          "follower sees the Stop at its next pass, sends SIGTERM at the first pass the grace has passed by and sees "
+          "STOPPED at the one after)")
+    odd = [r for r in ray + node if r["status"] != "stopped"]
+    if odd:
+        print(f"  note: {len(odd)} round(s) did not end stopped: " + ", ".join(f"job {r['job']} {r['status']}"
+                                                                         for r in odd))
+
 
 # -- main ------------------------------------------------------------------------------------------------------
 
@@ -880,6 +1130,9 @@ def parse_args(argv=None):
     parser.add_argument("--viewers-part", help=argparse.SUPPRESS)
     parser.add_argument("--rate-seconds", type=_positive(float, 1), default=5.0,
                         help="seconds one printer of (c) prints at each rate (default 5)")
+    parser.add_argument("--no-ray", action="store_true", help="skip (e), the steps recipe on a local Ray head")
+    parser.add_argument("--ray-rounds", type=_positive(int, 1), default=3,
+                        help="launches of the steps recipe on Ray, and on the node, for (e) (default 3)")
     args = parser.parse_args(argv)
     args.rates = [float(r) for r in args.rates.split(",") if r.strip()]
     if args.jobs > CONCURRENCY:
@@ -921,6 +1174,13 @@ def main(argv=None):
             cookie = f"{cookie_name}={cookie_value}"
             ref = measure_fleet(base, token, cookie, parts, args.jobs, 0, args.duration)
             load = measure_fleet(base, token, cookie, parts, args.jobs, args.rate, args.duration)
+            on_ray = None
+            if not args.no_ray:
+                print(f"  ({time.monotonic() - began:.0f} s) (e): a Ray head, beat, the default worker", flush=True)
+                try:
+                    on_ray = measure_ray(base, token, cookie_name, cookie_value, parts, admin, args.ray_rounds)
+                except (Exception, SystemExit) as err:  # noqa: BLE001 - (a)-(d) are reported still
+                    on_ray = {"error": f"{type(err).__name__}: {err}"}
         finally:
             parts.stop()
             connection.close()
@@ -928,6 +1188,10 @@ def main(argv=None):
     report_launches(trl, printer, device)
     report_rates(rates, args.rate_seconds)
     report_fleet(load, ref, web_rss_start)
+    if on_ray is not None:
+        report_ray(on_ray)
+        if "error" in on_ray:
+            raise SystemExit(1)
 
 
 if __name__ == "__main__":
