@@ -752,31 +752,6 @@ RAY_ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
 FOLLOWER_PARTS = ("beat", "default-worker")
 
 
-def stop_ray_head(head):
-    """End the processes of `head` and no other: those naming its temp folder or its GCS port, and theirs.
-    (RayHead.close's `ray stop --force` ends every Ray of this machine's user, a test suite's head too.)"""
-    import psutil
-
-    roots = []
-    for proc in psutil.process_iter(["cmdline"]):
-        line = " ".join(proc.info["cmdline"] or []) + " "
-        if head.temp_dir in line or f":{head.port} " in line or f"_port={head.port} " in line:
-            roots.append(proc)
-    procs = {p.pid: p for p in roots}
-    for proc in roots:
-        with contextlib.suppress(psutil.Error):
-            procs.update((c.pid, c) for c in proc.children(recursive=True))
-    for proc in procs.values():
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _gone, alive = psutil.wait_procs(list(procs.values()), timeout=10)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=10)
-    shutil.rmtree(head.temp_dir, ignore_errors=True)
-
-
 def start_follower(parts, base):
     """Beat and a default-queue worker, with the argv `up` gives them (yardstick/runner.py), reporting to our
     Daphne: beat sends launch.tasks.follow_clusters every settings.LAUNCH_FOLLOW_S, the worker runs it (and the
@@ -917,7 +892,7 @@ def measure_ray(base, token, cookie_name, cookie_value, parts, admin, rounds):
                 print(f"  node round {i + 1}: {describe_steps_round(node[-1])}", flush=True)
     finally:
         parts.stop(FOLLOWER_PARTS)
-        stop_ray_head(head)
+        head.close()
         shutil.rmtree(shared, ignore_errors=True)
     return {"ray": ray, "node": node, "head_s": head_s}
 

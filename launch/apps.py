@@ -11,6 +11,7 @@ class LaunchConfig(AppConfig):
         from trainer.kinds import register
 
         register(LAUNCHED)
+        # and where a launch runs: a node's launch worker, or a Ray cluster (launch/executors.py)
         from launch.executors import register as register_executor
         from launch.kind import NODE
         from launch.on_ray import RayExecutor

@@ -242,6 +242,11 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
     node, pool = inputs.name_field("node", node, 255), inputs.name_field("pool", pool, TEAM_MAX)
     source, init_step = _init_from(definition, init_from, init_step)
     executor = executor_named(definition.get("executor"))
+    if cluster not in (None, "") and not isinstance(cluster, str):
+        raise InputError("cluster", f"cluster must be the name of a registered cluster, got {cluster!r}")
+    if cluster and not executor.remote:
+        raise InputError("cluster", f"recipe {recipe} runs on a node's launch worker, not on a cluster: leave cluster "
+                                    "empty (an admin's recipe says where it runs)")
     target = _cluster(definition, cluster) if executor.remote else None
     if source is not None and not node and not executor.remote:
         node = source.launch.node  # {init_from} is a folder on the node the job it continues ran on

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import models, transaction
 
 from launch.params import RESERVED, Param, ParamError, placeholders
+from trainer.models import ACTIVE, Status
 from yardstick.inputs import InputError, text_problem
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
@@ -362,8 +363,6 @@ class Cluster(models.Model):
 
     def live_jobs(self):
         """Ids of the queued and running jobs launched on this cluster (its follower needs its address)."""
-        from trainer.models import ACTIVE, Status
-
         return list(self.launches.filter(job__status__in=(Status.QUEUED, *ACTIVE)).values_list("job_id", flat=True))
 
     def forget(self):

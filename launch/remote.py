@@ -31,7 +31,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from collector.models import Node
-from launch.executor import OutputWriter, command, env_names, found_checkpoints, issue_token, run_variables
+from launch.executor import LaunchError, OutputWriter, command, env_names, found_checkpoints, issue_token, run_variables
 from launch.executors import Executor, executor_named, executors
 from launch.kind import LIVE, LaunchPlacement, checkpoint_names
 from launch.models import Cluster, Launch
@@ -161,7 +161,8 @@ def follow(job_id):
     with transaction.atomic():
         launch = (Launch.objects.select_for_update(skip_locked=True, of=("self",))
                   .select_related("job", "job__created_by", "cluster").filter(pk=job_id).first())
-        if launch is None or launch.job.status not in LIVE or launch.cluster is None:
+        if (launch is None or launch.job.status not in LIVE or launch.cluster is None
+                or launch.executor not in remote_names()):
             return None
         follower = Follower(launch, executor_named(launch.executor))
         if launch.job.status == Status.QUEUED:
@@ -223,9 +224,12 @@ class Follower:
             self.fail(f"{self.executor.name} cluster {self.cluster.name} ({self.cluster.address}) {what}: {err}",
                       token=token)
             return
-        except Exception as err:  # noqa: BLE001 - a LaunchError, or anything: the job must not stay running
-            self.fail(str(err) if type(err).__name__ == "LaunchError" else f"{type(err).__name__}: {err}"[:4000],
-                      token=token)
+        except LaunchError as err:
+            self.fail(str(err), token=token)
+            return
+        except Exception as err:  # noqa: BLE001 - whatever it was, the job must not stay running
+            log.exception("submitting launched job %s failed", job.pk)
+            self.fail(f"{type(err).__name__}: {err}"[:4000], token=token)
             return
         self.answered()
         self.out.say(f"submitted to {self.executor.name} cluster {self.cluster.name} as {submission.id}: "
@@ -261,7 +265,7 @@ class Follower:
             return
         row = Job.objects.filter(pk=job.pk).values("status", "budget_stop_requested").first()
         if row["status"] == Status.STOPPING or row["budget_stop_requested"]:
-            self.stop_steps()
+            self.stop_steps(stopping=row["status"] == Status.STOPPING)
 
     def take(self, text, final):
         """Keep the lines `text` (the scheduler's whole log) has beyond what is kept: whole lines, and the last
@@ -276,14 +280,22 @@ class Follower:
         self.out.flush()
         self.save(log_offset=self.launch.log_offset + upto, output_seq=self.out.seq)
 
-    def stop_steps(self):
+    def stop_steps(self, stopping):
         now = timezone.now()
         first, second = self.launch.stop_grace_s
         if self.launch.stop_flag_at is None:
-            self.save(stop_flag_at=now, stop_step="flag")
+            # The run read its flag from the Stop on (it asks the tracking API): the grace counts from the Stop (the
+            # job's newest change to stopping, this start's), not from this pass, and a pass of its own comes when
+            # the grace is over (not up to a beat later). A budget's stop is seen by this pass first.
+            asked = (self.job.status_changes.filter(to_status=Status.STOPPING).order_by("-at")
+                     .values_list("at", flat=True).first() if stopping else None)
+            flag_at = min(asked or now, now)
+            self.save(stop_flag_at=flag_at, stop_step="flag")
             self.out.say(f"stop requested: the run's stop flag is set; {self.executor.name} stops it in {first} s if "
                          "it runs on")
-        elif self.launch.stop_step == "flag" and now - self.launch.stop_flag_at >= timedelta(seconds=first):
+            wait_s, job_id = max(0.0, first - (now - flag_at).total_seconds()), self.job.pk
+            transaction.on_commit(lambda: current_app.send_task(FOLLOW, args=[job_id], countdown=wait_s))
+        if self.launch.stop_step == "flag" and now - self.launch.stop_flag_at >= timedelta(seconds=first):
             try:
                 self.executor.cancel(self.cluster, self.launch.remote_id)
             except Unreachable as err:

@@ -66,13 +66,15 @@ class RayHead:
         return JobSubmissionClient(self.address)
 
     def processes(self):
-        """This head's processes (each names its temp folder on its command line) and all their children: not
+        """This head's processes (each names its temp folder or its GCS port on its command line) and all their
+        children: not
         `ray stop`, which ends every Ray on the machine (a benchmark's, another test process's)."""
         import psutil
 
         found = {}
         for proc in psutil.process_iter(["cmdline"]):
-            if any(self.temp_dir in part for part in proc.info["cmdline"] or ()):
+            line = " ".join(proc.info["cmdline"] or ()) + " "
+            if self.temp_dir in line or f":{self.port} " in line or f"_port={self.port} " in line:
                 found[proc.pid] = proc
                 try:
                     found.update((child.pid, child) for child in proc.children(recursive=True))

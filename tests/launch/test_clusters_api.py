@@ -104,6 +104,13 @@ def test_a_launch_on_ray_goes_to_the_cluster_it_names_or_the_only_one_and_is_tol
     with pytest.raises(InputError) as err:
         start(recipe="on-ray", team="rl", created_by=admin_user, cluster="second", node="gpu-a")
     assert err.value.field == "node" and "whose scheduler places it" in err.value.message
+    with pytest.raises(InputError) as err:
+        start(recipe="on-ray", team="rl", created_by=admin_user, cluster={"name": "second"})
+    assert err.value.field == "cluster" and "the name of a registered cluster" in err.value.message
+    Recipe.define("on-node", {"argv": ["python", "train.py"]}, admin_user)
+    with pytest.raises(InputError) as err:
+        start(recipe="on-node", team="rl", created_by=admin_user, cluster="second")
+    assert err.value.field == "cluster" and "runs on a node's launch worker, not on a cluster" in err.value.message
     assert start(recipe="on-ray", team="rl", created_by=admin_user, cluster="second").launch.cluster.name == "second"
     assert Launch.objects.count() == 2, "nothing is created for a refused launch"
 

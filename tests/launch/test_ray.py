@@ -135,6 +135,23 @@ def test_a_launch_on_ray_is_submitted_with_its_run_variables_and_a_crash_fails_i
     assert launch_row.job_dir == f"{cluster.launches.get().definition['shared_dir']}/job-{job.pk}"
 
 
+def test_the_clusters_page_lists_its_nodes_as_ray_reports_them_tied_to_yardstick_nodes(cluster, client, admin_user):
+    from launch.views import cluster_detail
+    from tests.dashboard.builders import node
+
+    [head] = cluster_detail(cluster, nodes=True)["nodes"]
+    ip = head["address"]  # this machine's own address, as Ray's head picked it
+    assert head == {"name": ip, "address": ip, "alive": True, "head": True, "gpus": 0.0, "cpus": 2.0,
+                    "yardstick_node": None, "measured": False}, "no agent reports from it yet"
+    box = node("ray-box")
+    box.labels = {"address": ip}
+    box.save(update_fields=["labels"])
+    assert cluster_detail(cluster, nodes=True)["nodes"][0]["yardstick_node"] == "ray-box"
+    client.force_login(admin_user)
+    html = client.get("/clusters/local").content.decode()
+    assert f'<tr data-node="{ip}">' in html and '<a href="/nodes/ray-box">ray-box</a>' in html
+
+
 def test_an_operator_stops_a_ray_run_from_the_job_page_and_its_host_process_is_charged_to_it(  # noqa: F811
         cluster, ray_recipe, reporting, follower, admin_user, live_web, page, django_user_model, pg_dsn, tmp_path,
         settings, output_dir, request):
