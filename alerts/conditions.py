@@ -215,9 +215,9 @@ def cluster_unreachable(rule, now):
     for cluster in clusters:
         minutes = (now - cluster.unreachable_since).total_seconds() / 60
         if minutes >= rule.duration:
-            live = cluster.launches.filter(job__status__in=(Status.QUEUED, *ACTIVE)).count()
+            live = len(cluster.live_jobs())
             out[f"cluster:{cluster.name}"] = (
-                round(minutes, 1), f"{cluster.kind} cluster {cluster.name} ({cluster.address}) does not answer for "
+                round(minutes, 1), f"{cluster.kind} cluster {cluster.name} ({cluster.address}) has not answered for "
                                    f"{minutes:.0f} min ({live} live job(s) on it): {cluster.error or 'no answer'}")
     return out
 

@@ -346,8 +346,10 @@ class Supervisor:
             self.stderr_tail.append(text)
 
     def say(self, text):
-        """A line of Yardstick's own in the job's output (the stop steps, the start and the end)."""
-        self.out.say(text)
+        """A line of Yardstick's own in the job's output (the stop steps, the start and the end), written now with
+        the lines being written (a progress bar stays on the page)."""
+        self.out.add("yardstick", text)
+        self.flush()
 
     def flush(self):
         self.out.flush({s: sp.pending() for s, sp in self.splitters.items() if sp.pending()})

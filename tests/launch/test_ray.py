@@ -271,7 +271,8 @@ def test_a_cluster_that_stops_answering_leaves_its_job_running_raises_an_alert_a
         assert Cluster.objects.get(name="local").unreachable_since is not None
         evaluate()
         alert = Alert.objects.get(rule__kind="cluster_unreachable")
-        assert alert.subject == "cluster:local" and "does not answer" in alert.message
+        assert alert.subject == "cluster:local" and "ray cluster local" in alert.message
+        assert "has not answered for 0 min (1 live job(s) on it)" in alert.message, alert.message
         proxy.resume()
         wait_for(lambda: job_of(job).launch.unreachable_since is None, 30, "the cluster to answer again")
         assert "cluster local answers again" in output(job)
