@@ -28,6 +28,8 @@ from pathlib import PurePosixPath
 
 from celery import current_app
 from django.db import transaction
+from django.db.models import Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from collector.models import Node
@@ -278,7 +280,7 @@ class Follower:
         for line in [*splitter.feed(new[:upto].encode()), *splitter.close()]:
             self.out.add("stdout", line)
         self.out.flush()
-        self.save(log_offset=self.launch.log_offset + upto, output_seq=self.out.seq)
+        self.save(log_offset=self.launch.log_offset + upto)  # (the writer keeps output_seq)
 
     def stop_steps(self, stopping):
         now = timezone.now()
@@ -333,8 +335,8 @@ class Follower:
             self.out.say(f"cluster unreachable: {self.executor.name} cluster {self.cluster.name} "
                          f"({self.cluster.address}) does not answer ({text}); the job is not failed: Yardstick asks "
                          "again every pass and follows it when the cluster answers")
-        Cluster.objects.filter(pk=self.cluster.pk, unreachable_since__isnull=True).update(unreachable_since=now)
-        Cluster.objects.filter(pk=self.cluster.pk).update(error=text)
+        Cluster.objects.filter(pk=self.cluster.pk).update(unreachable_since=Coalesce("unreachable_since", Value(now)),
+                                                          error=text)
 
     # -- the end --------------------------------------------------------------------------------
 
@@ -384,11 +386,3 @@ def tie(remote_nodes):
         if isinstance(labels, dict) and labels.get("address"):
             by_key.setdefault(str(labels["address"]), name)
     return [replace(n, yardstick_node=by_key.get(n.name) or by_key.get(n.address)) for n in remote_nodes]
-
-
-def unreachable_for(cluster, now=None):
-    """Seconds `cluster` has not answered (0 when it answers)."""
-    if cluster.unreachable_since is None:
-        return 0.0
-    return ((now or timezone.now()) - cluster.unreachable_since).total_seconds()
-
