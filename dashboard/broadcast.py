@@ -1,38 +1,50 @@
-"""New telemetry to the browsers that show it: a per-process poller of the latest-sample table.
+"""New telemetry to the browsers that show it.
 
-The node agent writes only to PostgreSQL (no Redis on GPU nodes), so samples
-reach browsers through the control plane. Each web process runs one poller
-while at least one of its sockets shows the fleet or a node: every POLL_S it
-reads `telemetry_latest` (one row per device, so the read costs the same
-whatever the history) and sends the rows that changed straight to its own
-subscribers. Sending locally rather than through the channel layer means two
-web processes never deliver the same sample twice.
+The node agent writes only to PostgreSQL (no Redis on GPU nodes), so samples reach browsers through the
+control plane, in two ways:
 
-Events: topic "fleet", kind "samples": {"ts", "power_kw", "devices": [...], "cards": {"busy",
-"idle", "stale", "devices", "unhealthy", "burn_usd_per_h"}, "stale": [[node, index], ...]}, sent when
-a sample is new or the cards changed (a device goes stale without any new row, or reports a critical
-health event, or its last one turns a day old); topic "node.<id>", kind
-"samples": {"samples": [...]} (the node's devices only). While the database cannot be read, every
-subscriber gets kind "reading" {"ok": false} once (the reason goes to the log, not to browsers),
-and {"ok": true} when reads work again; the poller keeps trying, backing off to RETRY_MAX_S, for
-as long as anyone subscribes. The rows are the fleet page's (collector.store.latest_rows), each
-device's state is Device.state_of and the cards are the page's (dashboard.readings.fleet_cards),
-the unhealthy devices read with the rows (DeviceEvent.unhealthy, one query) and prices at most once a
-minute.
+**The fleet** (topic "fleet"): one *publisher* for the whole control plane reads the fleet every POLL_S
+(dashboard.fleetstate: one narrow query of `telemetry_latest`, numpy for the rest), computes the cards
+once, encodes the frame once, and publishes it on the control plane's Redis; every web process *relays*
+what it hears to its own fleet sockets and does nothing else for them, so more web processes serve more
+viewers. The publisher is elected by a lock in Redis (PUBLISHER_KEY, PUBLISHER_TTL_MS, renewed each
+tick) among the web processes that have a fleet viewer; when it goes, another takes the lock within a
+lock's life and starts with a whole frame. What goes out (docs/architecture.md, "Live fleet frames"):
+
+- the layout, a JSON text event {"topic": "fleet", "kind": "layout", "data": ...}: the devices in order
+  with their nodes, labels and models, at subscribe and whenever the fleet changes;
+- a binary frame per tick: "S" (every device) after a layout and from a new publisher, else "D" (only
+  the devices that changed: a new sample, another state, utilization or power), with the cards;
+- {"topic": "fleet", "kind": "reading", "data": {"ok": false}} while the database cannot be read (the
+  reason goes to the log), {"ok": true} when it can again.
+
+A new fleet socket gets the newest layout and a whole frame from Redis (LAYOUT_KEY, SNAPSHOT_KEY), then
+every frame published after that one.
+
+**A node** (topic "node.<id>"): each web process reads, every POLL_S while one of its sockets shows a
+node, the newest samples of those nodes' devices only, with every field the node page draws, and sends
+kind "samples" {"samples": [...]} for the ones that changed to its own subscribers.
+
+Reads run in a thread (database_sync_to_async); a read with no answer in READ_TIMEOUT_S counts as failed;
+failed reads back off to RETRY_MAX_S.
 """
 
 import asyncio
 import json
 import logging
+import os
+import struct
 import time
+import uuid
 
 from channels.db import database_sync_to_async
+from django.conf import settings
 from django.utils import timezone
 
-from collector.models import Device, DeviceEvent
+from collector.models import DeviceEvent
 from collector.store import latest_rows
 from costs.prices import PriceBook
-from dashboard.readings import fleet_cards
+from dashboard import fleetstate
 
 log = logging.getLogger(__name__)
 
@@ -40,54 +52,164 @@ POLL_S = 0.5
 RETRY_MAX_S = 5.0  # the longest wait between reads while the database is failing
 READ_TIMEOUT_S = 10.0  # a read with no answer by then counts as failed (a hung server)
 PRICES_EVERY_S = 60.0
+LAYOUT_EVERY_S = 5.0  # the publisher reads the layout again this often (and at once on an unknown device)
 SEND_FAILED = 4410  # the close code of a socket an event could not be sent to (e.g. over the size limit)
-FIELDS = ("util_pct", "sm_active_pct", "power_w", "temp_c", "mem_used_mib")
-# A node page also draws what newer GPUs report (dashboard.figures.NODE_METRICS); the fleet page does not.
-NODE_FIELDS = FIELDS + ("tensor_active_pct", "sm_occupancy_pct", "module_power_w", "nvlink_tx_bytes_s",
-                        "nvlink_rx_bytes_s", "clock_event_reasons", "power_limit_w")
-CARDS = ("busy", "idle", "stale", "devices")  # of fleet_cards, beside the burn rate and unhealthy (power_kw is apart)
+NODE_FIELDS = ("util_pct", "sm_active_pct", "power_w", "temp_c", "mem_used_mib", "tensor_active_pct",
+               "sm_occupancy_pct", "module_power_w", "nvlink_tx_bytes_s", "nvlink_rx_bytes_s", "clock_event_reasons",
+               "power_limit_w")  # what a node page draws (dashboard.figures.NODE_METRICS)
+
+CHANNEL = "yardstick:live:fleet"  # Redis pub/sub: b"T" + a text event, or b"B" + a binary frame
+LAYOUT_KEY = "yardstick:live:fleet:layout"
+SNAPSHOT_KEY = "yardstick:live:fleet:snapshot"
+READING_KEY = "yardstick:live:fleet:reading"  # why the publisher cannot read the database, while it cannot
+SEQ_KEY = "yardstick:live:fleet:seq"
+PUBLISHER_KEY = "yardstick:live:fleet:publisher"
+PUBLISHER_TTL_MS = 3000
+KEYS_TTL_S = 3600  # the layout and snapshot outlive no publisher by more than this
+WAIT = "wait"
 
 
-def read_latest():
-    """Every device and its newest sample (collector.store.latest_rows, without the nodes that have none)."""
-    return [r for r in latest_rows() if r["device_id"] is not None]
+def _first_line(err):
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
-def events(rows, seen, now=None, book=None, shown=None, shown_stale=None, unhealthy=None):
-    """(fleet event data or None, {node_id: node event data}) for rows newer than `seen` (updated in place).
+def frame_seq(message):
+    """The sequence number in a binary fleet frame's header."""
+    (size,) = struct.unpack_from("<I", message, 4)
+    return json.loads(message[8:8 + size])["seq"]
 
-    The fleet event also goes out with no new row when its cards differ from `shown` (the cards last
-    sent) or, given `shown_stale` (the "stale" list last sent), when other devices are stale now. Its
-    "stale" lists every stale device as [node, index], for the heatmap to blank their cells. Given
-    `unhealthy` (DeviceEvent.unhealthy: {device id: event}), its cards count the rows' devices in it.
-    """
-    now = now or timezone.now()
-    changed = []
-    for row in rows:
-        if row["latest"] is not None and seen.get(row["device_id"]) != row["latest"]["ts"]:
-            seen[row["device_id"]] = row["latest"]["ts"]
-            changed.append(row)
-    states = [Device.state_of(r["latest"], r["interval_s"], now) for r in rows]
-    page_cards = fleet_cards(rows, states, now, book, unhealthy)
-    now_cards = {k: page_cards[k] for k in CARDS}
-    if unhealthy is not None:
-        now_cards["unhealthy"] = page_cards["unhealthy"]
-    if book is not None:
-        now_cards["burn_usd_per_h"] = str(page_cards["burn_usd_per_h"])
-    stale = sorted([r["node"], r["index"]] for r, state in zip(rows, states) if state == "stale")
-    if not changed and now_cards == shown and (shown_stale is None or stale == shown_stale):
-        return None, {}
-    def sample(r, fields=FIELDS):
-        out = {"uuid": r["uuid"], "node": r["node"], "index": r["index"], "ts": r["latest"]["ts"].isoformat(),
-               **{f: r["latest"][f] for f in fields}}
-        return out
 
-    fleet = {"ts": now.isoformat(), "power_kw": page_cards["power_kw"], "devices": [sample(r) for r in changed],
-             "cards": now_cards, "stale": stale}
-    nodes = {}
-    for r in changed:
-        nodes.setdefault(r["node_id"], []).append(sample(r, NODE_FIELDS))
-    return fleet, {k: {"samples": v} for k, v in nodes.items()}
+def _redis():
+    import redis.asyncio as aioredis  # here: only a web process with live viewers needs it
+
+    return aioredis.from_url(settings.REDIS_URL, socket_timeout=30, health_check_interval=15)
+
+
+# -- the publisher -------------------------------------------------------------------------------
+
+
+class FleetReader:
+    """What the publisher knows between ticks: the layout, the prices, the frame last published."""
+
+    def __init__(self):
+        self.layout = None
+        self.layout_read_at = 0.0
+        self.book = None
+        self.book_read_at = 0.0
+        self.prices = None
+        self.last = None  # the Frame last published, of self.layout
+
+    def tick(self, now=None):
+        """(layout event or None, frame) for now: the layout when it is new or changed (sync: runs in a thread;
+        database_sync_to_async closes the connection after it, CONN_MAX_AGE = 0)."""
+        now = now or timezone.now()
+        fresh_layout = None
+        if self.layout is None or time.monotonic() - self.layout_read_at > LAYOUT_EVERY_S:
+            fresh_layout = self._read_layout()
+        values = fleetstate.read_values(self.layout)
+        if values.unknown and fresh_layout is None:  # a device the layout has not: the fleet changed
+            fresh_layout = self._read_layout()
+            values = fleetstate.read_values(self.layout)
+        if self.book is None or time.monotonic() - self.book_read_at > PRICES_EVERY_S:
+            self.book, self.book_read_at, self.prices = PriceBook(), time.monotonic(), None
+        if self.prices is None:
+            self.prices = fleetstate.Prices(self.layout, self.book, now.date())
+        frame = fleetstate.compute(self.layout, values, fleetstate.epoch_us(now), DeviceEvent.unhealthy(now=now),
+                                   self.prices)
+        return fresh_layout, frame
+
+    def _read_layout(self):
+        layout = fleetstate.read_layout()
+        self.layout_read_at = time.monotonic()
+        if self.layout is not None and layout.version == self.layout.version:
+            return None
+        self.layout, self.prices, self.last = layout, None, None
+        return layout
+
+
+class Publisher:
+    """The publishing half of a web process: while it holds PUBLISHER_KEY, reads, encodes and publishes."""
+
+    def __init__(self, redis, poll_s):
+        self.redis = redis
+        self.poll_s = poll_s
+        self.token = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.reader = FleetReader()
+        self.holding = False
+        self.reading = None  # the read in flight (one at a time, even when one hangs)
+        self.failing = None
+
+    async def elect(self):
+        """Hold the lock (take it, or renew it when ours); whether this process publishes."""
+        if await self.redis.set(PUBLISHER_KEY, self.token, nx=True, px=PUBLISHER_TTL_MS):
+            won = True
+        else:
+            won = (await self.redis.get(PUBLISHER_KEY)) == self.token.encode()
+            if won:
+                await self.redis.pexpire(PUBLISHER_KEY, PUBLISHER_TTL_MS)
+        if won and not self.holding:
+            log.info("live fleet: this process publishes (%s)", self.token)
+            self.reader.last = None  # a new publisher starts with a whole frame
+        self.holding = won
+        return won
+
+    async def release(self):
+        if self.holding and (await self.redis.get(PUBLISHER_KEY)) == self.token.encode():
+            await self.redis.delete(PUBLISHER_KEY)
+        self.holding = False
+
+    async def publish_tick(self):
+        """One read and what it publishes; the delay before the next (backing off while reads fail)."""
+        if self.reading is None:
+            self.reading = asyncio.ensure_future(database_sync_to_async(self.reader.tick, thread_sensitive=False)())
+        try:
+            layout, frame = await asyncio.wait_for(asyncio.shield(self.reading), READ_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - the database away: say so, keep trying
+            if not isinstance(err, asyncio.TimeoutError):
+                self.reading = None
+            why = f"no answer in {READ_TIMEOUT_S:g} s" if isinstance(err, asyncio.TimeoutError) else _first_line(err)
+            if self.failing is None:
+                log.warning("live telemetry: cannot read the database (%s); retrying", why)
+                self.failing = why
+                await self.redis.set(READING_KEY, why, ex=KEYS_TTL_S)
+                await self._text({"topic": "fleet", "kind": "reading", "data": {"ok": False}})
+            return RETRY_MAX_S
+        self.reading = None
+        if self.failing is not None:
+            log.info("live telemetry: reading the database again")
+            self.failing = None
+            await self.redis.delete(READING_KEY)
+            await self._text({"topic": "fleet", "kind": "reading", "data": {"ok": True}})
+        reader = self.reader
+        whole_frame = layout is not None or reader.last is None
+        if not whole_frame:
+            mask = fleetstate.changed(frame, reader.last)
+            why = frame.unhealthy != reader.last.unhealthy
+            if not mask.any() and not why and frame.cards == reader.last.cards:
+                return self.poll_s  # nothing to tell
+        seq = await self.redis.incr(SEQ_KEY)
+        head = fleetstate.frame_header(frame, reader.layout, seq)
+        whole = fleetstate.encode(frame, head)
+        pipe = self.redis.pipeline(transaction=False)
+        if whole_frame:
+            event = fleetstate.layout_event(reader.layout)
+            pipe.set(LAYOUT_KEY, event, ex=KEYS_TTL_S)
+            pipe.publish(CHANNEL, b"T" + event.encode())
+            sent = whole
+        else:
+            sent = fleetstate.encode(frame, head, mask, why=why)
+        pipe.set(SNAPSHOT_KEY, whole, ex=KEYS_TTL_S)
+        pipe.publish(CHANNEL, b"B" + sent)
+        await pipe.execute()
+        reader.last = frame
+        return self.poll_s
+
+    async def _text(self, event):
+        await self.redis.publish(CHANNEL, b"T" + json.dumps(event).encode())
+
+
+# -- the broadcaster: relay, candidate publisher, node poller --------------------------------------
 
 
 class Broadcaster:
@@ -95,73 +217,43 @@ class Broadcaster:
 
     def __init__(self, poll_s=POLL_S):
         self.poll_s = poll_s
-        self.subscribers = {}
-        self.seen = {}
-        self.shown = None  # the cards last sent
-        self.shown_stale = None  # the stale devices last sent
-        self.book = None
-        self.book_read_at = 0.0
-        self.task = None
-        self.failing = None  # why the last read failed, while reads fail
-        self.reading = None  # the read in flight (one at a time, even when one hangs)
+        self.subscribers = {}  # consumer -> its telemetry topics
+        # fleet consumer -> the seq of the last frame it has; None until welcomed, WAIT while nothing was published
+        self.fleet = {}
+        self.waiting = {}  # fleet consumer -> messages heard while its welcome is under way
+        self.relay_task = None
+        self.node_task = None
+        self.seen = {}  # device id -> the sample time last sent to node subscribers
+        self.node_failing = None
+        self.node_reading = None
+        self.published = 0  # frames this process published (tests and bench read it)
+        self._welcoming = set()
 
     def subscribe(self, consumer, topics):
         self.subscribers[consumer] = set(topics)
-        if "fleet" in topics:
-            self.shown = self.shown_stale = None  # they may have moved since its page was rendered: send again
         loop = asyncio.get_running_loop()
-        if self.failing is not None:  # a page opened during an outage says so at once
-            loop.create_task(self._tell(consumer, {"ok": False}))
-        if self.task is None or self.task.done():
-            self.task = loop.create_task(self._loop())
+        if "fleet" in topics:
+            self.fleet[consumer] = None
+            self.waiting[consumer] = []
+            if self.relay_task is None or self.relay_task.done():
+                self.relay_task = loop.create_task(self._relay())
+        if any(t.startswith("node.") for t in topics) and (self.node_task is None or self.node_task.done()):
+            self.node_task = loop.create_task(self._nodes())
 
     def unsubscribe(self, consumer):
         self.subscribers.pop(consumer, None)
+        self.fleet.pop(consumer, None)
+        self.waiting.pop(consumer, None)
 
-    async def _loop(self):
-        # Start from what is there now: the page was rendered with it.
-        send, delay = False, self.poll_s
-        try:
-            while True:
-                try:
-                    await self._tick(send=send)
-                except Exception as err:  # noqa: BLE001 - the database away: say so, keep trying
-                    delay = min(RETRY_MAX_S, delay * 2)
-                    if self.failing is None:
-                        log.warning("live telemetry: cannot read the database (%s); retrying", _first_line(err))
-                        self.failing = _first_line(err)
-                        await self._tell_all({"ok": False})
-                else:
-                    delay = self.poll_s
-                    if self.failing is not None:
-                        log.info("live telemetry: reading the database again")
-                        self.failing = None
-                        await self._tell_all({"ok": True})
-                send = True
-                if not self.subscribers:
-                    return
-                await asyncio.sleep(delay)
-                if not self.subscribers:
-                    return
-        finally:
-            self.task = None
-            self.reading = None  # a read left in flight belongs to this loop; the next loop starts its own
-
-    async def _tell_all(self, data):
-        for consumer in list(self.subscribers):
-            await self._tell(consumer, data)
-
-    async def _tell(self, consumer, data):
-        topics = sorted(self.subscribers.get(consumer, ()))
-        if topics:
-            await self._send(consumer, json.dumps({"topic": topics[0], "kind": "reading", "data": data}))
-
-    async def _send(self, consumer, text):
+    async def _send(self, consumer, text=None, data=None):
         """Send one encoded event. A send that fails (a closed socket, a frame over the server's size
         limit) drops the subscriber and closes its socket: its page then says it is not live and
         reconnects, rather than showing "live" while nothing more arrives."""
         try:
-            await consumer.send(text_data=text)
+            if data is not None:
+                await consumer.send(bytes_data=data)
+            else:
+                await consumer.send(text_data=text)
         except Exception as err:  # noqa: BLE001
             log.warning("dropping a live subscriber: %s", _first_line(err))
             self.unsubscribe(consumer)
@@ -172,49 +264,171 @@ class Broadcaster:
             return False
         return True
 
-    def _read(self):
-        """The rows and the unhealthy devices (DeviceEvent.unhealthy), and the price book when it is older than
-        PRICES_EVERY_S (sync: runs in a thread)."""
-        if self.book is None or time.monotonic() - self.book_read_at > PRICES_EVERY_S:
-            self.book, self.book_read_at = PriceBook(), time.monotonic()
-        return read_latest(), DeviceEvent.unhealthy()
+    # -- the fleet: relay what the publisher publishes; stand for publisher ------------------------
 
-    async def _tick(self, send=True):
-        # database_sync_to_async closes the connection after the read (CONN_MAX_AGE = 0).
-        if self.reading is None:
-            self.reading = asyncio.ensure_future(database_sync_to_async(self._read, thread_sensitive=False)())
+    async def _relay(self):
+        """While this process has fleet sockets: hear the channel, welcome new sockets, pass frames on, and
+        take part in the publisher's election."""
+        delay = self.poll_s
+        while self.fleet:
+            redis = _redis()
+            pubsub = redis.pubsub()
+            publisher = Publisher(redis, self.poll_s)
+            try:
+                await pubsub.subscribe(CHANNEL)
+                await self._listen(redis, pubsub, publisher)
+                delay = self.poll_s
+            except Exception as err:  # noqa: BLE001 - Redis away: the channel layer says so too; try again
+                log.warning("live fleet: Redis not answering (%s); retrying", _first_line(err))
+                delay = min(RETRY_MAX_S, delay * 2)
+                await asyncio.sleep(delay)
+            finally:
+                try:
+                    await publisher.release()
+                    await pubsub.aclose()
+                    await redis.aclose()
+                except Exception:  # noqa: BLE001 - gone already
+                    pass
+        self.relay_task = None
+
+    async def _listen(self, redis, pubsub, publisher):
+        next_tick = 0.0
+        while self.fleet:
+            for consumer in [c for c, seq in self.fleet.items() if seq is None and c not in self._welcoming]:  # new
+                self._welcoming.add(consumer)
+                asyncio.get_running_loop().create_task(self._welcome(redis, consumer))
+            now = time.monotonic()
+            if now >= next_tick:
+                delay = self.poll_s
+                if await publisher.elect():
+                    delay = await publisher.publish_tick()
+                    self.published += 1
+                next_tick = now + delay
+            message = await pubsub.get_message(ignore_subscribe_messages=True,
+                                               timeout=max(0.01, next_tick - time.monotonic()))
+            if message is not None:
+                await self._pass_on(message["data"])
+        await publisher.release()
+
+    async def _welcome(self, redis, consumer):
+        """A new fleet socket: the newest layout and whole frame, then what was heard meanwhile."""
         try:
-            rows, unhealthy = await asyncio.wait_for(asyncio.shield(self.reading), READ_TIMEOUT_S)
+            layout, whole, failing, publisher = await redis.mget(LAYOUT_KEY, SNAPSHOT_KEY, READING_KEY, PUBLISHER_KEY)
+            if consumer not in self.fleet:
+                return
+            if failing is not None and publisher is not None:
+                await self._send(consumer, text=json.dumps({"topic": "fleet", "kind": "reading", "data": {"ok": False}}))
+            # Nothing published, or left by a publisher gone: the next publisher's first layout welcomes it.
+            if layout is None or whole is None or publisher is None:
+                if self.fleet.get(consumer, WAIT) is None:
+                    self.fleet[consumer] = WAIT
+                return
+            if not (await self._send(consumer, text=layout.decode()) and await self._send(consumer, data=whole)):
+                return
+            seq = frame_seq(whole)
+            while self.waiting.get(consumer):
+                kind, body, their_seq = self.waiting[consumer].pop(0)
+                if kind == "T" or their_seq > seq:
+                    await self._send(consumer, **({"text": body} if kind == "T" else {"data": body}))
+                    seq = max(seq, their_seq or 0)
+            if consumer in self.fleet:
+                self.fleet[consumer] = seq
+                self.waiting[consumer] = []
+        except Exception as err:  # noqa: BLE001 - Redis away: tried again on the next pass
+            log.warning("live fleet: could not welcome a socket (%s)", _first_line(err))
+        finally:
+            self._welcoming.discard(consumer)
+
+    async def _pass_on(self, message):
+        kind, body = message[:1].decode(), message[1:]
+        seq = frame_seq(body) if kind == "B" else None
+        text = body.decode() if kind == "T" else None
+        is_layout = kind == "T" and text.startswith('{"topic":"fleet","kind":"layout"')
+        for consumer, have in list(self.fleet.items()):
+            if have is None:  # its welcome is under way: it sends these after the whole frame
+                if consumer in self.waiting:
+                    self.waiting[consumer].append((kind, text if kind == "T" else body, seq))
+                continue
+            if have is WAIT:  # it heard nothing yet: a layout and the whole frame after it welcome it
+                if kind == "T" and await self._send(consumer, text=text) and is_layout:
+                    self.fleet[consumer] = 0
+                continue
+            if kind == "T":
+                await self._send(consumer, text=text)
+            elif seq > have:
+                if await self._send(consumer, data=body):
+                    self.fleet[consumer] = seq
+
+    # -- nodes ------------------------------------------------------------------------------------
+
+    def _node_ids(self):
+        return sorted({int(t[5:]) for topics in self.subscribers.values() for t in topics if t.startswith("node.")})
+
+    async def _nodes(self):
+        send, delay = False, self.poll_s
+        try:
+            while self._node_ids():
+                try:
+                    await self._node_tick(send)
+                except Exception as err:  # noqa: BLE001 - the database away: say so, keep trying
+                    delay = min(RETRY_MAX_S, delay * 2)
+                    if self.node_failing is None:
+                        log.warning("live telemetry: cannot read the database (%s); retrying", _first_line(err))
+                        self.node_failing = _first_line(err)
+                        await self._tell_nodes({"ok": False})
+                else:
+                    delay = self.poll_s
+                    if self.node_failing is not None:
+                        self.node_failing = None
+                        await self._tell_nodes({"ok": True})
+                send = True
+                await asyncio.sleep(delay)
+        finally:
+            self.node_task = None
+            self.node_reading = None
+
+    async def _tell_nodes(self, data):
+        for consumer, topics in list(self.subscribers.items()):
+            nodes = sorted(t for t in topics if t.startswith("node."))
+            if nodes:
+                await self._send(consumer, text=json.dumps({"topic": nodes[0], "kind": "reading", "data": data}))
+
+    async def _node_tick(self, send):
+        ids = self._node_ids()
+        if self.node_reading is None:
+            self.node_reading = asyncio.ensure_future(
+                database_sync_to_async(latest_rows, thread_sensitive=False)(node_ids=ids))
+        try:
+            rows = await asyncio.wait_for(asyncio.shield(self.node_reading), READ_TIMEOUT_S)
         except asyncio.TimeoutError:
             raise TimeoutError(f"no answer in {READ_TIMEOUT_S:g} s") from None
         except Exception:
-            self.reading = None
+            self.node_reading = None
             raise
-        self.reading = None
-        fleet, nodes = events(rows, self.seen, book=self.book, shown=self.shown, shown_stale=self.shown_stale or [],
-                              unhealthy=unhealthy)
-        if not send or fleet is None:
+        self.node_reading = None
+        events = node_events(rows, self.seen)
+        if not send:
             return
-        self.shown, self.shown_stale = fleet["cards"], fleet["stale"]
-        # Each event is encoded once, whatever the number of viewers who get it.
-        encoded = {}
-
-        def text(topic):
-            if topic not in encoded:
-                data = fleet if topic == "fleet" else nodes[int(topic[5:])]
-                encoded[topic] = json.dumps({"topic": topic, "kind": "samples", "data": data})
-            return encoded[topic]
-
+        encoded = {k: json.dumps({"topic": f"node.{k}", "kind": "samples", "data": v}) for k, v in events.items()}
         for consumer, topics in list(self.subscribers.items()):
             for topic in sorted(topics):
-                if topic == "fleet" or (topic.startswith("node.") and int(topic[5:]) in nodes):
-                    if not await self._send(consumer, text(topic)):
+                if topic.startswith("node.") and int(topic[5:]) in encoded:
+                    if not await self._send(consumer, text=encoded[int(topic[5:])]):
                         break
 
 
-def _first_line(err):
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+def node_events(rows, seen):
+    """{node id: {"samples": [...]}} of the rows (collector.store.latest_rows) whose newest sample is newer than
+    `seen` ({device id: sample time}, updated in place)."""
+    out = {}
+    for r in rows:
+        if r["device_id"] is None or r["latest"] is None or seen.get(r["device_id"]) == r["latest"]["ts"]:
+            continue
+        seen[r["device_id"]] = r["latest"]["ts"]
+        out.setdefault(r["node_id"], []).append({
+            "uuid": r["uuid"], "node": r["node"], "index": r["index"], "ts": r["latest"]["ts"].isoformat(),
+            **{f: r["latest"][f] for f in NODE_FIELDS}})
+    return {k: {"samples": v} for k, v in out.items()}
 
 
 broadcaster = Broadcaster()

@@ -72,7 +72,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         telemetry = [t for t in topics if TELEMETRY.match(t)]
         if telemetry:
-            broadcaster.subscribe(self, telemetry)
+            self.broadcaster = broadcaster  # this process's (tests stand two processes side by side)
+            self.broadcaster.subscribe(self, telemetry)
         await self.send_json({"topic": "", "kind": "subscribed", "data": {"topics": topics, "refused": refused}})
 
     async def __call__(self, scope, receive, send):
@@ -100,7 +101,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self._leave()
 
     async def _leave(self):
-        broadcaster.unsubscribe(self)
+        if getattr(self, "broadcaster", None) is not None:
+            self.broadcaster.unsubscribe(self)
         groups, self.groups_joined = getattr(self, "groups_joined", []), []
         for group in groups:
             await self.channel_layer.group_discard(group, self.channel_name)

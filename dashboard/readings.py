@@ -10,9 +10,10 @@ import json
 import math
 from collections import defaultdict
 from datetime import datetime
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from urllib.parse import quote
 
+import numpy as np
 from django.db.models import Max, Min
 from django.utils import timezone as djtz
 
@@ -21,8 +22,9 @@ from collector.models import Device, DeviceEvent
 from costs import live
 from costs.intelligence import jobs_money, score_cost_curve
 from costs.ledger import usage
-from costs.prices import PriceBook, burn_usd_per_h, model_key
+from costs.prices import PriceBook
 from costs.report import group_key
+from dashboard import fleetstate
 from dashboard.figures import sparkline
 from tracking import artifacts
 from tracking.ingest import DEFAULT_SCORE_KEYS, KNOWN_KEYS, STEP_MAX, score_key, unchartable
@@ -37,88 +39,130 @@ SPARK_POINTS = 40
 # -- fleet -----------------------------------------------------------------------------
 
 
-def fleet_overview(now=None):
-    """Cards, the heatmap's cells and the node table: {"cards", "nodes", "flags"}, from the collector's one
-    read of the fleet (collector.store.latest_rows), one read of the unhealthy devices (DeviceEvent.unhealthy)
-    and the cards' one rule (`fleet_cards`). Each device has "unhealthy": the critical event, or None; each
-    node "unhealthy": its devices that are."""
+NODES_PER_PAGE = 50
+NODE_SORTS = ("name", "util", "power", "newest", "status", "devices")
+
+
+def fleet_snapshot(now=None):
+    """(layout, frame, unhealthy events) of the fleet now, by dashboard.fleetstate's one rule: the live publisher's
+    read, here for the page's render."""
     now = now or djtz.now()
-    rows = store.latest_rows()
-    devices = [r for r in rows if r["device_id"] is not None]
-    states = {r["device_id"]: Device.state_of(r["latest"], r["interval_s"], now) for r in devices}
+    layout = fleetstate.read_layout()
+    values = fleetstate.read_values(layout)
     unhealthy = DeviceEvent.unhealthy(now=now)  # every device's, in one query
-    cards = fleet_cards(devices, list(states.values()), now, PriceBook(), unhealthy)
-    nodes = []
-    for node, node_rows in zip(store.fleet(now, rows), _by_node(rows)):
-        shown = [{**d, "stale": states[r["device_id"]] == "stale", "util_pct": _latest(d, "util_pct"),
-                  "power_w": _latest(d, "power_w"), "unhealthy": unhealthy.get(r["device_id"])}
-                 for d, r in zip(node["devices"], node_rows)]
-        fresh = [d for d in shown if not d["stale"]]
-        utils = [d["util_pct"] for d in fresh if d["util_pct"] is not None]
-        newest = node["newest_sample_at"]
-        nodes.append({
-            "name": node["name"], "owner": node["owner"], "status": node["status"], "devices": shown,
-            "device_count": len(shown), "device_kinds": device_kinds(shown),
-            "util_mean_pct": sum(utils) / len(utils) if utils else None,
-            # [index, util, power] of each reporting device: the page recounts the two above from live samples.
-            "live_devices": json.dumps([[d["index"], d["util_pct"], d["power_w"]] for d in fresh]),
-            "power_w": sum((d["power_w"] for d in fresh if d["power_w"] is not None), 0.0),
-            "newest_age_s": None if newest is None else (now - newest).total_seconds(),
-            "simulated": any(d["simulated"] for d in shown),
-            "power_estimated": any(d["power_estimated"] for d in shown),
-            "unhealthy": [d for d in shown if d["unhealthy"]],
-        })
-    flags = {"simulated": sum(d["simulated"] for d in devices),
-             "power_estimated": sum(d["power_estimated"] for d in devices),
+    prices = fleetstate.Prices(layout, PriceBook(), now.date())
+    return layout, fleetstate.compute(layout, values, fleetstate.epoch_us(now), unhealthy, prices), unhealthy
+
+
+def fleet_overview(now=None, table=None):
+    """The fleet page's cards, flags and one page of the node table (`node_table` with `table`, a
+    dashboard.forms.NodeTable's cleaned data), and the layout and frame the page's script starts from."""
+    now = now or djtz.now()
+    layout, frame, unhealthy = fleet_snapshot(now)
+    cards = dict(frame.cards)
+    flags = {"simulated": int(np.count_nonzero(layout.device_flags & 1)),
+             "power_estimated": int(np.count_nonzero(layout.device_flags & 2)),
              "example_prices": cards.pop("example_prices"), "unpriced": cards.pop("unpriced")}
-    return {"cards": {**cards, "ipd_today": fleet_ipd_today(now)}, "nodes": nodes, "flags": flags}
+    return {"cards": {**cards, "ipd_today": fleet_ipd_today(now)}, "flags": flags,
+            "table": node_table(layout, frame, unhealthy, table or {}), "layout": layout, "frame": frame}
 
 
-def _by_node(rows):
-    """The device rows of latest_rows, a list per node in the order of collector.store.fleet's nodes."""
-    out = []
-    for row in rows:
-        if not out or out[-1][0] != row["node_id"]:
-            out.append((row["node_id"], []))
-        if row["device_id"] is not None:
-            out[-1][1].append(row)
-    return [node_rows for _, node_rows in out]
+LABEL_KEYS_FIRST = ("pool", "team", "rack")
 
 
-def _latest(device, field):
-    """A field of the device's newest sample (a row of collector.store.latest_rows, or its dict), or None."""
-    return device["latest"][field] if device["latest"] else None
+def label_keys(layout):
+    """The node label keys of the fleet, pool, team and rack first: what the heatmap can group by."""
+    keys = {k for labels in layout.node_labels for k in labels}
+    return [k for k in LABEL_KEYS_FIRST if k in keys] + sorted(keys - set(LABEL_KEYS_FIRST))
 
 
-def fleet_cards(devices, states, now, book=None, unhealthy=None):
-    """The fleet page's cards, as it renders them and as the live broadcaster sends them: busy, idle and
-    stale devices by their state (Device.state_of, one per row of `devices`), all devices, and the power of
-    the fresh ones (power_kw). With a price book: the burn rate, the sum of the fresh devices'
-    costs.prices.burn_usd_per_h at today's prices (burn_usd_per_h, Decimal to the cent), and whether an
-    example price was used or a device had none (example_prices, unpriced). With `unhealthy`
-    (DeviceEvent.unhealthy: {device id: event}): how many of the devices are, whatever their state (a GPU
-    fallen off the bus goes stale and is still unhealthy)."""
-    out = {"busy": 0, "idle": 0, "stale": 0, "devices": len(devices)}
-    if unhealthy is not None:
-        out["unhealthy"] = sum(row["device_id"] in unhealthy for row in devices)
-    power_w, burn, example_prices, unpriced = 0.0, Decimal(0), False, False
-    for row, state in zip(devices, states):
-        out[state] += 1
-        if state == "stale":
-            continue
-        watts = _latest(row, "power_w")
-        if watts is not None:
-            power_w += watts
-        if book is not None:
-            price = book.price(model_key(row["model"], row["source"]), now.date())
-            unpriced |= price is None
-            example_prices |= price is not None and price.is_example
-            burn += burn_usd_per_h(price, watts)
-    out["power_kw"] = power_w / 1000
-    if book is not None:
-        out.update(burn_usd_per_h=burn.quantize(CENT, ROUND_HALF_UP), example_prices=example_prices,
-                   unpriced=unpriced)
-    return out
+def _node_matches(layout, filters):
+    """Whether each node has a device that passes the filters ({"node", "model", "label:<key>": value})."""
+    nodes = len(layout.node_ids)
+    keep = np.ones(layout.size, dtype=bool)
+    if filters.get("model") is not None:
+        model = layout.models.index(filters["model"]) if filters["model"] in layout.models else -1
+        keep &= layout.device_model == model
+    ok_node = np.ones(nodes, dtype=bool)
+    for key, value in filters.items():
+        if key.startswith("label:"):
+            ok_node &= np.array([str(labels.get(key[6:], "")) == value for labels in layout.node_labels], dtype=bool)
+    if filters.get("node") is not None:
+        ok_node &= np.array([name == filters["node"] for name in layout.node_names], dtype=bool)
+    has = np.zeros(nodes, dtype=bool)
+    has[layout.device_node[keep]] = True
+    if filters.get("model") is None:
+        has |= np.bincount(layout.device_node, minlength=nodes) == 0  # a node without devices matches no model
+    return has & ok_node
+
+
+def node_table(layout, frame, unhealthy, table):
+    """One page of the node table: {"rows", "total", "page", "pages", "sort", "order", "q", "filters"}; nodes
+    searched (`q` in the name, owner or a label value), filtered, sorted and paged here, NODES_PER_PAGE a page."""
+    figures = fleetstate.node_figures(layout, frame)
+    filters = table.get("filters") or {}
+    match = _node_matches(layout, filters)
+    q = (table.get("q") or "").lower()
+    picked = [i for i in range(len(layout.node_ids)) if match[i] and (not q or q in layout.node_names[i].lower() or any(
+        q in str(v).lower() for v in layout.node_labels[i].values()))]
+    sort, order = table.get("sort") or "name", table.get("order") or "asc"
+    now_us = frame.now_us
+
+    def util(i):
+        return fleetstate.util_mean(figures["util_sum"][i], figures["reporting"][i])
+
+    keys = {
+        "name": lambda i: layout.node_names[i],
+        "util": lambda i: (util(i) is None, util(i) or 0),
+        "power": lambda i: int(figures["power_w"][i]),
+        "newest": lambda i: (figures["newest_us"][i] == 0, -int(figures["newest_us"][i])),
+        "status": lambda i: bool(figures["stale"][i]),
+        "devices": lambda i: int(figures["devices"][i]),
+    }
+    picked.sort(key=lambda i: layout.node_names[i])
+    picked.sort(key=keys[sort], reverse=order == "desc")
+    pages = max(1, -(-len(picked) // NODES_PER_PAGE))
+    page = min(table.get("page") or 1, pages)
+    shown = picked[(page - 1) * NODES_PER_PAGE:page * NODES_PER_PAGE]
+    sick = {layout.position_of[d]: e for d, e in unhealthy.items() if d in layout.position_of}
+    at = np.searchsorted(layout.device_node, np.arange(len(layout.node_ids) + 1))
+    rows = []
+    for i in shown:
+        positions = range(int(at[i]), int(at[i + 1]))
+        devices = [{"source": layout.device_source[p], "simulated": bool(layout.device_flags[p] & 1),
+                    "power_estimated": bool(layout.device_flags[p] & 2), "label": layout.label(p),
+                    "unhealthy": sick.get(p)} for p in positions]
+        newest = int(figures["newest_us"][i])
+        labels = layout.node_labels[i]
+        rows.append({
+            "name": layout.node_names[i], "position": i, "owner": labels.get("team") or None,
+            "status": "stale" if figures["stale"][i] else "ok", "device_count": len(devices),
+            "device_kinds": device_kinds(devices), "util_mean_pct": util(i), "power_w": int(figures["power_w"][i]),
+            "newest_age_s": None if newest == 0 else (now_us - newest) / 1e6,
+            "simulated": any(d["simulated"] for d in devices),
+            "power_estimated": any(d["power_estimated"] for d in devices),
+            "unhealthy": [d for d in devices if d["unhealthy"]],
+        })
+    return {"rows": rows, "total": len(picked), "nodes": len(layout.node_ids), "page": page, "pages": pages,
+            "sort": sort, "order": order, "q": table.get("q") or "", "filters": filters}
+
+
+def fleet_cards(rows, now, book=None, unhealthy=None):
+    """The fleet page's cards (dashboard.fleetstate.compute's, by its one rule) from rows of
+    collector.store.latest_rows: busy, idle, stale, devices, unhealthy (given `unhealthy`, DeviceEvent.unhealthy),
+    power_kw and, with a price book, burn_usd_per_h, example_prices, unpriced. The exporter reads them so."""
+    devices = [r for r in rows if r["device_id"] is not None]
+    layout = fleetstate.layout_of(
+        (r["node_id"], r["node"], r["labels"], r["interval_s"], r["device_id"], r["index"], r["model"], r["source"],
+         r["simulated"], r["power_estimated"]) for r in rows)
+    values = fleetstate.values_of(layout, (
+        (r["device_id"], fleetstate.epoch_us(r["latest"]["ts"]), r["latest"]["util_pct"], r["latest"]["power_w"],
+         r["latest"].get("clock_event_reasons")) for r in devices if r["latest"] is not None))
+    prices = None if book is None else fleetstate.Prices(layout, book, now.date())
+    cards = fleetstate.compute(layout, values, fleetstate.epoch_us(now), unhealthy or {}, prices).cards
+    if unhealthy is None:
+        cards.pop("unhealthy")
+    return cards
 
 
 def device_kinds(devices):

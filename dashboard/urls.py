@@ -4,6 +4,7 @@ from dashboard import views, views_clusters, views_launch
 
 urlpatterns = [
     path("", views.fleet_page, name="fleet"),
+    path("fleet/nodes", views.fleet_nodes, name="fleet-nodes"),
     path("healthz", views.healthz, name="healthz"),
     path("api/whoami", views.whoami, name="whoami"),
     path("assets/plotly-<str:version>.min.js", views.plotly_js, name="plotly-js"),

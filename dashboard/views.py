@@ -5,6 +5,8 @@ call the same trainer methods as the JSON API (`Job.start`, `request_stop`,
 `resume`), so a page without JavaScript still works and CSRF protects them.
 """
 
+import base64
+import json
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlencode
@@ -21,7 +23,7 @@ from collector.models import Node
 from costs import report
 from costs.activity import BUSY_PCT, IDLE_TENSOR_PCT, THROTTLED_SHARE, job_activity, job_mfu
 from costs.intelligence import base_build, job_intelligence, score_cost_curve
-from dashboard import figures, health, launched, readings
+from dashboard import figures, fleetstate, health, launched, readings
 from dashboard.forms import FORM_CONFIG, PRESETS, STOP_LOSS_FIELDS, LaunchForm, StartForm, stop_loss_input
 from dashboard.timerange import RANGES, from_request
 from tracking import store as tracking_store
@@ -83,18 +85,103 @@ def plotly_js(request, version):
 # -- fleet ---------------------------------------------------------------------------------------
 
 
+FLEET_GROUPS = ("auto", "device", "node", "model")  # and "label:<key>"
+FLEET_CELLS = ("mean", "worst")
+SEARCH_MAX = 200
+FLEET_MAX_CELLS = 2000  # past this the heatmap groups (static/yardstick/fleet.js has the same figure)
+FLEET_LISTS = (  # the lists beside the heatmap (fleet.js fills them): key, title, what is in it and in what order
+    ("idle", "Idle", "reporting, util < 10%: lowest utilization first, then highest power"),
+    ("throttled", "Throttled", "clocks held down now (power cap, thermal, sync boost, HW slowdown): lowest utilization first"),
+    ("unhealthy", "Unhealthy", "a critical health event in the last 24 h"),
+    ("stale", "Stale", "no sample for 3 of their node's intervals: oldest sample first"),
+)
+
+
+def fleet_view_params(params):
+    """The fleet page's own parameters, checked: {"group", "cell", "filters": {"node"|"model"|"label:<key>": value},
+    "q", "sort", "order", "page"}. InputError names a wrong one and what it accepts."""
+    group = params.get("group", "auto")
+    if group not in FLEET_GROUPS and not (group.startswith("label:") and 6 < len(group) <= 106):
+        raise InputError("group", f"group must be one of {', '.join(FLEET_GROUPS)} or label:<key>, got {group!r}")
+    cell = params.get("cell", "mean")
+    if cell not in FLEET_CELLS:
+        raise InputError("cell", f"cell must be one of {', '.join(FLEET_CELLS)}, got {cell!r}")
+    sort = params.get("sort", "name")
+    if sort not in readings.NODE_SORTS:
+        raise InputError("sort", f"sort must be one of {', '.join(readings.NODE_SORTS)}, got {sort!r}")
+    order = params.get("order", "asc")
+    if order not in ("asc", "desc"):
+        raise InputError("order", f"order must be asc or desc, got {order!r}")
+    raw_page = params.get("page", "1")
+    if not raw_page.isdigit() or not 1 <= int(raw_page) <= 10**6:
+        raise InputError("page", f"page must be a whole number from 1, got {raw_page!r}")
+    filters = {}
+    for key, value in params.items():
+        if key in ("node", "model") or key.startswith("label:"):
+            if len(value) > SEARCH_MAX or len(key) > 106 or key == "label:":
+                raise InputError(key, f"{key} must be at most {SEARCH_MAX} characters, got {len(value)}")
+            filters[key] = value
+    q = params.get("q", "").strip()
+    if len(q) > SEARCH_MAX:
+        raise InputError("q", f"the search must be at most {SEARCH_MAX} characters, got {len(q)}")
+    return {"group": group, "cell": cell, "filters": filters, "q": q, "sort": sort, "order": order,
+            "page": int(raw_page)}
+
+
+def _fleet_params_or_400(request):
+    try:
+        return fleet_view_params(request.GET), None
+    except InputError as err:
+        return None, bad_page(request, err.field, err.message)
+
+
+def _table_links(request, table):
+    """The node table's sort and page links, each keeping the page's other parameters."""
+    keep = {k: v for k, v in request.GET.items() if k not in ("sort", "order", "page")}
+
+    def href(**changes):
+        return "?" + urlencode({**keep, **{k: v for k, v in changes.items() if v is not None}})
+
+    sorts = {key: href(sort=key, order="desc" if table["sort"] == key and table["order"] == "asc" else "asc")
+             for key in readings.NODE_SORTS}
+    pages = {"prev": href(sort=table["sort"], order=table["order"], page=table["page"] - 1) if table["page"] > 1 else None,
+             "next": href(sort=table["sort"], order=table["order"], page=table["page"] + 1)
+             if table["page"] < table["pages"] else None}
+    return {"sort_links": sorts, "page_links": pages}
+
+
 @require_GET
 @require_role("viewer")
 def fleet_page(request):
     tr, bad = _range_or_400(request)
     if bad:
         return bad
-    data = readings.fleet_overview()
-    figs = {"heatmap": figures.fleet_heatmap(data["nodes"]), "power": figures.fleet_power(readings.fleet_power(tr))}
+    view, bad = _fleet_params_or_400(request)
+    if bad:
+        return bad
+    data = readings.fleet_overview(table=view)
+    layout, frame = data.pop("layout"), data.pop("frame")
+    figs = {"power": figures.fleet_power(readings.fleet_power(tr))}
+    start = {"layout": json.loads(fleetstate.layout_event(layout))["data"],
+             "frame": base64.b64encode(fleetstate.encode(frame, fleetstate.frame_header(frame, layout, 0))).decode()}
     return render(request, "dashboard/fleet.html", {
-        **data, **_range_context(request, tr), "figures_json": script_json(figs),
+        **data, **_range_context(request, tr), "figures_json": script_json(figs), "fleet_start": start,
+        "view": view, **_table_links(request, data["table"]), "max_cells": f"{FLEET_MAX_CELLS:,}",
+        "label_keys": readings.label_keys(layout), "lists": FLEET_LISTS,
         "topics": "fleet,costs" if tr.live and tr.follows_now else "",
     })
+
+
+@require_GET
+@require_role("viewer")
+def fleet_nodes(request):
+    """The node table alone, as the fleet page swaps it in when its filters, search, sort or page change."""
+    view, bad = _fleet_params_or_400(request)
+    if bad:
+        return bad
+    layout, frame, unhealthy = readings.fleet_snapshot()
+    table = readings.node_table(layout, frame, unhealthy, view)
+    return render(request, "dashboard/_node_table.html", {"table": table, **_table_links(request, table)})
 
 
 @require_GET

@@ -136,7 +136,7 @@ def device_families(rows, now, book=None):
     """The device and fleet families from `rows` of collector.store.latest_rows."""
     devices = [r for r in rows if r["device_id"] is not None]
     states = [Device.state_of(r["latest"], r["interval_s"], now) for r in devices]
-    cards = fleet_cards(devices, states, now, book or PriceBook())
+    cards = fleet_cards(rows, now, book or PriceBook())
 
     info = Family("yardstick_device_info", "gauge", "A device Yardstick collects from (one series each, value 1)")
     stale = Family("yardstick_device_stale", "gauge",

@@ -147,7 +147,10 @@
     setState(retry ? "reconnecting" : "connecting");
     socket = new WebSocket(scheme + location.host + "/ws/live?topics=" + encodeURIComponent(topics));
     socket.onopen = function () { retry = 0; setState("live"); };
+    socket.binaryType = "arraybuffer";
     socket.onmessage = function (msg) {
+      // Binary messages are the fleet's frames (dashboard/fleetstate.py): fleet.js decodes them.
+      if (typeof msg.data !== "string") { handle({ topic: "fleet", kind: "frame", data: msg.data }); return; }
       let ev;
       try { ev = JSON.parse(msg.data); } catch (e) { return; }
       handle(ev);

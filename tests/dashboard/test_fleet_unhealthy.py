@@ -1,9 +1,10 @@
 """The fleet page and /api/fleet mark a device that reported a critical health event in the last day unhealthy,
 count it on a card that follows live, and read the events in one query whatever the number of devices."""
 
-import json
+import base64
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -11,7 +12,7 @@ from collector.agent.batch import Batch, DeviceInfo
 from collector.agent.sources.nvml import CRITICAL_XIDS
 from collector.agent.writer import Writer
 from collector.models import Device, DeviceEvent
-from dashboard import broadcast
+from dashboard import broadcast, fleetstate
 from tests.dashboard import builders as b
 
 UTC = timezone.utc
@@ -23,10 +24,15 @@ def xid(device, xid_code, ts):
                                critical=xid_code in CRITICAL_XIDS)
 
 
-def heatmap_text(resp, node, index):
-    figs = json.loads(resp.context["figures_json"])
-    trace = figs["heatmap"]["data"][0]
-    return trace["text"][trace["y"].index(node)][index]
+def why_unhealthy(resp, node, index):
+    """What the frame the page starts from says of a device's health ("" when healthy): its heatmap cell's words."""
+    start = resp.context["fleet_start"]
+    layout = start["layout"]
+    at = next(i for i, (nd, ix) in enumerate(zip(layout["node"], layout["index"]))
+              if layout["nodes"][nd][0] == node and ix == index)
+    _, header, devices = fleetstate.decode(base64.b64decode(start["frame"]))
+    assert bool(devices[at][1] & fleetstate.UNHEALTHY) == (str(at) in header["unhealthy"])
+    return header["unhealthy"].get(str(at), "")
 
 
 def test_the_fleet_page_marks_and_counts_the_devices_with_a_critical_event_in_the_last_day(viewer_client):
@@ -53,9 +59,9 @@ def test_the_fleet_page_marks_and_counts_the_devices_with_a_critical_event_in_th
     assert f'title="XID 79 at {at}' in html and "✗ unhealthy (GPU 0)" in html
     assert 'title="row remapping failed at' in html
     assert "XID 13" not in html and "XID 48" not in html
-    assert "✗ unhealthy: XID 79 at " + at in heatmap_text(resp, "gpu-a", 0)
-    assert "✗ unhealthy: row remapping failed at " in heatmap_text(resp, "gpu-b", 0)
-    assert [heatmap_text(resp, "gpu-a", i).count("unhealthy") for i in range(4)] == [1, 0, 0, 0]
+    assert why_unhealthy(resp, "gpu-a", 0).startswith("XID 79 at " + at)
+    assert why_unhealthy(resp, "gpu-b", 0).startswith("row remapping failed at ")
+    assert [bool(why_unhealthy(resp, "gpu-a", i)) for i in range(4)] == [True, False, False, False]
 
 
 def test_a_fleet_with_none_shows_zero_and_no_warning(viewer_client):
@@ -82,34 +88,30 @@ def test_the_page_and_the_api_read_the_events_of_every_device_in_one_query(viewe
     assert viewer_client.get("/").context["cards"]["unhealthy"] == 20
 
 
-def test_the_live_cards_count_them_and_go_out_when_a_device_turns_unhealthy_without_a_new_sample(db):
+def test_the_live_cards_count_them_and_a_frame_goes_out_when_a_device_turns_unhealthy_without_a_new_sample(db):
     now = datetime.now(UTC)
     n = b.node("gpu-a", interval_s=30)
     first, second = b.device(n, 0), b.device(n, 1)
     b.latest(first, 90, 600, ts=now)
     b.latest(second, 90, 600, ts=now)
     xid(first, 79, now - timedelta(minutes=1))
-    poller, seen = broadcast.Broadcaster(), {}
-    rows, unhealthy = poller._read()  # what each tick reads
-    fleet, _ = broadcast.events(rows, seen, now, unhealthy=unhealthy)
-    assert fleet["cards"]["unhealthy"] == 1
+    reader = broadcast.FleetReader()
+    _, frame = reader.tick(now)  # what each tick reads
+    assert frame.cards["unhealthy"] == 1
     from dashboard.readings import fleet_overview
 
     assert fleet_overview(now)["cards"]["unhealthy"] == 1, "as the page counts them"
-    shown = fleet["cards"]
-    rows, unhealthy = poller._read()
-    assert broadcast.events(rows, seen, now, shown=shown, unhealthy=unhealthy) == (None, {}), "nothing new"
+    _, again = reader.tick(now)
+    assert not fleetstate.changed(again, frame).any() and again.unhealthy == frame.unhealthy, "nothing new"
 
     xid(second, 94, now)  # a contained ECC error: critical, and no new sample with it
-    rows, unhealthy = poller._read()
-    fleet, nodes = broadcast.events(rows, seen, now, shown=shown, unhealthy=unhealthy)
-    assert fleet["devices"] == [] and nodes == {}
-    assert fleet["cards"]["unhealthy"] == 2
+    _, later = reader.tick(now)
+    assert list(np.flatnonzero(fleetstate.changed(later, again))) == [1], "its state bits changed"
+    assert later.cards["unhealthy"] == 2 and set(later.unhealthy) == {0, 1}
 
-    later = now + DeviceEvent.UNHEALTHY_FOR + timedelta(seconds=1)  # both events a day old: healthy again
-    unhealthy = DeviceEvent.unhealthy([r["device_id"] for r in rows], later)
-    fleet, _ = broadcast.events(rows, seen, later, shown=fleet["cards"], unhealthy=unhealthy)
-    assert fleet["cards"]["unhealthy"] == 0
+    healed = now + DeviceEvent.UNHEALTHY_FOR + timedelta(seconds=1)  # both events a day old: healthy again
+    _, frame = reader.tick(healed)
+    assert frame.cards["unhealthy"] == 0 and frame.unhealthy == {}
 
 
 def test_the_fleet_api_gives_each_device_its_unhealthy_event_or_null(client, viewer, api_token, db):

@@ -4,10 +4,11 @@ import asyncio
 import random
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from dashboard import broadcast
+from dashboard import broadcast, fleetstate
 from dashboard.consumers import LiveConsumer, allowed_topics, required_role
 from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard import builders as b
@@ -61,54 +62,85 @@ def test_an_outsider_is_closed_with_4403(transactional_db, outsider):
     asyncio.run(scenario())
 
 
-def test_the_broadcaster_sends_only_devices_whose_newest_sample_changed(db):
+def frame_at(reader, now):
+    """What the publisher's tick computes at `now`: (layout event or None, decoded whole frame, the Frame)."""
+    layout, frame = reader.tick(now)
+    head = fleetstate.frame_header(frame, reader.layout, 1)
+    return layout, fleetstate.decode(fleetstate.encode(frame, head)), frame
+
+
+def position(reader, node, index):
+    L = reader.layout
+    return next(i for i in range(L.size) if L.node_names[L.device_node[i]] == node and L.device_index[i] == index)
+
+
+def test_a_frame_carries_only_the_devices_that_changed_each_in_a_few_bytes(db):
     now = datetime.now(UTC)
     n = b.node("gpu-a")
     d0, d1 = b.device(n, 0), b.device(n, 1)
-    b.latest(d0, 50, 300, ts=now - timedelta(seconds=1))
-    b.latest(d1, 10, 100, ts=now - timedelta(minutes=5))
-    seen = {}
-    fleet, nodes = broadcast.events(broadcast.read_latest(), seen, now)
-    assert {d["uuid"] for d in fleet["devices"]} == {d0.uuid, d1.uuid}
-    assert fleet["power_kw"] == 0.3, "only fresh devices count toward fleet power"
-    assert list(nodes) == [n.pk]
-    shown = fleet["cards"]
-    assert broadcast.events(broadcast.read_latest(), seen, now, shown=shown) == (None, {}), "nothing new: nothing sent"
+    b.latest(d0, 50.4, 300.5, ts=now - timedelta(seconds=1))
+    b.latest(d1, 10, 100, ts=now - timedelta(minutes=15))
+    reader = broadcast.FleetReader()
+    layout, (kind, header, devices), first = frame_at(reader, now)
+    assert layout is not None and kind == "S"
+    p0, p1 = position(reader, "gpu-a", 0), position(reader, "gpu-a", 1)
+    # util a whole percent, state bits, power whole watts (half to even), age in hundredths of a second
+    assert devices[p0] == (50, fleetstate.BUSY, 300, 100)
+    assert devices[p1][1] == fleetstate.STALE and devices[p1][3] == fleetstate.AGE_MAX
+    assert header["old_ages"] == {str(p1): 900.0}, "an age past a short is named in seconds"
+    assert header["cards"]["power_kw"] == 0.3005, "only fresh devices count toward fleet power"
+    reader.last = first
     b.latest(d0, 70, 350, ts=now)
-    fleet, nodes = broadcast.events(broadcast.read_latest(), seen, now, shown=shown)
-    assert [d["uuid"] for d in fleet["devices"]] == [d0.uuid] and fleet["devices"][0]["util_pct"] == 70
+    _, frame = reader.tick(now)
+    mask = fleetstate.changed(frame, first)
+    kind, header, devices = fleetstate.decode(fleetstate.encode(frame, {"seq": 2}, mask))
+    assert kind == "D" and list(devices) == [p0] and devices[p0][:3] == (70, fleetstate.BUSY, 350)
+    _, again = reader.tick(now)
+    assert not fleetstate.changed(again, frame).any(), "nothing new: nothing carried"
 
 
-def test_the_fleet_event_carries_the_cards_and_goes_out_when_a_device_goes_stale_without_a_new_row(db):
+def test_every_device_costs_a_frame_six_bytes_and_a_bit(db):
+    layout = fleetstate.layout_of([(1 + i // 8, f"n{i // 8:05d}", {}, 1.0, 1 + i, i % 8, "H100", "nvml", False, False)
+                                   for i in range(10_000)])
+    now_us = fleetstate.epoch_us(datetime.now(UTC))
+    values = fleetstate.values_of(layout, [(1 + i, now_us - 300_000, i % 100, 300.0 + i % 400, 0) for i in range(10_000)])
+    frame = fleetstate.compute(layout, values, now_us)
+    every = fleetstate.encode(frame, {"seq": 1}, mask=np.ones(10_000, dtype=bool))
+    assert len(every) <= 10_000 * 6 + 10_000 // 8 + 400, len(every)
+    assert fleetstate.decode(every)[2][9_999] == (99, fleetstate.BUSY, 300 + 9_999 % 400, 30)
+
+
+def test_the_frame_carries_the_cards_and_changes_when_a_device_goes_stale_without_a_new_row(db):
     from decimal import Decimal
 
+    from costs.prices import PriceBook
     from dashboard.readings import fleet_overview
 
     now = datetime.now(UTC)
-    from costs.prices import PriceBook
-
     b.prices(per_hour="2.00", per_kwh="0.10", pue="1.5")
-    book = PriceBook()
     busy_node, quick_node = b.node("gpu-a", interval_s=30), b.node("gpu-b", interval_s=1)
     busy = b.device(busy_node, 0)
     b.device(busy_node, 1)  # never reported: stale
     idle = b.device(quick_node, 0)
     b.latest(busy, 90, 600, ts=now)
     b.latest(idle, 5, 100, ts=now)
-    seen = {}
-    fleet, _ = broadcast.events(broadcast.read_latest(), seen, now, book=book)
+    reader = broadcast.FleetReader()
+    _, (_, header, _), first = frame_at(reader, now)
     # 2 fresh devices x $2/h + 0.7 kW x $0.10/kWh x PUE 1.5 = $4.105 → $4.11, as the page's card says.
-    assert fleet["cards"] == {"busy": 1, "idle": 1, "stale": 1, "devices": 3, "burn_usd_per_h": "4.11"}
+    cards = header["cards"]
+    assert (cards["busy"], cards["idle"], cards["stale"], cards["devices"], cards["burn_usd_per_h"]) == (1, 1, 1, 3, "4.11")
     page = fleet_overview(now)["cards"]
     assert (page["busy"], page["idle"], page["stale"], page["burn_usd_per_h"]) == (1, 1, 1, Decimal("4.11"))
+    assert PriceBook  # the book the reader read: the one these prices made
 
     later = now + timedelta(seconds=3.5)  # gpu-b's sample is older than 3 of its 1 s intervals
-    fleet, nodes = broadcast.events(broadcast.read_latest(), seen, later, book=book, shown=fleet["cards"])
-    assert fleet["devices"] == [] and nodes == {}, "no new sample"
-    assert fleet["cards"] == {"busy": 1, "idle": 0, "stale": 2, "devices": 3, "burn_usd_per_h": "2.09"}
-    assert fleet["stale"] == [["gpu-a", 1], ["gpu-b", 0]], "for the heatmap to blank their cells"
-    assert fleet["power_kw"] == 0.6
-    assert broadcast.events(broadcast.read_latest(), seen, later, book=book, shown=fleet["cards"]) == (None, {})
+    _, frame = reader.tick(later)
+    mask = fleetstate.changed(frame, first)
+    kind, header, devices = fleetstate.decode(fleetstate.encode(frame, fleetstate.frame_header(frame, reader.layout, 2), mask))
+    assert list(devices) == [position(reader, "gpu-b", 0)], "no new sample, but its state changed"
+    assert devices[position(reader, "gpu-b", 0)][1] == fleetstate.STALE
+    cards = header["cards"]
+    assert (cards["busy"], cards["idle"], cards["stale"], cards["burn_usd_per_h"], cards["power_kw"]) == (1, 0, 2, "2.09", 0.6)
 
 
 # The fixture rather than the marker: the root conftest empties the telemetry tables after tests that name it.
