@@ -230,19 +230,15 @@ def test_a_fleet_event_too_big_to_send_closes_the_socket_and_the_page_stops_sayi
         transactional_db, tmp_path, page, django_user_model):
     from tests.dashboard.live_stack import LiveStack
 
-    # Daphne holds the broadcaster's sends to its message limit: one of 2 kB, and 40 devices whose new
-    # samples make a fleet event of several kB, stand in for a fleet past the limit `up` sets.
+    # Daphne holds the relay's sends to its message limit: one of 2 kB, and the layout of 400 devices (several
+    # kB) stand in for a fleet past the limit `up` sets.
     stack = LiveStack(tmp_path, worker=False, daphne_args=["--websocket-max-message-size", "2048"]).start()
     try:
         n = b.node("gpu-a")
-        devices = [b.device(n, i) for i in range(40)]
-        for d in devices:
-            b.latest(d, 10, 100)
+        for i in range(400):
+            b.latest(b.device(n, i), 10, 100)
         user_in_role(django_user_model, "vera", "viewer", subprocess=True)
         log_in(page, stack.url, "vera", "/")
-        page.wait_for_function("document.getElementById('live-state').dataset.state === 'live'")
-        for d in devices:
-            b.latest(d, 90, 600)
         # Not "live" while nothing more can arrive: the server closed the socket, the page reconnects.
         page.wait_for_function("document.getElementById('live-state').dataset.state === 'reconnecting'",
                                timeout=15000)

@@ -1,0 +1,105 @@
+"""A 5,000-device fleet in Chromium, served by a real Daphne with its live publisher: the heatmap groups (by node
+past 2,000 cells, by GPU model when asked), drills down on a click, keeps the view in the URL, and the idle list
+follows a device going idle without a reload."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.browser import page  # noqa: F401 - fixture
+from tests.dashboard import builders as b
+from tests.dashboard.browser_helpers import log_in, record_events, shot, user_in_role, wait_subscribed
+from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+NODES, PER_NODE = 625, 8  # 5,000 GPUs
+MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA B200")
+
+
+def big_fleet():
+    """625 nodes of 8 GPUs, H100 on even nodes and B200 on odd ones, pool label a or b, every GPU busy."""
+    from collector.models import Device, LatestSample, Node
+
+    now = datetime.now(UTC)
+    nodes = Node.objects.bulk_create([
+        Node(name=f"n{i:04d}", labels={"pool": "ab"[i % 2]}, interval_s=60,
+             first_seen=now, registered_at=now) for i in range(NODES)])
+    devices = Device.objects.bulk_create([
+        Device(uuid=f"GPU-{n.name}-{j}", node=n, index=j, model=MODELS[i % 2], source="nvml", simulated=False,
+               power_estimated=False, mem_total_mib=81559, first_seen=now, registered_at=now)
+        for i, n in enumerate(nodes) for j in range(PER_NODE)])
+    LatestSample.objects.bulk_create([
+        LatestSample(device=d, ts=now + timedelta(seconds=30), util_pct=50 + d.index, power_w=400, temp_c=50.0,
+                     mem_used_mib=1000, sm_active_pct=25) for d in devices])
+    return {(d.node.name, d.index): d for d in devices}
+
+
+def click_cell(page, column, row, columns, rows):  # noqa: F811 - a page, not the fixture
+    """Click the heatmap's cell at (column, row) of a columns x rows grid, as a person would."""
+    box = page.locator('.chart[data-fig="heatmap"] .nsewdrag').bounding_box()
+    page.mouse.click(box["x"] + box["width"] * (column + 0.5) / columns, box["y"] + box["height"] * (row + 0.5) / rows)
+
+
+def heat(page):  # noqa: F811
+    return page.evaluate("(() => { const el = document.querySelector('.chart[data-fig=heatmap]');"
+                         " return {group: el.dataset.group, cells: el.data[0].z.flat().length}; })()")
+
+
+def test_a_5000_gpu_fleet_groups_drills_down_and_its_idle_list_follows_live(  # noqa: F811
+        live_web, page, django_user_model, output_dir, request):
+    devices = big_fleet()
+    user_in_role(django_user_model, "gia", "viewer", subprocess=True)
+    log_in(page, live_web.url, "gia", "/?live=0")
+    record_events(page)
+    page.goto(live_web.url + "/")
+    wait_subscribed(page)
+    page.wait_for_selector('.chart[data-fig="heatmap"][data-drawn="true"]')
+    # Past 2,000 cells: a cell per node, 625 of them.
+    assert page.evaluate("document.querySelector('.chart[data-fig=heatmap]').dataset.group") == "node"
+    assert page.locator("#card-devices").inner_text() == "5000"
+    assert "625 of 625 nodes" in page.locator("#node-table caption").inner_text()
+
+    # By GPU model: two cells, the grouping in the URL.
+    page.select_option("#fleet-group", "model")
+    page.wait_for_function("document.querySelector('.chart[data-fig=heatmap]').dataset.group === 'model'")
+    assert heat(page) == {"group": "model", "cells": 2} and "group=model" in page.url
+    # By name, B200 first: 312 odd nodes of 8, at 50 to 57% (53.5, half up), as a person would add them.
+    first = page.evaluate("document.querySelector('.chart[data-fig=heatmap]').data[0].text[0][0]")
+    assert first == "NVIDIA B200<br>mean 54% · worst 50%<br>2496 devices · 0 idle · 0 stale", first
+
+    # Drill into the B200s (the first cell): a cell per node of them, the node table filtered on the server.
+    click_cell(page, 0, 0, 2, 1)
+    page.wait_for_function("location.search.includes('model=NVIDIA+B200')")
+    page.wait_for_function("document.querySelector('.chart[data-fig=heatmap]').dataset.group === 'device'"
+                           " || document.querySelector('.chart[data-fig=heatmap]').dataset.group === 'node'")
+    page.wait_for_function("document.querySelector('#node-table caption').textContent.includes('312 of 625')")
+    assert page.locator('#fleet-filters [data-filter="model"]').count() == 1
+
+    # Into one node: its eight devices, a cell each.
+    page.goto(live_web.url + "/?model=NVIDIA+B200&node=n0001")
+    wait_subscribed(page)
+    page.wait_for_function("document.querySelector('.chart[data-fig=heatmap]').dataset.group === 'device'")
+    assert heat(page) == {"group": "device", "cells": 8}
+    loaded = page.evaluate("window.__yardstickLoadedAt")
+    idle = page.locator('.fleet-list[data-list="idle"]')
+    assert idle.locator("[data-count]").inner_text() == "0"
+
+    # One of its GPUs goes idle: the list names it, without a reload.
+    later = datetime.now(UTC) + timedelta(seconds=40)
+    b.latest(devices["n0001", 3], util_pct=2, power_w=90, ts=later)
+    page.wait_for_function("document.querySelector('.fleet-list[data-list=idle] [data-count]').textContent === '1'",
+                           timeout=15_000)
+    assert "n0001 / GPU 3" in idle.locator("li").first.inner_text() and "2%" in idle.locator("li").first.inner_text()
+    assert page.evaluate("window.__yardstickLoadedAt") == loaded
+    # The cards count the whole fleet, filter or not.
+    assert page.locator("#card-idle").inner_text() == "1"
+    assert page.evaluate("document.getElementById('live-state').dataset.state") == "live"
+    shot(page, output_dir, request, "drilled")
+
+    # Removing the filters comes back to the whole fleet by node.
+    page.locator('#fleet-filters [data-filter="node"]').click()
+    page.locator('#fleet-filters [data-filter="model"]').click()
+    page.wait_for_function("document.querySelector('.chart[data-fig=heatmap]').dataset.group === 'node'")
+    page.wait_for_function("document.querySelector('#node-table caption').textContent.includes('625 of 625')")
+    shot(page, output_dir, request, "by-node")
