@@ -9,7 +9,7 @@ REDIS_URL are ignored), as processes of their own:
 
 - agents: --agents processes, each the real collector agent (sampling thread,
   delivery thread, binary COPY through collector/agent/writer.py, spool) over
-  a `sim` source of --gpus-per-agent GPUs, 8 a node, one tick a second;
+  a `sim` source of --gpus-per-agent GPUs, 8 a node, --hz ticks a second (default 1);
 - web: Daphne with the arguments `up` gives it (yardstick.runner.children_for);
   --ws-max-message-mb sets its WebSocket message limit (`up` sets 32 MiB;
   Daphne's own default, 1 MiB, a fleet event of some 4,000 devices outgrows);
@@ -62,6 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 GOAL_MS = 1000
+WS_MAX_MESSAGE_BYTES = 32 * 2**20  # yardstick.runner's, which `up` gives Daphne
 GPUS_PER_NODE = 8
 JOB_GPUS = 64  # GPUs a job holds
 HELD_SHARE = 0.75  # of the fleet held by running jobs
@@ -144,7 +145,7 @@ def agent_part(cfg):
     from collector.agent.spool import Spool
 
     configure_logging(sys.stderr)
-    agent = Agent(FleetSlice(cfg["index"], cfg["gpus"]), cfg["dsn"], Spool(cfg["spool"]), interval_s=1.0,
+    agent = Agent(FleetSlice(cfg["index"], cfg["gpus"]), cfg["dsn"], Spool(cfg["spool"]), interval_s=1.0 / cfg["hz"],
                   labels={"team": f"team{cfg['index'] % 4}"})
     stop = on_sigterm()
 
@@ -187,6 +188,27 @@ class Histogram(collections.Counter):
         return cls({int(k): v for k, v in (data or {}).items()})
 
 
+def frame_stamps(message):
+    """The sample times (Unix seconds, to 10 ms) of the devices a binary fleet frame carries
+    (dashboard/fleetstate.py's layout: header, bitmap for "D", util, state, pad, power, age)."""
+    import struct
+
+    import numpy as np
+
+    (size,) = struct.unpack_from("<I", message, 4)
+    header = json.loads(message[8:8 + size])
+    offset, n, m = 8 + size, header["n"], header["m"]
+    if message[3:4] == b"D":
+        offset += (n + 7) // 8
+    offset += 2 * m
+    offset += offset % 2
+    ages = np.frombuffer(message, "<u2", m, offset + 2 * m)
+    now_s = header["now_ms"] / 1000
+    stamps = [now_s - a / 100 for a in ages.tolist() if a < 65534]
+    stamps += [now_s - age for age in header.get("old_ages", {}).values()]
+    return [round(t, 2) for t in stamps]
+
+
 def viewers_part(cfg):
     """WebSocket viewers of the fleet page (autobahn on asyncio), each with its own session, until SIGTERM.
 
@@ -198,11 +220,9 @@ def viewers_part(cfg):
     than the server spends on them."""
     import asyncio
     import random
-    import re
 
     from autobahn.asyncio.websocket import WebSocketClientFactory, WebSocketClientProtocol
 
-    device_ts = re.compile(rb'"ts": "([^"]+)", "util_pct"')
     window = [float("inf"), float("inf")]  # what the orchestrator's window file says, once it says it
     hist = Histogram()
     counts = {"open": 0, "opened": 0, "failed_openings": 0, "dropped": 0, "close_codes": {}, "frames": 0,
@@ -223,12 +243,11 @@ def viewers_part(cfg):
             counts["frames"] += 1
             in_window = window[0] <= now < window[1]
             counts["window_bytes"] += in_window * len(payload)
-            if not payload.startswith(b'{"topic": "fleet", "kind": "samples"'):
+            if not is_binary:  # the layout and other topics' events: bytes, not samples
                 return
             counts["window_frames"] += in_window
             counts["largest_frame"] = max(counts["largest_frame"], len(payload))
-            for ts, n in collections.Counter(device_ts.findall(payload)).items():
-                stamp = datetime.fromisoformat(ts.decode()).timestamp()
+            for stamp, n in collections.Counter(frame_stamps(payload)).items():
                 self.factory.newest = max(self.factory.newest, stamp)
                 if window[0] <= stamp < window[1]:
                     hist.add((now - stamp) * 1000, n)
@@ -330,10 +349,16 @@ RECORDER = """
     const ev = e.detail, at = L.at;
     L.handling = false;
     watch();
-    if (ev.topic !== "fleet" || ev.kind !== "samples") return;
+    if (ev.topic !== "fleet" || ev.kind !== "frame") return;
+    // The carried devices' sample times, from the frame's ages (dashboard/fleetstate.py's layout).
+    const buf = ev.data, bytes = new Uint8Array(buf), size = new DataView(buf).getUint32(4, true);
+    const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + size)));
+    let off = 8 + size + (bytes[3] === 68 ? (header.n + 7) >> 3 : 0) + 2 * header.m;
+    if (off % 2) off += 1;
+    const ages = new Uint16Array(buf.slice(off + 2 * header.m, off + 4 * header.m));
     const counts = {};
-    ev.data.devices.forEach((s) => { counts[s.ts] = (counts[s.ts] || 0) + 1; });
-    const all = Object.keys(counts).map((ts) => [Date.parse(ts), counts[ts]]);
+    ages.forEach((a) => { if (a < 65534) { const t = header.now_ms - a * 10; counts[t] = (counts[t] || 0) + 1; } });
+    const all = Object.keys(counts).map((t) => [Number(t), counts[t]]);
     all.forEach(([t]) => { L.newest = Math.max(L.newest, t); });
     const stamps = all.filter(([t]) => L.window[0] <= t && t < L.window[1]);
     stamps.forEach(([t, n]) => { add(L.arrive, at - t, n); L.samples += n; });
@@ -427,10 +452,10 @@ class Processes:
         self.log_dir = log_dir
         self.procs = {}  # name -> (Popen, log file)
 
-    def start(self, name, argv, env=None):
+    def start(self, name, argv, env=None, pass_fds=()):
         out = open(self.log_dir / f"{name}.log", "w")
         proc = subprocess.Popen(argv, cwd=ROOT, env=env or os.environ, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, pass_fds=pass_fds)
         self.procs[name] = (proc, out)
         return proc
 
@@ -647,7 +672,7 @@ class Run:
         self.state.mkdir(parents=True)
         self.processes = Processes(self.state)
         self.gpus = args.agents * args.gpus_per_agent
-        self.offered = self.gpus / 1.0  # one sample per GPU per 1 s tick
+        self.offered = self.gpus * args.hz  # one sample per GPU per tick
         self.chromium = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
         self.browsers = 1 if args.viewers and self.chromium else 0
         self.sockets = args.viewers - self.browsers
@@ -660,18 +685,25 @@ class Run:
         from django.conf import settings
 
         from bench.live_latency import free_port, wait_http
-        from yardstick.runner import children_for
+        from yardstick.runner import children_for, listening_socket
 
         self.port = free_port()
-        argv = children_for(settings, ["web"], "127.0.0.1", self.port)[0].argv
-        if self.args.ws_max_message_mb:
-            argv += ["--websocket-max-message-size", str(int(self.args.ws_max_message_mb * 2**20))]
-        self.processes.start("web", argv)
+        many = self.args.web_processes > 1
+        self.listener = listening_socket("127.0.0.1", self.port) if many else None
+        children = children_for(settings, ["web"], "127.0.0.1", self.port, self.args.web_processes,
+                                self.listener and self.listener.fileno())
+        for child in children:
+            argv = child.argv
+            if self.args.ws_max_message_mb:
+                argv = argv[:-1] + ["--websocket-max-message-size", str(int(self.args.ws_max_message_mb * 2**20)),
+                                    argv[-1]]
+            self.processes.start(child.name, argv, pass_fds=child.pass_fds)
+        self.web_names = [c.name for c in children]
         wait_http(f"http://127.0.0.1:{self.port}/healthz")
 
     def start_agents(self, dsn):
         for i in range(self.args.agents):
-            self.processes.part(f"agent{i}", "agent", {"index": i, "gpus": self.args.gpus_per_agent, "dsn": dsn,
+            self.processes.part(f"agent{i}", "agent", {"index": i, "gpus": self.args.gpus_per_agent, "hz": self.args.hz, "dsn": dsn,
                                                        "spool": str(self.state / f"spool{i}"),
                                                        "status": str(self.state / f"agent{i}.json")})
 
@@ -724,7 +756,7 @@ class Run:
         return {
             "agents": cpu_s([p.pid(f"agent{i}") for i in range(self.args.agents)]),
             "postgres": cpu_s(postgres_pids()[:1]),
-            "web": cpu_s([p.pid("web")]),
+            "web": cpu_s([p.pid(name) for name in self.web_names]),
             "viewers": cpu_s([p.pid("viewers")]),
             "chromium": cpu_s([p.pid("browser")]),
             "upkeep": cpu_s([p.pid("upkeep")]),
@@ -737,7 +769,7 @@ class Run:
         import psutil
 
         pg = postgres_pids()
-        snap = {"at": time.time(), "web_mem": memory([self.processes.pid("web")]), "pg_mem": memory(pg),
+        snap = {"at": time.time(), "web_mem": memory([self.processes.pid(name) for name in self.web_names]), "pg_mem": memory(pg),
                 "pg_processes": len(pg), "cpu": self.parts_cpu(), "machine_busy_s": _busy_s(psutil.cpu_times())}
         if conn is not None:
             snap.update(database_sizes(conn))
@@ -823,9 +855,9 @@ def wind_down(run, conn, probe, end, start):
     probe.stop.set()
     probe.join()
     found["agents"] = [run.status(f"agent{i}") for i in range(run.args.agents)]
-    run.processes.stop(["web"])
-    found["drops"] = [line.split("subscriber: ", 1)[-1] for line in
-                      (run.state / "web.log").read_text(errors="replace").splitlines()
+    run.processes.stop(run.web_names)
+    found["drops"] = [line.split("subscriber: ", 1)[-1] for name in run.web_names for line in
+                      (run.state / f"{name}.log").read_text(errors="replace").splitlines()
                       if "dropping a live subscriber" in line]
     found["window_samples"] = conn.execute(
         "SELECT count(*) FROM telemetry_sample WHERE ts >= to_timestamp(%s) AND ts < to_timestamp(%s)",
@@ -881,10 +913,11 @@ def _latency(name, summary, note=""):
 
 def report(run, before, start, end, found, probe):
     args, span = run.args, end["at"] - start["at"]
-    print(f"\nLoad: {args.agents} agents x {args.gpus_per_agent:,} simulated GPUs at 1 Hz = {run.offered:,.0f} "
+    print(f"\nLoad: {args.agents} agents x {args.gpus_per_agent:,} simulated GPUs at {args.hz:g} Hz = {run.offered:,.0f} "
           f"samples/s offered; {args.viewers} viewers of the fleet page ({run.sockets} WebSocket, {run.browsers} "
-          f"Chromium); a {span:.0f} s window; PostgreSQL {found['version']}; Daphne's WebSocket message limit "
-          + (f"{args.ws_max_message_mb:g} MiB" if args.ws_max_message_mb else "its own (1 MiB), as `up` runs it")
+          f"Chromium); {args.web_processes} web process{'es' if args.web_processes > 1 else ''}; a {span:.0f} s window; "
+          f"PostgreSQL {found['version']}; Daphne's WebSocket message limit "
+          + (f"{args.ws_max_message_mb:g} MiB" if args.ws_max_message_mb else f"{WS_MAX_MESSAGE_BYTES / 2**20:g} MiB, as `up` runs it")
           + f"; {os.cpu_count()} cores, load average at the end {os.getloadavg()[0]:.1f}")
     report_ingest(run, span, found, probe)
     report_live(run, span, start, end, found)
@@ -915,6 +948,8 @@ def report_live(run, span, start, end, found):
                  f"; {frames / run.sockets / span:.2f} fleet frames/s per viewer, {viewers.get('window_bytes', 0) / span / 2**20:.1f} "
                  f"MiB/s to all, largest frame {viewers.get('largest_frame', 0) / 2**20:.2f} MiB; each viewer got "
                  f"{viewers.get('samples', 0) / run.sockets / max(1, found['window_samples']):.0%} of the window's samples")
+        print(f"  traffic                          {viewers.get('window_bytes', 0) / run.sockets / span / 1000:,.1f} KB/s per viewer "
+              f"(every message of the fleet page's socket: layouts, frames, costs)")
         print(f"  viewers' sockets                 {viewers.get('opened', 0)} openings for {run.sockets} viewers, "
               f"{viewers.get('failed_openings', 0)} failed, {viewers.get('dropped', 0)} dropped after opening "
               f"(close codes {viewers.get('close_codes', {})}); {viewers.get('open', 0)} open at the end")
@@ -1029,6 +1064,10 @@ def parse_args(argv):
     parser.add_argument("--agents", type=_positive(int, 1), default=10, help="agent processes (default 10)")
     parser.add_argument("--gpus-per-agent", type=_gpus_per_agent, default=1000,
                         help=f"simulated GPUs each agent reports, {GPUS_PER_NODE} a node (default 1000)")
+    parser.add_argument("--web-processes", type=_positive(int, 1), default=1,
+                        help="web servers on the one address, as `up --web-processes N` runs them (default 1)")
+    parser.add_argument("--hz", type=_positive(float, 0.01), default=1.0,
+                        help="samples per GPU a second, each agent's tick (default 1; 0.1 for 100,000 GPUs on one machine)")
     parser.add_argument("--viewers", type=_positive(int, 0), default=50,
                         help="viewers of the fleet page, one of them in Chromium (default 50)")
     parser.add_argument("--data-dir", default=str(ROOT / "var" / "bench-load"),

@@ -76,8 +76,29 @@ def check_roles(settings, roles):
         )
 
 
-def children_for(settings, roles, host, port):
-    """The children `up` starts for `roles`, in start order (none is started here)."""
+WEB_PROCESSES_MAX = 64
+
+
+def web_argv(host, port, listen_fd=None):
+    """Daphne as `up` runs it: on host:port, or, given `listen_fd`, on a listening socket it inherits (several
+    web processes accept on one socket, and the kernel hands each connection to one of them)."""
+    bind = ["-b", host, "-p", str(port)] if listen_fd is None else ["--fd", str(listen_fd)]
+    # The WebSocket message limit: a layout of a fleet of 100,000 devices is some megabytes.
+    return [sys.executable, "-m", "daphne", *bind, "--websocket-max-message-size", str(WS_MAX_MESSAGE_BYTES),
+            "yardstick.asgi:application"]
+
+
+def listening_socket(host, port):
+    """A TCP socket bound to host:port and listening, for web processes to inherit."""
+    sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                backlog=1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def children_for(settings, roles, host, port, web_processes=1, listen_fd=None):
+    """The children `up` starts for `roles`, in start order (none is started here). With `web_processes` > 1,
+    that many web children (web1, web2, ...) share the listening socket `listen_fd`."""
     # here: trainer.workers needs Django's apps loaded, and manage.py imports this module before that
     from trainer.workers import LAUNCH_PREFIX, jobs_queue, worker_name
 
@@ -87,10 +108,7 @@ def children_for(settings, roles, host, port):
     worker_name_of_launch = f"{LAUNCH_PREFIX}{settings.YARDSTICK_NODE}"
     jobs_queues = [own] if settings.YARDSTICK_POOL else [jobs_queue(), own]
     children = {
-        # A fleet event names every device that changed: past ~4,000 devices it outgrows Daphne's
-        # default 1 MiB WebSocket message limit, which the broadcaster's sends are held to as well.
-        "web": Child("web", [py, "-m", "daphne", "-b", host, "-p", str(port), "--websocket-max-message-size",
-                             str(WS_MAX_MESSAGE_BYTES), "yardstick.asgi:application"]),
+        "web": Child("web", web_argv(host, port)),
         "worker": Child("worker", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", "default",
                                    "-n", "default@%h", "--concurrency", "1", "--loglevel", "INFO"]),
         # Training: one task per slot, fetched one at a time, acknowledged when done. Named after the node;
@@ -113,7 +131,12 @@ def children_for(settings, roles, host, port):
     }
     # The jobs role is a GPU node's: its jobs worker (embedded jobs) and its launch worker (recipes).
     wanted = [*roles, "launch"] if "jobs" in roles else roles
-    return [children[name] for name in ("web", "worker", "jobs", "launch", "beat", "collector") if name in wanted]
+    out = [children[name] for name in ("web", "worker", "jobs", "launch", "beat", "collector") if name in wanted]
+    if "web" in wanted and web_processes > 1:
+        webs = [Child(f"web{i}", web_argv(host, port, listen_fd), pass_fds=(listen_fd,))
+                for i in range(1, web_processes + 1)]
+        out = webs + out[1:]
+    return out
 
 
 def _own_url(host, port):
@@ -194,11 +217,14 @@ class Child:
     # instead of a process of its own: PostgreSQL daemonizes, so its liveness is
     # its postmaster, not a Popen.
     server: object = None
+    pass_fds: tuple = ()  # descriptors it inherits (the web processes' shared listening socket)
 
 
 class Runner:
-    def __init__(self, settings, host, port, out=sys.stdout, roles=ROLES, ready_timeout_s=180, verbose=False):
-        """`verbose`: the terminal shows every line of every part, not only what a person needs."""
+    def __init__(self, settings, host, port, out=sys.stdout, roles=ROLES, ready_timeout_s=180, verbose=False,
+                 web_processes=1):
+        """`verbose`: the terminal shows every line of every part, not only what a person needs.
+        `web_processes`: how many web servers share the address (one live fleet publisher among them)."""
         self.settings = settings
         self.roles = roles
         self.host = host
@@ -214,6 +240,8 @@ class Runner:
         ) if settings.EMBEDDED_DB else None
         self.redis = embedded.EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
         self.servers = []  # the embedded servers this runner started, supervised like the children
+        self.web_processes = web_processes
+        self.listener = None  # the web processes' shared socket, bound in run() when there are several
         self.children = children_for(settings, roles, host, port)
         self.verbose = verbose
         self.log_dir = settings.DATA_DIR / "log"
@@ -298,6 +326,10 @@ class Runner:
             # The control plane migrates and owns the admin user; a node that joins it
             # (no web role) must not migrate a database it shares, perhaps from older code.
             password = self.prepare_database() if "web" in self.roles else None
+            if "web" in self.roles and self.web_processes > 1:
+                self.listener = listening_socket(self.host, self.port)
+                self.children = children_for(self.settings, self.roles, self.host, self.port, self.web_processes,
+                                             self.listener.fileno())
             for child in self.children:
                 self.start_child(child)
             if "web" in self.roles:
@@ -310,6 +342,8 @@ class Runner:
             return 0
         finally:
             self.stop_all()
+            if self.listener is not None:
+                self.listener.close()
             self.lock.release()
 
     def start_services(self):
@@ -394,7 +428,7 @@ class Runner:
         # line that continues a record is told apart from an unrelated one by the stream it comes on.
         child.process = subprocess.Popen(
             child.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            env=env, cwd=str(self.settings.BASE_DIR),
+            env=env, cwd=str(self.settings.BASE_DIR), pass_fds=child.pass_fds,
             start_new_session=True,  # its own process group: Ctrl-C reaches the runner only
         )
         child.started_at = time.monotonic()

@@ -50,7 +50,7 @@ def _http_ok(url):
 
 
 class LiveStack:
-    def __init__(self, tmp, worker=True, database=None, daphne_args=()):
+    def __init__(self, tmp, worker=True, database=None, daphne_args=(), web_processes=1):
         from django.conf import settings
 
         from yardstick.embedded import EmbeddedRedis
@@ -58,6 +58,8 @@ class LiveStack:
         self.tmp = tmp
         self.worker = worker
         self.daphne_args = list(daphne_args)
+        self.web_processes = web_processes
+        self.listener = None
         self.services = ROOT / "var" / "test-services" / uuid.uuid4().hex[:12]
         self.services.mkdir(parents=True)
         self.redis = EmbeddedRedis(self.services) if worker else None
@@ -77,13 +79,21 @@ class LiveStack:
         if self.worker:
             tiny_models(self.data_dir / "models")
             self.redis.start(daemonize=True)
-        self._spawn("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                               *self.daphne_args, "yardstick.asgi:application"])
+        if self.web_processes == 1:
+            self._spawn("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                                   *self.daphne_args, "yardstick.asgi:application"])
+        else:  # as `up --web-processes N` runs them: one listening socket, N Daphnes accepting on it
+            from yardstick.runner import listening_socket, web_argv
+
+            self.listener = listening_socket("127.0.0.1", self.port)
+            for i in range(1, self.web_processes + 1):
+                argv = web_argv("127.0.0.1", self.port, self.listener.fileno())
+                self._spawn(f"daphne{i}", argv[:-1] + self.daphne_args + argv[-1:], pass_fds=(self.listener.fileno(),))
         if self.worker:
             self._spawn("worker", [sys.executable, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs,default",
                                    "-P", "solo", "-n", f"dashboard-test-{os.getpid()}@%h", "--without-heartbeat",
                                    "--without-mingle", "--without-gossip", "--loglevel", "INFO"])
-        logs = [self.log("daphne"), self.log("worker")]
+        logs = [self.log("daphne"), self.log("worker"), *(self.log(f"daphne{i}") for i in range(1, self.web_processes + 1))]
         wait_for(lambda: _http_ok(self.url + "/healthz"), 60, "Daphne to answer", every_s=0.2, logs=logs)
         if self.worker:
             wait_for(lambda: "ready" in self.log("worker").read_text(), 90, "the Celery worker to be ready", every_s=0.2,
@@ -93,10 +103,10 @@ class LiveStack:
     def log(self, name):
         return self.tmp / f"{name}.log"
 
-    def _spawn(self, name, argv):
+    def _spawn(self, name, argv, pass_fds=()):
         out = open(self.log(name), "w")
         self.procs.append((subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True), out))
+                                            start_new_session=True, pass_fds=pass_fds), out))
 
     def stop(self):
         for proc, _ in self.procs:
@@ -109,6 +119,8 @@ class LiveStack:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
             out.close()
+        if self.listener is not None:
+            self.listener.close()
         if self.redis is not None:
             self.redis.stop()
         shutil.rmtree(self.services, ignore_errors=True)
