@@ -8,7 +8,7 @@ agent writes them with COPY. Units are in the field names.
 from datetime import timedelta
 
 from django.contrib.postgres.fields import ArrayField
-from django.db import models
+from django.db import connection, models
 from django.utils import timezone
 
 from collector.agent.schema import SAMPLE_FIELDS
@@ -305,10 +305,16 @@ class DeviceEvent(models.Model):
         UNHEALTHY_FOR, in one query that returns a row per such device. The fleet's readers ask for every
         device: at 1,000 devices a list of their ids costs ten times the query itself."""
         since = (now or timezone.now()) - cls.UNHEALTHY_FOR
-        events = cls.objects.filter(critical=True, ts__gte=since)
-        if device_ids is not None:
-            events = events.filter(device_id__in=list(device_ids))
-        return {e.device_id: e for e in events.order_by("device_id", "-ts").distinct("device_id")}
+        # On a cursor: every fleet read asks (the page, /api/fleet, the broadcaster), and the ORM spent 1.3 ms
+        # of CPU building this query before running it (issue 29), the whole read on a cursor a fifth of that.
+        names = [f.attname for f in cls._meta.concrete_fields]
+        sql = (f"SELECT DISTINCT ON (device_id) {', '.join(names)} FROM {cls._meta.db_table} "
+               f"WHERE critical AND ts >= %s{'' if device_ids is None else ' AND device_id = ANY(%s)'} "
+               "ORDER BY device_id, ts DESC")
+        with connection.cursor() as cur:
+            cur.execute(sql, [since] if device_ids is None else [since, list(device_ids)])
+            rows = cur.fetchall()
+        return {e.device_id: e for e in (cls.from_db(connection.alias, names, row) for row in rows)}
 
 
 class DeviceHolder(models.Model):

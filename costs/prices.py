@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from costs.models import PriceEntry
 
@@ -73,11 +73,20 @@ class Price:
     is_example: bool
 
 
+def _all_entries():
+    """Every price entry, as PriceEntry.objects.all() gives them, read on a cursor: the fleet page makes a book
+    at every request, and the ORM spent 1.3 ms of CPU building that query (issue 29), the read a third of it."""
+    names = [f.attname for f in PriceEntry._meta.concrete_fields]
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT {', '.join(names)} FROM {PriceEntry._meta.db_table}")
+        return [PriceEntry.from_db(connection.alias, names, row) for row in cur.fetchall()]
+
+
 class PriceBook:
     """All entries, loaded once; `price(key, day)` answers from memory."""
 
     def __init__(self, entries=None):
-        entries = list(PriceEntry.objects.all()) if entries is None else list(entries)
+        entries = _all_entries() if entries is None else list(entries)
         self.by_pattern = {}
         for e in sorted(entries, key=lambda e: e.effective_from):
             self.by_pattern.setdefault(e.pattern, []).append(

@@ -100,6 +100,14 @@ else:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, engine="django.db.backends.postgresql")}
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 DATABASES["default"].setdefault("OPTIONS", {})
+# The web process's connections (yardstick/asgi.py turns the pool on there, and only there). A connection
+# belongs to the thread that opened it and is closed when its request ends (CONN_MAX_AGE 0: a persistent one
+# would stay open in a thread that no request uses again), so without a pool every request opened one (a new
+# PostgreSQL backend: 4 ms and its CPU on the 2-core machine). The pool lends a request an open connection,
+# checked first, and takes it back at the request's end; as many as the requests in flight, up to max_size
+# (the others wait `timeout` s). A connection attempt that fails (PostgreSQL away) is given up after
+# `reconnect_timeout` s, so the next request tries again at once rather than after a long backoff.
+WEB_DB_POOL = {"min_size": 2, "max_size": 40, "timeout": 5, "reconnect_timeout": 5}
 # A test database per test process: two suites on one server never drop each other's.
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("YARDSTICK_TEST_DB") or f"test_yardstick_{os.getpid()}"}
 
@@ -158,10 +166,11 @@ CHANNEL_LAYERS = {
 
 # One cache for every process: the attribute task (a worker) leaves today's fleet totals
 # there for the fleet page (a web process), see costs/live.py. Readers treat an
-# unreachable cache as empty, so short timeouts keep a page from waiting on it.
+# unreachable cache as empty, so short timeouts keep a page from waiting on it. One connection pool
+# a process (yardstick/cache.py), not one a request.
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "yardstick.cache.SharedPoolRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "yardstick",
         "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
@@ -309,6 +318,8 @@ TEMPLATES = [
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Database sessions (Django's), read with a plain SELECT (yardstick/sessions.py says why).
+SESSION_ENGINE = "yardstick.sessions"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
