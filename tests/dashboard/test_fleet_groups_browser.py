@@ -103,3 +103,18 @@ def test_a_5000_gpu_fleet_groups_drills_down_and_its_idle_list_follows_live(  # 
     page.wait_for_function("document.querySelector('.chart[data-fig=heatmap]').dataset.group === 'node'")
     page.wait_for_function("document.querySelector('#node-table caption').textContent.includes('625 of 625')")
     shot(page, output_dir, request, "by-node")
+
+    # The node table is sorted, paged and searched on the server, swapped in without a reload, kept in the URL.
+    loaded = page.evaluate("window.__yardstickLoadedAt")
+    first_row = "document.querySelector('#node-table tbody tr').dataset.node"
+    page.click('#node-table a[data-sort="name"]')  # sorted by name already: the header reverses it
+    page.wait_for_function(f"{first_row} === 'n0624'")
+    assert "sort=name" in page.url and "order=desc" in page.url
+    page.click('a[data-page-link][rel="next"]')
+    page.wait_for_function(f"{first_row} === 'n0574'")
+    assert "page=2" in page.url
+    page.fill('#node-search input[name="q"]', "n0007")
+    page.click('#node-search button[type="submit"]')
+    page.wait_for_function("document.querySelectorAll('#node-table tbody tr[data-node]').length === 1")
+    assert page.evaluate(first_row) == "n0007" and "q=n0007" in page.url and "page=" not in page.url
+    assert page.evaluate("window.__yardstickLoadedAt") == loaded
