@@ -17,6 +17,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from collector.agent import schema
@@ -27,9 +29,10 @@ log = logging.getLogger(__name__)
 GAP = f"interval '{schema.MAX_GAP_S} seconds'"
 
 # Per-interval energy and covered time for the samples of `win`, a set of
-# (device_id, lo, hi) windows; the lag reaches one gap back before `lo`. The energy is the widest scope
-# measured: a superchip's module (its counter, else its power) where the device reports it, else the device's
-# own (counter, else power); `e_module` says which.
+# (device_id, lo, hi) windows; the lag reaches back to the one sample before `lo`, within a gap (an index
+# lookup: reading the whole gap's samples of every device cost the roll-up more than its minutes did). The
+# energy is the widest scope measured: a superchip's module (its counter, else its power) where the device
+# reports it, else the device's own (counter, else power); `e_module` says which.
 _MODULE_COUNTER = "module_energy_j IS NOT NULL AND prev_me IS NOT NULL AND module_energy_j >= prev_me"
 _MODULE_POWER = "module_power_w IS NOT NULL AND prev_mp IS NOT NULL"
 _INTERVALS = f"""
@@ -37,8 +40,12 @@ pts AS (
     SELECT s.*, win.lo,
         lag(s.ts) OVER w AS prev_ts, lag(s.energy_j) OVER w AS prev_e, lag(s.power_w) OVER w AS prev_p,
         lag(s.module_energy_j) OVER w AS prev_me, lag(s.module_power_w) OVER w AS prev_mp
-    FROM win JOIN telemetry_sample s
-      ON s.device_id = win.device_id AND s.ts >= win.lo - {GAP} AND s.ts < win.hi
+    FROM win CROSS JOIN LATERAL (
+        (SELECT * FROM telemetry_sample b WHERE b.device_id = win.device_id AND b.ts >= win.lo - {GAP}
+           AND b.ts < win.lo ORDER BY b.ts DESC LIMIT 1)
+        UNION ALL
+        SELECT * FROM telemetry_sample i WHERE i.device_id = win.device_id AND i.ts >= win.lo AND i.ts < win.hi
+    ) s
     WINDOW w AS (PARTITION BY s.device_id, win.lo ORDER BY s.ts)
 ),
 iv AS (
@@ -97,6 +104,11 @@ _MINUTE_MEANS = ", ".join(f"avg({sample})" for sample, _ in _MEANS)
 _HOUR_MEANS = ", ".join(f"sum(r.{mean} * r.samples) / nullif(sum(r.samples) FILTER (WHERE r.{mean} IS NOT NULL), 0)"
                         for _, mean in _MEANS)
 _UPDATE_ALL = ", ".join(f"{c} = excluded.{c}" for c in _ROLLUP_COLS.split(", ")[2:])
+# A bucket recomputed to the figures it has is left alone: no new row version, and its `written_xid`
+# (schema.WRITTEN_SQL) still says when it last changed, so attribution does not read it again.
+_IF_CHANGED = ("WHERE ({old}) IS DISTINCT FROM ({new})"
+               .replace("{old}", ", ".join(f"{{table}}.{c}" for c in _ROLLUP_COLS.split(", ")[2:]))
+               .replace("{new}", ", ".join(f"excluded.{c}" for c in _ROLLUP_COLS.split(", ")[2:])))
 
 _ROLLUP_1M = f"""
 WITH claim AS (
@@ -117,7 +129,7 @@ SELECT iv.device_id, date_trunc('minute', ts), count(*), sum(dt_s),
        {_MINUTE_REASONS}, min(power_limit_w)
 FROM iv JOIN (SELECT d.id, {_IN_MODULE} AS in_module FROM collector_device d) dev ON dev.id = iv.device_id
 GROUP BY iv.device_id, date_trunc('minute', ts)
-ON CONFLICT (device_id, bucket) DO UPDATE SET {_UPDATE_ALL}
+ON CONFLICT (device_id, bucket) DO UPDATE SET {_UPDATE_ALL} {_IF_CHANGED.format(table="telemetry_rollup_1m")}
 """
 
 _ROLLUP_1H = f"""
@@ -147,7 +159,7 @@ SELECT r.device_id, c.hour, sum(r.samples), sum(r.covered_s),
 FROM claim c JOIN telemetry_rollup_1m r
   ON r.device_id = c.device_id AND r.bucket >= c.hour AND r.bucket < c.hour + interval '1 hour'
 GROUP BY r.device_id, c.hour
-ON CONFLICT (device_id, bucket) DO UPDATE SET {_UPDATE_ALL}
+ON CONFLICT (device_id, bucket) DO UPDATE SET {_UPDATE_ALL} {_IF_CHANGED.format(table="telemetry_rollup_1h")}
 """
 
 
@@ -411,12 +423,19 @@ _ROLLUP_MINUTE = ("SELECT r.device_id, r.bucket, r.samples, r.covered_s, r.energ
                   "JOIN collector_device d ON d.id = r.device_id JOIN collector_node n ON n.id = d.node_id")
 
 
-def rollup_minutes(lo=None, hi=None, pairs=None):
+def rollup_minutes(lo=None, hi=None, pairs=None, devices_from=None):
     """1-minute rollups with lo <= bucket < hi, by device then minute, or those of the (device id, minute)
-    `pairs`: [(device_id, bucket, samples, covered_s, energy_j, energy_from, owner, energy_scope)], owner being
-    the node's team label (None without one). Cost attribution splits them among the jobs."""
+    `pairs`, or those of the devices of `devices_from` ({device id: minute}) from that device's minute on (and
+    in [lo, hi)): [(device_id, bucket, samples, covered_s, energy_j, energy_from, owner, energy_scope)], owner
+    being the node's team label (None without one). Cost attribution splits them among the jobs."""
     with connection.cursor() as cur:
-        if pairs is None:
+        if devices_from is not None:
+            cur.execute(_ROLLUP_MINUTE.format(
+                source="unnest(%s::int4[], %s::timestamptz[]) AS f(device_id, lo) "
+                       "JOIN telemetry_rollup_1m r ON r.device_id = f.device_id AND r.bucket >= f.lo")
+                + " WHERE r.bucket >= %s AND r.bucket < %s ORDER BY r.device_id, r.bucket",
+                [list(devices_from), list(devices_from.values()), lo, hi])
+        elif pairs is None:
             cur.execute(_ROLLUP_MINUTE.format(source="telemetry_rollup_1m r")
                         + " WHERE r.bucket >= %s AND r.bucket < %s ORDER BY r.device_id, r.bucket", [lo, hi])
         else:
@@ -450,6 +469,29 @@ def held_activity(held):
     with connection.cursor() as cur:
         cur.execute(_HELD_ACTIVITY, [[h[0] for h in held], [h[1] for h in held], [h[2] for h in held]])
         return cur.fetchall()
+
+
+def rollup_snapshot():
+    """The database's pg_snapshot now, as text: which transactions had committed. Later, rollups_written_since
+    of it gives the 1-minute rollups written by every other one."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_current_snapshot()::text")
+        return cur.fetchone()[0]
+
+
+# Written by a transaction `snapshot` did not see committed (then running, or begun since), or by this one. The
+# first condition is the index's range: every transaction before the snapshot's xmin had ended.
+_WRITTEN_SINCE = ("written_xid >= pg_snapshot_xmin(%s::pg_snapshot) AND (NOT pg_visible_in_snapshot(written_xid, "
+                  "%s::pg_snapshot) OR written_xid = pg_current_xact_id_if_assigned())")
+
+
+def rollups_written_since(snapshot, lo, hi):
+    """The 1-minute rollups (Rollup1m, a queryset another app may narrow) with lo <= bucket < hi that were
+    written (inserted or changed: schema.WRITTEN_SQL) since `snapshot` (rollup_snapshot's text) was taken, or
+    in the current transaction. Rows that committed after the snapshot are in it whatever their minute, so a
+    reader that takes a snapshot before it reads and asks for what was written since its last one misses none."""
+    return Rollup1m.objects.filter(bucket__gte=lo, bucket__lt=hi).filter(
+        RawSQL(_WRITTEN_SINCE, [snapshot, snapshot], output_field=BooleanField()))
 
 
 def rollup_minutes_in(lo, hi):

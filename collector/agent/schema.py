@@ -15,7 +15,9 @@ Tables:
   their samples are kept.
 - `telemetry_latest`: one row per device, the newest sample, so the fleet view
   never scans history.
-- `telemetry_rollup_1m`, `telemetry_rollup_1h`: per device and bucket.
+- `telemetry_rollup_1m`, `telemetry_rollup_1h`: per device and bucket; each
+  1-minute row says which transaction last wrote it (`WRITTEN_SQL`), so
+  attribution reads only what changed since its last run.
 - `telemetry_rollup_pending`: (device, hour) pairs written since their last
   roll-up; the rollup task claims them, so late and replayed data is rolled up.
 - `telemetry_rollup_watermark` (one row, added by `WATERMARK_SQL`): the line
@@ -311,11 +313,38 @@ HEALTH_DROP_SQL = "DROP TABLE IF EXISTS telemetry_device_event;"
 # Collector migration 0006: each group of REASONS counted apart in the rollups, and the power limit.
 REASONS_SQL = "\n".join(_add_columns(t, _REASON_COLUMNS) for t in ("telemetry_rollup_1m", "telemetry_rollup_1h"))
 
+# Collector migration 0007: which transaction last wrote each 1-minute rollup (`written_xid`), so a reader that
+# follows the rollups (cost attribution) reads only those written since it last looked, whatever their minute,
+# instead of every device's recent minutes: rows not visible in the pg_snapshot it took then
+# (collector/store.py `rollups_written_since`). The default stamps an insert, the trigger any update, so every
+# writer is seen (the roll-up, an import, a hand fix). Rows from before 0007 keep NULL: never written since.
+WRITTEN_SQL = """
+ALTER TABLE telemetry_rollup_1m ADD COLUMN IF NOT EXISTS written_xid xid8;
+ALTER TABLE telemetry_rollup_1m ALTER COLUMN written_xid SET DEFAULT pg_current_xact_id();
+CREATE OR REPLACE FUNCTION telemetry_rollup_written() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.written_xid := pg_current_xact_id();
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS telemetry_rollup_1m_written ON telemetry_rollup_1m;
+CREATE TRIGGER telemetry_rollup_1m_written BEFORE UPDATE ON telemetry_rollup_1m
+    FOR EACH ROW EXECUTE FUNCTION telemetry_rollup_written();
+CREATE INDEX IF NOT EXISTS telemetry_rollup_1m_written ON telemetry_rollup_1m (written_xid)
+    WHERE written_xid IS NOT NULL;
+"""
+WRITTEN_DROP_SQL = """
+DROP INDEX IF EXISTS telemetry_rollup_1m_written;
+DROP TRIGGER IF EXISTS telemetry_rollup_1m_written ON telemetry_rollup_1m;
+DROP FUNCTION IF EXISTS telemetry_rollup_written();
+ALTER TABLE telemetry_rollup_1m DROP COLUMN IF EXISTS written_xid;
+"""
+
 # The whole schema, for a database made without Django's migrations (tests, benchmarks).
-SCHEMA_SQL = CREATE_SQL + WATERMARK_SQL + LINEAGE_SQL + EXTENDED_SQL + HEALTH_SQL + REASONS_SQL
+SCHEMA_SQL = CREATE_SQL + WATERMARK_SQL + LINEAGE_SQL + EXTENDED_SQL + HEALTH_SQL + REASONS_SQL + WRITTEN_SQL
 
 DROP_SQL = """
 DROP TABLE IF EXISTS telemetry_device_event;
+DROP FUNCTION IF EXISTS telemetry_rollup_written() CASCADE;
 DROP TYPE IF EXISTS telemetry_mark;
 DROP TABLE IF EXISTS telemetry_rollup_watermark, telemetry_device_holder, telemetry_rollup_pending,
     telemetry_rollup_1h, telemetry_rollup_1m, telemetry_latest, telemetry_sample,
