@@ -20,18 +20,31 @@ other stint device is a GPU UUID. A stint whose device has no telemetry is
 charged nothing (there is nothing measured to charge).
 
 Incremental and idempotent (`attribute`): each run recomputes whole minutes,
-replacing their rows, over
-- [done_through - LOOKBACK, now rounded down to the minute): recent minutes
-  whose rollups may still grow, and stints that just started or ended;
-- from the end of every stint that was open at the last run and is closed now
-  (a crash found late sets ended_at back to the last heartbeat);
-- single minutes up to LATE_WINDOW further back whose rollup changed since it
-  was attributed (late or replayed samples): each row keeps a copy of the
-  rollup's figures to compare.
-Older late data (an nvidia-smi import of last month) is attributed by the
-import itself (`attribute_window`), or by `attribute(since=...)`
-(`manage.py attribute_costs --since DATE`). The first
-run ever starts at the oldest rollup.
+replacing their rows, and reads only what changed since the last run, so its
+work grows with the fleet's new minutes, not with devices x a lookback:
+- every device's minutes in [done_through, now rounded down to the minute):
+  the minutes closed since the last run;
+- single minutes up to LATE_WINDOW before done_through whose rollup was
+  written since the last run (late or replayed samples, a roll-up that ran
+  after the minute was attributed) and changed since it was attributed: the
+  run takes a pg_snapshot before it reads (`AttributionState.rollups_seen`)
+  and the next asks the collector for the rollups written by transactions
+  that snapshot did not see (collector.store.rollups_written_since, an index
+  on the writing transaction), then compares each with the copy of its
+  figures its rows keep;
+- for the devices of the stints that changed, from the change on: each stint
+  open at the last run and closed now (from its end: a crash found late sets
+  ended_at back to the last heartbeat), each started since (from its start),
+  and each that started or ended in the LOOKBACK before done_through (from
+  then: a stint whose row committed after a run that read newer ones).
+What the last run charged to other devices stays as it is: an owner label set
+on a node (who pays for its idle time) holds from the minutes attributed
+after it on. Older late data (an nvidia-smi import of last month) is
+attributed by the import itself (`attribute_window`), or by
+`attribute(since=...)` (`manage.py attribute_costs --since DATE`). The first
+run ever starts at the oldest rollup; the first run after an upgrade, with no
+snapshot yet, also recomputes the LOOKBACK before done_through and scans the
+LATE_WINDOW for changed rollups, as every run did before.
 """
 
 import logging
@@ -155,7 +168,8 @@ def _changed_minutes(lo, hi):
     """(device, minute) pairs in [lo, hi) whose rollup has no allocation or changed since it was attributed.
 
     It compares every rollup of LATE_WINDOW (6 h of every device) with the allocations made from it, which
-    only the database can do without shipping them: one NOT EXISTS over collector.store.rollup_minutes_in."""
+    only the database can do without shipping them: one NOT EXISTS over collector.store.rollup_minutes_in.
+    Only the first run after an upgrade does (no snapshot yet to ask what was written since: _changed_since)."""
     attributed = Allocation.objects.filter(
         device_id=OuterRef("device_id"), minute=OuterRef("bucket"), rollup_samples=OuterRef("samples"),
         rollup_covered_s=OuterRef("covered_s"), rollup_energy_j=OuterRef("energy_j"))
@@ -174,10 +188,19 @@ def _allocate(rollups, stints, teams):
     out = []
     for device_id, bucket, samples, covered_s, energy_j, energy_from, owner, energy_scope in rollups:
         end_of_minute = bucket + MINUTE
+        overlapping = [s for s in stints.get(device_id, ()) if s[1] < end_of_minute and s[2] > bucket]
+        if not overlapping or (len(overlapping) == 1 and overlapping[0][1] <= bucket
+                               and overlapping[0][2] >= end_of_minute):
+            # Idle all minute, or one job's all minute (most minutes of a fleet): split_minute's own result
+            # (the whole rollup to that one holder, exactly), without its arithmetic.
+            job_id = overlapping[0][0] if overlapping else None
+            out.append((device_id, bucket, job_id, owner if job_id is None else teams.get(job_id, IDLE_TEAM),
+                        60.0, _dec(covered_s), _dec(energy_j), energy_from, samples, covered_s, energy_j,
+                        energy_scope))
+            continue
         holds = defaultdict(list)
-        for job_id, start, end in stints.get(device_id, ()):
-            if start < end_of_minute and end > bucket:
-                holds[job_id].append((_seconds(max(start, bucket) - bucket), _seconds(min(end, end_of_minute) - bucket)))
+        for job_id, start, end in overlapping:
+            holds[job_id].append((_seconds(max(start, bucket) - bucket), _seconds(min(end, end_of_minute) - bucket)))
         for job_id, held_s, dev_s, joules in split_minute(covered_s, energy_j, holds):
             out.append((device_id, bucket, job_id, owner if job_id is None else teams.get(job_id, IDLE_TEAM),
                         held_s, dev_s, joules, energy_from, samples, covered_s, energy_j, energy_scope))
@@ -242,6 +265,54 @@ def attribute_window(lo, hi, now=None):
     return {"from": lo, "to": hi, "rows": rows}
 
 
+def _changed_stints(state, since):
+    """{device id: first minute to recompute} for the stints that changed since the last run (the module
+    docstring says which), minutes before `state.done_through` only (later ones are new minutes anyway)."""
+    done = state.done_through
+    changes = [*Stint.objects.filter(pk__in=state.open_stints, ended_at__isnull=False)
+               .values_list("node", "device", "ended_at"),
+               *Stint.objects.filter(pk__gt=state.last_stint_id).values_list("node", "device", "started_at")]
+    for node, device, start, end in (Stint.objects.filter(Q(started_at__gte=since) | Q(ended_at__gte=since))
+                                     .values_list("node", "device", "started_at", "ended_at")):
+        changes.append((node, device, max(since, min(t for t in (start, end) if t is not None and t >= since))))
+    gpus = store.device_ids({device for _, device, _ in changes if device != "cpu"})
+    hosts = store.host_device_ids({node for node, device, _ in changes if device == "cpu"})
+    redo = {}
+    for node, device, ts in changes:
+        minute = floor_minute(ts)
+        if minute >= done:
+            continue
+        for device_id in hosts.get(node, []) if device == "cpu" else [gpus[device]] if device in gpus else []:
+            redo[device_id] = min(minute, redo.get(device_id, minute))
+    return redo
+
+
+def _changed_since(snapshot, lo, hi):
+    """(device, minute) pairs in [lo, hi) whose rollup was written since `snapshot` and has no allocation or
+    changed since it was attributed: collector.store.rollups_written_since, less the minutes whose rows hold
+    the rollup's figures."""
+    attributed = Allocation.objects.filter(
+        device_id=OuterRef("device_id"), minute=OuterRef("bucket"), rollup_samples=OuterRef("samples"),
+        rollup_covered_s=OuterRef("covered_s"), rollup_energy_j=OuterRef("energy_j"))
+    return list(store.rollups_written_since(snapshot, lo, hi).exclude(Exists(attributed))
+                .values_list("device_id", "bucket"))
+
+
+def _replace_devices(devices_from, hi, now, touched):
+    """Recompute the minutes of `devices_from` ({device id: first minute}) before `hi`, a CHUNK at a time."""
+    written = 0
+    start = min(devices_from.values(), default=hi)
+    while start < hi:
+        end = min(hi, start + CHUNK)
+        written += _replace(_rollups_from(devices_from, start, end), now, touched)
+        start = end
+    return written
+
+
+def _rollups_from(devices_from, lo, hi):
+    return [(*r[:6], r[6] or IDLE_TEAM, r[7]) for r in store.rollup_minutes(lo, hi, devices_from=devices_from)]
+
+
 def attribute(now=None, since=None):
     """Attribute the closed minutes that are new or changed since the last run; return a summary dict:
     {"from", "to", "late_minutes", "rows", "jobs": ids of the jobs whose allocations were replaced}.
@@ -253,28 +324,40 @@ def attribute(now=None, since=None):
     closed_before = floor_minute(now)
     with transaction.atomic():
         state, _ = AttributionState.objects.select_for_update().get_or_create(id=1)
+        # Before any read: what is written after this, the next run reads. So are the stints.
+        seen = store.rollup_snapshot()
+        open_stints = list(Stint.objects.filter(ended_at__isnull=True).values_list("pk", flat=True))
+        last_stint_id = Stint.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+        late, redo = [], {}
         if since is not None:
             lo = floor_minute(since)
         elif state.done_through is None:
             lo = store.oldest_rollup_minute() or closed_before
-        else:
+        elif state.rollups_seen is None:  # the first run with the snapshot: as every run did before it
             lo = state.done_through - LOOKBACK
             ended = Stint.objects.filter(pk__in=state.open_stints, ended_at__isnull=False).values_list("ended_at", flat=True)
             started = Stint.objects.filter(pk__gt=state.last_stint_id).values_list("started_at", flat=True)
             for ts in [*ended, *started]:
                 lo = min(lo, floor_minute(ts))
+            late = _changed_minutes(min(lo, closed_before) - LATE_WINDOW, min(lo, closed_before))
+        else:
+            lo = state.done_through
+            redo = _changed_stints(state, lo - LOOKBACK)
+            late = [(d, m) for d, m in _changed_since(state.rollups_seen, lo - LATE_WINDOW, lo)
+                    if not (d in redo and m >= redo[d])]
         lo = min(lo, closed_before)
 
-        late = _changed_minutes(lo - LATE_WINDOW, lo) if since is None and state.done_through else []
         written = 0
         touched = set()
         for i in range(0, len(late), 20000):
             written += _replace(_rollups(None, None, pairs=late[i:i + 20000]), now, touched)
+        written += _replace_devices(redo, lo, now, touched)
         written += attribute_range(lo, closed_before, now, touched)
 
         state.done_through = max(closed_before, state.done_through or closed_before)
-        state.open_stints = list(Stint.objects.filter(ended_at__isnull=True).values_list("pk", flat=True))
-        state.last_stint_id = Stint.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+        state.open_stints = open_stints
+        state.last_stint_id = last_stint_id
+        state.rollups_seen = seen
         state.ran_at = now
         state.save()
     return {"from": lo, "to": closed_before, "late_minutes": len(late), "rows": written, "jobs": sorted(touched)}

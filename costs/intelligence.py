@@ -204,7 +204,7 @@ def spent_by(job, instants, book=None):
     return out
 
 
-def base_build(job):
+def base_build(job, metrics=None):
     """{seconds, usd, text} the job spent building its environment's base policy (the first job on an
     environment does, on its own stint, so it is part of the job's cost), {building: True, text} while
     it builds it, or None when it built none. `text` is what the page says beside the cost (the job
@@ -217,7 +217,9 @@ def base_build(job):
     shared = f"(shared by later jobs on {job.env})"
     if job.phase.startswith(BUILD_PHASE):
         return {"building": True, "text": f"includes the base-policy build now running {shared}"}
-    metrics = Step.objects.filter(job=job, step=0).values_list("metrics", flat=True).first() or {}
+    if metrics is None:  # else its step 0's metrics, read with other jobs' (costs.live)
+        metrics = Step.objects.filter(job=job, step=0).values_list("metrics", flat=True).first()
+    metrics = metrics or {}
     began, seconds = metrics.get("base/build_started_at"), metrics.get("base/build_s")
     if began is None or seconds is None:
         return None
@@ -228,14 +230,14 @@ def base_build(job):
             "text": f"includes {usd_text(usd)} / {seconds:.0f} s building the base policy {shared}"}
 
 
-def score_cost_curve(job, book=None):
+def score_cost_curve(job, book=None, scores=None):
     """The job's eval score against cumulative dollars: [{step, at, pass1, cost_usd}] in time order.
 
     The cost at a point is what the job was charged before the eval was
     recorded (`spent_by`: whole minutes before it, and the held share of the
-    minute it falls in).
+    minute it falls in). `scores`: a Scores holding the job's, when read with other jobs'.
     """
-    scores = Scores([job.pk]).points.get(job.pk, [])
+    scores = (scores or Scores([job.pk])).points.get(job.pk, [])
     if not scores:
         return []
     spent = spent_by(job, [at for at, _, _ in scores], book)

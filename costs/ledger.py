@@ -6,12 +6,13 @@ cent happens only in presentation, costs/report.py).
 """
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 
 from django.db import connection
 
 from collector import store
+from costs.models import ENERGY_FROM, ENERGY_SCOPES
 from costs.prices import PriceBook, cost_usd, model_key
 
 
@@ -40,32 +41,77 @@ class Usage:
         return self.device_usd + self.energy_usd
 
 
-def usage(start=None, end=None, job_ids=None, book=None):
-    """Priced Usage of every allocation with start <= minute < end (either bound optional), optionally of some jobs."""
-    where, params = ["true"], []
-    if start is not None:
-        where.append("a.minute >= %s")
-        params.append(start)
+_BY_MINUTE = """
+SELECT a.device_id, (a.minute AT TIME ZONE 'UTC')::date AS day, a.job_id, a.team,
+       array_agg(DISTINCT a.energy_from), sum(a.device_s), sum(a.energy_j), array_agg(DISTINCT a.energy_scope)
+FROM costs_allocation a
+WHERE {where}
+GROUP BY a.device_id, day, a.job_id, a.team
+"""
+_BY_DAY = f"""
+SELECT u.device_id, u.day, u.job_id, u.team,
+       array_remove(ARRAY[{", ".join(f"CASE WHEN u.from_{v} > 0 THEN '{v}' END" for v in ENERGY_FROM)}], NULL),
+       u.device_s, u.energy_j,
+       array_remove(ARRAY[{", ".join(f"CASE WHEN u.scope_{v} > 0 THEN '{v}' END" for v in ENERGY_SCOPES)}], NULL)
+FROM costs_usage_day u
+WHERE u.minutes > 0 AND {{where}}
+"""
+DAY = timedelta(days=1)
+
+
+def _midnight(ts):
+    return datetime.combine(ts.astimezone(timezone.utc).date(), time(0), tzinfo=timezone.utc)
+
+
+def _summed(cur, start, end, job_ids):
+    """The allocations with start <= minute < end (either bound optional) summed per (device, UTC day, job,
+    team): whole days from DailyUsage, a part of a day from the minutes. A day cut by `end` is whole when no
+    minute of it at or after `end` is allocated (today, up to now)."""
+    jobs = ([], []) if job_ids is None else (["a.job_id = ANY(%s)"], [list(job_ids)])
+    first_day = last_day = None  # the whole days read from DailyUsage: first_day <= day < last_day
+    rows = []
+    if start is not None and start != _midnight(start):
+        head_end = _midnight(start) + DAY if end is None else min(end, _midnight(start) + DAY)
+        cur.execute(_BY_MINUTE.format(where=" AND ".join(["a.minute >= %s", "a.minute < %s", *jobs[0]])),
+                    [start, head_end, *jobs[1]])
+        rows += cur.fetchall()
+        first_day = head_end
+    elif start is not None:
+        first_day = start
+    if end is not None and first_day is not None and end <= first_day:
+        return rows
     if end is not None:
-        where.append("a.minute < %s")
-        params.append(end)
+        last_day = _midnight(end)
+        if end != last_day:
+            cur.execute("SELECT EXISTS (SELECT FROM costs_allocation WHERE minute >= %s AND minute < %s)",
+                        [end, last_day + DAY])
+            if cur.fetchone()[0]:  # the day goes on past `end`: its part before it, from the minutes
+                lo = max(last_day, first_day) if first_day is not None else last_day
+                cur.execute(_BY_MINUTE.format(where=" AND ".join(["a.minute >= %s", "a.minute < %s", *jobs[0]])),
+                            [lo, end, *jobs[1]])
+                rows += cur.fetchall()
+            else:
+                last_day += DAY
+    where, params = ["true"], []
+    if first_day is not None:
+        where.append("u.day >= %s")
+        params.append(first_day.date())
+    if last_day is not None:
+        where.append("u.day < %s")
+        params.append(last_day.date())
     if job_ids is not None:
-        where.append("a.job_id = ANY(%s)")
+        where.append("u.job_id = ANY(%s)")
         params.append(list(job_ids))
+    cur.execute(_BY_DAY.format(where=" AND ".join(where)), params)
+    rows += cur.fetchall()
+    return sorted(rows, key=lambda r: (r[1], r[0], r[2] is None, r[2] or 0, r[3]))
+
+
+def usage(start=None, end=None, job_ids=None, book=None):
+    """Priced Usage of every allocation with start <= minute < end (either bound optional), optionally of some
+    jobs: a row per (device, UTC day, job or idle, team), by day, device and job (idle last)."""
     with connection.cursor() as cur:
-        cur.execute(
-            f"""
-            SELECT a.device_id, (a.minute AT TIME ZONE 'UTC')::date AS day, a.job_id, a.team,
-                   array_agg(DISTINCT a.energy_from), sum(a.device_s), sum(a.energy_j),
-                   array_agg(DISTINCT a.energy_scope)
-            FROM costs_allocation a
-            WHERE {' AND '.join(where)}
-            GROUP BY a.device_id, day, a.job_id, a.team
-            ORDER BY day, a.device_id, a.job_id NULLS LAST
-            """,
-            params,
-        )
-        rows = cur.fetchall()
+        rows = _summed(cur, start, end, job_ids)
     book = book or PriceBook()
     devices = store.device_facts({r[0] for r in rows})  # the collector's: node, its owner, model, flags
     out = []

@@ -176,12 +176,119 @@ class Allocation(models.Model):
         return f"device {self.device_id} {self.minute:%Y-%m-%d %H:%M} → {self.job_id or 'idle'}"
 
 
+ENERGY_FROM = ("counter", "power", "mixed", "none")
+ENERGY_SCOPES = ("device", "module", "mixed", "none", "in_module")
+
+
+class DailyUsage(models.Model):
+    """The allocation rows of one (device, UTC day, job or idle, team) summed: what reports, budgets and the
+    live figures price (costs.ledger.usage), so they read a row per device and day instead of one per minute.
+
+    Kept by triggers on costs_allocation (DAILY_SQL, migration 0004): every statement that inserts, deletes
+    or updates allocations adds or takes away its rows' sums here, in its own transaction, exactly (numeric
+    arithmetic); a TRUNCATE empties it. `minutes` counts the rows summed (0: none left), the `from_*` and
+    `scope_*` how many had each energy_from and energy_scope.
+    """
+
+    device = models.ForeignKey(
+        "collector.Device", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    day = models.DateField()
+    job = models.ForeignKey(
+        "trainer.Job", null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    team = models.CharField(max_length=100)
+    minutes = models.IntegerField()
+    device_s = models.DecimalField(max_digits=30, decimal_places=15)
+    energy_j = models.DecimalField(max_digits=30, decimal_places=15)
+    from_counter = models.IntegerField()
+    from_power = models.IntegerField()
+    from_mixed = models.IntegerField()
+    from_none = models.IntegerField()
+    scope_device = models.IntegerField()
+    scope_module = models.IntegerField()
+    scope_mixed = models.IntegerField()
+    scope_none = models.IntegerField()
+    scope_in_module = models.IntegerField()
+
+    class Meta:
+        db_table = "costs_usage_day"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["device", "day", "job", "team"], nulls_distinct=False, name="costs_usage_day_unique"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["day"], name="costs_usage_day_day"),
+            models.Index(fields=["job", "day"], name="costs_usage_day_job"),
+        ]
+
+
+_DAY_COLUMNS = ("device_id, day, job_id, team, minutes, device_s, energy_j, "
+                + ", ".join(f"from_{v}" for v in ENERGY_FROM) + ", "
+                + ", ".join(f"scope_{v}" for v in ENERGY_SCOPES))
+
+
+def _summed(rows, sign):
+    """SELECT of `rows` (a transition table of allocations) summed per DailyUsage key, times `sign`."""
+    counts = ([f"{sign}count(*) FILTER (WHERE energy_from = '{v}')" for v in ENERGY_FROM]
+              + [f"{sign}count(*) FILTER (WHERE energy_scope = '{v}')" for v in ENERGY_SCOPES])
+    return (f"SELECT device_id, (minute AT TIME ZONE 'UTC')::date, job_id, team, {sign}count(*), "
+            f"{sign}sum(device_s), {sign}sum(energy_j), {', '.join(counts)} FROM {rows} "
+            "GROUP BY 1, 2, 3, 4")
+
+
+_ADD = ", ".join(f"{c} = u.{c} + excluded.{c}" for c in _DAY_COLUMNS.split(", ")[4:])
+
+
+def _day_trigger(name, rows, sign):
+    return f"""
+CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO costs_usage_day AS u ({_DAY_COLUMNS}) {_summed(rows, sign)}
+    ON CONFLICT (device_id, day, job_id, team) DO UPDATE SET {_ADD};
+    RETURN NULL;
+END $$;"""
+
+
+# The triggers that keep DailyUsage, and the backfill of what was allocated before them.
+DAILY_SQL = f"""
+{_day_trigger("costs_usage_day_add", "added", "")}
+{_day_trigger("costs_usage_day_take", "gone", "-")}
+CREATE OR REPLACE FUNCTION costs_usage_day_empty() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    TRUNCATE costs_usage_day;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER costs_allocation_day_insert AFTER INSERT ON costs_allocation
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION costs_usage_day_add();
+CREATE TRIGGER costs_allocation_day_delete AFTER DELETE ON costs_allocation
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION costs_usage_day_take();
+CREATE TRIGGER costs_allocation_day_update_old AFTER UPDATE ON costs_allocation
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION costs_usage_day_take();
+CREATE TRIGGER costs_allocation_day_update_new AFTER UPDATE ON costs_allocation
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION costs_usage_day_add();
+CREATE TRIGGER costs_allocation_day_truncate AFTER TRUNCATE ON costs_allocation
+    FOR EACH STATEMENT EXECUTE FUNCTION costs_usage_day_empty();
+INSERT INTO costs_usage_day ({_DAY_COLUMNS}) {_summed("costs_allocation", "")};
+"""
+DAILY_DROP_SQL = """
+DROP TRIGGER IF EXISTS costs_allocation_day_insert ON costs_allocation;
+DROP TRIGGER IF EXISTS costs_allocation_day_delete ON costs_allocation;
+DROP TRIGGER IF EXISTS costs_allocation_day_update_old ON costs_allocation;
+DROP TRIGGER IF EXISTS costs_allocation_day_update_new ON costs_allocation;
+DROP TRIGGER IF EXISTS costs_allocation_day_truncate ON costs_allocation;
+DROP FUNCTION IF EXISTS costs_usage_day_add(), costs_usage_day_take(), costs_usage_day_empty();
+"""
+
+
 class AttributionState(models.Model):
     """One row: how far attribution has run, and which stints were still open then.
 
     A stint open at the last run was charged up to that run's end; when it
     closes (finished, or its crash found later with ended_at set back to the
-    last heartbeat) the next run recomputes from its ended_at.
+    last heartbeat) the next run recomputes from its ended_at. The stints and
+    the snapshot are read at the start of a run, before the minutes.
     """
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
@@ -189,3 +296,6 @@ class AttributionState(models.Model):
     open_stints = models.JSONField(default=list)
     last_stint_id = models.BigIntegerField(default=0)
     ran_at = models.DateTimeField(null=True)
+    # The pg_snapshot the last run took before it read (collector.store.rollup_snapshot): the next reads only
+    # the rollups written since. None before the first run that took one.
+    rollups_seen = models.TextField(null=True)
