@@ -8,6 +8,7 @@ are fuzzed all the same).
 """
 
 RANGE = ["range", "from", "to", "live"]
+FLEET_VIEW = ["group", "cell", "node", "model", "label:pool", "q", "sort", "order", "page"]
 STOP_LOSS_FORM = ["stop_loss.usd", "stop_loss.points", "stop_loss.reward_drop", "stop_loss.kl_max",
                   "stop_loss.entropy_min", "stop_loss.steps"]
 MLFLOW_GET = {
@@ -46,7 +47,8 @@ PARAMS = {
     "run": [("GET", "query", [])],
     "experiment": [("GET", "query", [])],
     "job-bind": [("POST", "form", ["node", "device"])],
-    "fleet": [("GET", "query", RANGE)],
+    "fleet": [("GET", "query", RANGE + FLEET_VIEW)],
+    "fleet-nodes": [("GET", "query", FLEET_VIEW)],
     "healthz": [("GET", "query", [])],
     "whoami": [("GET", "query", [])],
     "plotly-js": [("GET", "query", [])],
