@@ -92,8 +92,8 @@ def main(argv=None):
             print(f"reference: read the rollups        {ref_s:7.3f} s  ({n / ref_s:,.0f} minutes/s)")
             print(f"first attribution (all minutes)    {full_s:7.3f} s  ({n / full_s:,.0f} minutes/s, "
                   f"{full_s / ref_s:.1f}x the read; {summary['rows']} rows)")
-            print(f"incremental re-run (steady state)  {again_s:7.3f} s  (lookback of "
-                  f"{args.devices * 11} device-minutes)")
+            print(f"incremental re-run (steady state)  {again_s:7.3f} s  (a minute later, no rollup new or "
+                  "changed: what a run costs beyond its new minutes)")
             print(f"report by job over the period      {report_s:7.3f} s  ({len(report.rows)} rows, "
                   f"fleet ${report.totals['fleet_usd']})")
         finally:
