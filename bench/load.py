@@ -189,8 +189,9 @@ class Histogram(collections.Counter):
 
 
 def frame_stamps(message):
-    """The sample times (Unix seconds, to 10 ms) of the devices a binary fleet frame carries
-    (dashboard/fleetstate.py's layout: header, bitmap for "D", util, state, pad, power, age)."""
+    """(sample times, how many devices had each) of the devices a binary fleet frame carries, as numpy arrays of
+    Unix seconds to 10 ms (dashboard/fleetstate.py's layout: header, bitmap for "D", util, state, pad, power,
+    age). Vectorized: 49 viewers decode 5,000 devices twice a second in one process."""
     import struct
 
     import numpy as np
@@ -203,10 +204,11 @@ def frame_stamps(message):
     offset += 2 * m
     offset += offset % 2
     ages = np.frombuffer(message, "<u2", m, offset + 2 * m)
-    now_s = header["now_ms"] / 1000
-    stamps = [now_s - a / 100 for a in ages.tolist() if a < 65534]
-    stamps += [now_s - age for age in header.get("old_ages", {}).values()]
-    return [round(t, 2) for t in stamps]
+    centis, counts = np.unique(ages[ages < 65534], return_counts=True)
+    stamps = header["now_ms"] / 1000 - centis / 100
+    old = np.array(list(header.get("old_ages", {}).values()), dtype=float)
+    return (np.concatenate([stamps, header["now_ms"] / 1000 - old]),
+            np.concatenate([counts, np.ones(len(old), dtype=counts.dtype)]))
 
 
 def viewers_part(cfg):
@@ -247,11 +249,13 @@ def viewers_part(cfg):
                 return
             counts["window_frames"] += in_window
             counts["largest_frame"] = max(counts["largest_frame"], len(payload))
-            for stamp, n in collections.Counter(frame_stamps(payload)).items():
-                self.factory.newest = max(self.factory.newest, stamp)
-                if window[0] <= stamp < window[1]:
-                    hist.add((now - stamp) * 1000, n)
-                    counts["samples"] += n
+            stamps, ns = frame_stamps(payload)
+            if len(stamps):
+                self.factory.newest = max(self.factory.newest, float(stamps.max()))
+            inside = (window[0] <= stamps) & (stamps < window[1])
+            for stamp, n in zip(stamps[inside].tolist(), ns[inside].tolist()):
+                hist.add((now - stamp) * 1000, n)
+                counts["samples"] += n
 
         def onClose(self, was_clean, code, reason):
             if self.viewing:
