@@ -253,7 +253,8 @@
         zmin: 0, zmax: 100, xgap: 2, ygap: 2, hoverongaps: false, colorbar: { title: { text: "util %" }, thickness: 12 } }],
       layout: baseLayout("Utilization by node and device (now)", Math.max(220, Math.min(1400, 70 + 22 * rows.length)), {
         yaxis: { autorange: "reversed", automargin: true, type: "category", tickmode: "array", tickvals: rows,
-          ticktext: rows.map(function (r) { return r.length > 32 ? r.slice(0, 31) + "…" : r; }) },
+          // Escaped and shortened as dashboard.figures.short does: Plotly reads tick text as markup.
+          ticktext: rows.map(function (r) { return esc(r.length > 32 ? r.slice(0, 31) + "…" : r); }) },
         xaxis: { side: "top", automargin: true, type: "category" } }),
       groups: null,
     };

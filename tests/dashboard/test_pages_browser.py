@@ -202,6 +202,7 @@ def test_user_strings_show_literally_in_chart_legends(live_server, page, transac
     b.prices()
     dev = b.device(b.node("gpu-a", team=HOSTILE_TEAM), 0)
     b.minutes(dev, start, 30)
+    b.latest(b.device(b.node("<b>gpu-b</b>", interval_s=3600), 0), util_pct=50, power_w=300)  # a heatmap tick label
     job = b.job(name="<i>run</i>&amp;", team=HOSTILE_TEAM)
     b.stint(job, dev, start, start + timedelta(minutes=20))
     b.steps(job, 10, start=start, every_s=60)
@@ -225,6 +226,9 @@ def test_user_strings_show_literally_in_chart_legends(live_server, page, transac
     page.goto(live_server.url + "/")
     page.wait_for_selector('.chart[data-fig="heatmap"][data-drawn="true"]')
     assert page.locator('[data-fig="heatmap"] b, [data-fig="heatmap"] img').count() == 0
+    # A node's name as its tick label says it, tags and all (Plotly reads tick text as markup).
+    page.wait_for_function("Array.from(document.querySelectorAll('[data-fig=heatmap] text'))"
+                           ".some(t => t.textContent === '<b>gpu-b</b>')")
     assert alerts == []
 
 
