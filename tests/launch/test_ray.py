@@ -181,8 +181,9 @@ def test_an_operator_stops_a_ray_run_from_the_job_page_and_its_host_process_is_c
 
         stint = wait_for(charged, 60, "the host agent's holder to become the job's stint", every_s=1)
         assert stint.node == socket.gethostname(), stint.node
-        # the holder is the run's own process, the one Ray started with the job's variables
-        assert "steps_script.py" in open(f"/proc/{stint.pid}/cmdline").read(), stint.pid
+        # the holder is a process Ray started for this job, with the job's variables (its supervisor or the script)
+        environ = open(f"/proc/{stint.pid}/environ", "rb").read().split(b"\0")
+        assert f"YARDSTICK_JOB_ID={job.pk}".encode() in environ, open(f"/proc/{stint.pid}/cmdline").read()
 
         wait_for(lambda: job_of(job).steps_done >= 5, 60, "five steps")
         page.wait_for_function("Number(document.getElementById('steps-done').textContent) >= 5", timeout=30_000)
