@@ -40,7 +40,6 @@ from costs.prices import model_key
 # State bits of a device (the low two bits one of BUSY, IDLE, STALE).
 BUSY, IDLE, STALE = 0, 1, 2
 UNHEALTHY, THROTTLED = 4, 8
-STATE_NAMES = ("busy", "idle", "stale")
 NO_UTIL = 255
 NO_POWER = 65535
 POWER_MAX = 65534  # watts a short holds (a device drawing more shows this)
@@ -192,10 +191,6 @@ class Frame:
     power_w: np.ndarray = field(repr=False, default=None)  # float64, unrounded
     unhealthy: dict = field(default_factory=dict)  # position -> why ("XID 79 at 2026-12-01 10:00:00 UTC")
 
-    def states(self):
-        """"busy", "idle" or "stale" per device (Device.state_of's words)."""
-        return [STATE_NAMES[s & 3] for s in self.state.tolist()]
-
 
 def compute(layout, values, now_us, unhealthy=(), prices=None):
     """The Frame of `values` at `now_us` (µs since the epoch), with the devices of `unhealthy` (ids) marked so
@@ -289,9 +284,9 @@ def util_mean(util_sum, reporting):
 # -- the payloads --------------------------------------------------------------------------------
 
 
-def layout_event(layout):
-    """The layout as the page's script takes it: a JSON text event of topic "fleet", kind "layout"."""
-    return json.dumps({"topic": "fleet", "kind": "layout", "data": {
+def layout_data(layout):
+    """The layout as the page's script takes it (the page embeds it; `layout_event` sends it)."""
+    return {
         "version": layout.version,
         "nodes": [[name, labels, interval] for name, labels, interval
                   in zip(layout.node_names, layout.node_labels, layout.node_interval_s.tolist())],
@@ -299,7 +294,12 @@ def layout_event(layout):
         "node": layout.device_node.tolist(), "index": layout.device_index.tolist(),
         "model": layout.device_model.tolist(), "flags": layout.device_flags.tolist(),
         "cpu": [i for i, s in enumerate(layout.device_source) if s == "host"],
-    }}, separators=(",", ":"))
+    }
+
+
+def layout_event(layout):
+    """The layout as a JSON text event of topic "fleet", kind "layout"."""
+    return json.dumps({"topic": "fleet", "kind": "layout", "data": layout_data(layout)}, separators=(",", ":"))
 
 
 def frame_header(frame, layout, seq):

@@ -6,7 +6,6 @@ call the same trainer methods as the JSON API (`Job.start`, `request_stop`,
 """
 
 import base64
-import json
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlencode
@@ -40,11 +39,16 @@ PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 COMPARE_MAX = 8
 
 
-def _range_or_400(request, default="1h"):
+def _or_400(request, parse, *args, **kwargs):
+    """(parse(request.GET, ...), None), or (None, the 400 page naming what was wrong)."""
     try:
-        return from_request(request.GET, default=default), None
+        return parse(request.GET, *args, **kwargs), None
     except InputError as err:
         return None, bad_page(request, err.field, err.message)
+
+
+def _range_or_400(request, default="1h"):
+    return _or_400(request, from_request, default=default)
 
 
 def _range_context(request, tr):
@@ -128,13 +132,6 @@ def fleet_view_params(params):
             "page": int(raw_page)}
 
 
-def _fleet_params_or_400(request):
-    try:
-        return fleet_view_params(request.GET), None
-    except InputError as err:
-        return None, bad_page(request, err.field, err.message)
-
-
 def _table_links(request, table):
     """The node table's sort and page links, each keeping the page's other parameters."""
     keep = {k: v for k, v in request.GET.items() if k not in ("sort", "order", "page")}
@@ -156,13 +153,13 @@ def fleet_page(request):
     tr, bad = _range_or_400(request)
     if bad:
         return bad
-    view, bad = _fleet_params_or_400(request)
+    view, bad = _or_400(request, fleet_view_params)
     if bad:
         return bad
     data = readings.fleet_overview(table=view)
     layout, frame = data.pop("layout"), data.pop("frame")
     figs = {"power": figures.fleet_power(readings.fleet_power(tr))}
-    start = {"layout": json.loads(fleetstate.layout_event(layout))["data"],
+    start = {"layout": fleetstate.layout_data(layout),
              "frame": base64.b64encode(fleetstate.encode(frame, fleetstate.frame_header(frame, layout, 0))).decode()}
     return render(request, "dashboard/fleet.html", {
         **data, **_range_context(request, tr), "figures_json": script_json(figs), "fleet_start": start,
@@ -176,7 +173,7 @@ def fleet_page(request):
 @require_role("viewer")
 def fleet_nodes(request):
     """The node table alone, as the fleet page swaps it in when its filters, search, sort or page change."""
-    view, bad = _fleet_params_or_400(request)
+    view, bad = _or_400(request, fleet_view_params)
     if bad:
         return bad
     layout, frame, unhealthy = readings.fleet_snapshot()

@@ -113,7 +113,6 @@ def test_every_device_costs_a_frame_six_bytes_and_a_bit(db):
 def test_the_frame_carries_the_cards_and_changes_when_a_device_goes_stale_without_a_new_row(db):
     from decimal import Decimal
 
-    from costs.prices import PriceBook
     from dashboard.readings import fleet_overview
 
     now = datetime.now(UTC)
@@ -131,7 +130,6 @@ def test_the_frame_carries_the_cards_and_changes_when_a_device_goes_stale_withou
     assert (cards["busy"], cards["idle"], cards["stale"], cards["devices"], cards["burn_usd_per_h"]) == (1, 1, 1, 3, "4.11")
     page = fleet_overview(now)["cards"]
     assert (page["busy"], page["idle"], page["stale"], page["burn_usd_per_h"]) == (1, 1, 1, Decimal("4.11"))
-    assert PriceBook  # the book the reader read: the one these prices made
 
     later = now + timedelta(seconds=3.5)  # gpu-b's sample is older than 3 of its 1 s intervals
     _, frame = reader.tick(later)
@@ -217,8 +215,10 @@ def test_a_consumer_that_crashes_leaves_its_groups_and_the_broadcaster(transacti
         assert members.zcard(key) == 1 and broadcast.broadcaster.subscribers
         # An event it cannot write as JSON (bytes travel through the channel layer): the consumer raises.
         await asyncio.get_running_loop().run_in_executor(None, send_now, topic, "step", {"blob": b"\x00"})
+        # Fleet frames may come first (this process may have been elected publisher); the crash ends the loop.
         with pytest.raises(TypeError):
-            await comm.receive_output(timeout=5)
+            while True:
+                await comm.receive_output(timeout=5)
 
     asyncio.run(scenario())
     assert members.zcard(key) == 0, "its group no longer holds it"
