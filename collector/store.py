@@ -381,6 +381,15 @@ def layout_rows():
         return cur.fetchall()
 
 
+def layout_generation():
+    """The fleet's layout generation (schema.LAYOUT_SQL): the same number while `layout_rows` would answer the
+    same; None where that row is missing (then nothing is kept)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT generation FROM collector_layout_generation")
+        row = cur.fetchone()
+        return row[0] if row else None
+
+
 def latest_values():
     """Each device's newest sample narrowed to what the fleet page draws: tuples (device id, its time in
     integer microseconds since the epoch, util_pct, power_w, clock_event_reasons or 0), in no order. The

@@ -6,7 +6,8 @@ state (busy, idle or stale, and whether it is unhealthy or throttled: a few bits
 a short) and how old its newest sample is. Everything else a device has (its node, index, model,
 labels, flags) changes only when the fleet does, and goes once as the *layout*.
 
-- `read_layout()`: the nodes and devices in the page's order (node name, device index), one query.
+- `read_layout()`: the nodes and devices in the page's order (node name, device index), one query, kept
+  while the fleet's layout generation stays.
 - `read_values(layout)`: each device's newest sample, narrowed to the few fields the page draws, in
   one query of `telemetry_latest` (one row per device, whatever the history).
 - `compute(layout, values, now_us, unhealthy, prices)`: the `Frame` of a moment: the per-device
@@ -29,8 +30,10 @@ import struct
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import ROUND_HALF_UP, Decimal
+from functools import cached_property
 
 import numpy as np
+from django.db import connection
 
 from collector import store
 from collector.agent.schema import THROTTLE_MASK
@@ -72,13 +75,31 @@ class Layout:
     def size(self):
         return len(self.device_ids)
 
+    @cached_property
+    def id_order(self):
+        """Positions in the order of their device ids (device_ids[id_order] is sorted)."""
+        return np.argsort(self.device_ids, kind="stable")
+
     def label(self, position):
         return Device.label_for(self.device_source[position], int(self.device_index[position]))
 
 
+_kept = {}  # database name -> (layout generation, Layout): this process's newest read
+
+
 def read_layout():
-    """The Layout as the database has it now (collector.store.layout_rows: one query)."""
-    return layout_of(store.layout_rows())
+    """The Layout as the database has it now: the one this process read last while the fleet's layout
+    generation (collector.store.layout_generation, one row) is the same, else read again
+    (collector.store.layout_rows: one query). The generation is read first, so a layout kept under it is
+    never older than it."""
+    generation = store.layout_generation()
+    key = connection.settings_dict["NAME"]
+    kept = _kept.get(key)
+    if generation is not None and kept and kept[0] == generation:
+        return kept[1]
+    layout = layout_of(store.layout_rows())
+    _kept[key] = (generation, layout)
+    return layout
 
 
 def layout_of(rows):
@@ -133,18 +154,20 @@ def values_of(layout, rows):
     """Values from rows of (device id, ts in µs, util_pct, power_w, clock_event_reasons)."""
     n = layout.size
     out = Values(np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int64))
-    where = layout.position_of
-    for device_id, ts_us, util, power, reasons in rows:
-        i = where.get(device_id)
-        if i is None:
-            out.unknown += 1
-            continue
-        out.ts_us[i] = ts_us
-        if util is not None:
-            out.util_pct[i] = util
-        if power is not None:
-            out.power_w[i] = power
-        out.reasons[i] = reasons or 0
+    if not rows:
+        return out
+    ids, ts_us, util, power, reasons = zip(*rows)
+    ids = np.array(ids, dtype=np.int64)
+    order = layout.id_order
+    at = np.searchsorted(layout.device_ids[order], ids) if n else np.zeros(len(ids), np.int64)
+    known = at < n
+    known[known] = layout.device_ids[order[at[known]]] == ids[known]
+    out.unknown = int(len(ids) - np.count_nonzero(known))
+    where = order[at[known]]
+    out.ts_us[where] = np.array(ts_us, dtype=np.int64)[known]
+    out.util_pct[where] = np.array(util, dtype=np.float64)[known]  # None: NaN
+    out.power_w[where] = np.array(power, dtype=np.float64)[known]
+    out.reasons[where] = np.array(reasons, dtype=np.int64)[known]
     return out
 
 
@@ -161,20 +184,20 @@ class Prices:
     `entries`, -1 for none) and the entries' hourly and energy prices."""
 
     def __init__(self, layout, book, day):
-        self.entries, index_of, keys = [], {}, {}
-        per_device = np.full(layout.size, -1, dtype=np.int32)
-        for position, (model, source) in enumerate(zip(layout.device_model, layout.device_source)):
-            key = (int(model), source)
-            if key not in keys:
-                price = book.price(model_key(layout.models[key[0]], source), day)
-                if price is None:
-                    keys[key] = -1
-                else:
-                    keys[key] = index_of.setdefault(price.entry_id, len(self.entries))
-                    if keys[key] == len(self.entries):
-                        self.entries.append(price)
-            per_device[position] = keys[key]
-        self.per_device = per_device
+        self.entries, index_of = [], {}
+        sources, source_code = np.unique(np.array(layout.device_source, dtype=str), return_inverse=True)
+        width = max(len(sources), 1)
+        kinds, kind_of = np.unique(layout.device_model.astype(np.int64) * width + source_code.reshape(-1),
+                                   return_inverse=True)  # one kind per (model, source) the fleet has
+        entry_of_kind = np.full(len(kinds), -1, dtype=np.int32)
+        for k, kind in enumerate(kinds.tolist()):
+            model, source = divmod(kind, width)
+            price = book.price(model_key(layout.models[model], str(sources[source])), day)
+            if price is not None:
+                entry_of_kind[k] = index_of.setdefault(price.entry_id, len(self.entries))
+                if entry_of_kind[k] == len(self.entries):
+                    self.entries.append(price)
+        self.per_device = entry_of_kind[kind_of.reshape(-1)]
 
 
 @dataclass
@@ -329,8 +352,8 @@ def encode(frame, header, mask=None, why=False):
     util, state, power, age = frame.util[pick], frame.state[pick], frame.power[pick], frame.age[pick]
     old = np.flatnonzero(age == AGE_MAX)
     positions = old if mask is None else np.flatnonzero(mask)[old]
-    header = {**header, "n": len(frame.util), "m": len(util),
-              "old_ages": {int(p): round((frame.now_us - int(frame.ts_us[p])) / 1e6, 1) for p in positions}}
+    ages = np.round((frame.now_us - frame.ts_us[positions]) / 1e6, 1)
+    header = {**header, "n": len(frame.util), "m": len(util), "old_ages": dict(zip(positions.tolist(), ages.tolist()))}
     if mask is None or why:
         header["unhealthy"] = {int(p): text for p, text in frame.unhealthy.items()}
     head = json.dumps(header, separators=(",", ":"), default=str).encode()

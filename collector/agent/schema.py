@@ -1,14 +1,16 @@
 """The telemetry schema, in one place.
 
-The Django migrations run `CREATE_SQL`, `WATERMARK_SQL` and `LINEAGE_SQL`
-(`DROP_SQL` reverses them all); tests and the benchmarks run `SCHEMA_SQL`, the
-three together. The agent
+The Django migrations run `CREATE_SQL` and each later part (`WATERMARK_SQL`,
+`LINEAGE_SQL`, ... `LAYOUT_SQL`; `DROP_SQL` reverses them all); tests and the
+benchmarks run `SCHEMA_SQL`, all of them together. The agent
 uses the same text and the same partition helper, so a node that writes with
 plain psycopg and the control plane agree on every column.
 
 Tables:
 
-- `collector_node`, `collector_device`: who reports (registered by the agent).
+- `collector_node`, `collector_device`: who reports (registered by the agent);
+  `collector_layout_generation` (`LAYOUT_SQL`, one row) moves on whenever
+  what the fleet page lays out of them changes.
 - `telemetry_sample`: raw samples, partitioned by UTC day, primary key
   (device_id, ts). No foreign key to the device: a per-row FK check would cost
   a trigger call on every COPYed row, and devices are never deleted while
@@ -339,12 +341,47 @@ DROP FUNCTION IF EXISTS telemetry_rollup_written();
 ALTER TABLE telemetry_rollup_1m DROP COLUMN IF EXISTS written_xid;
 """
 
+# The fleet's layout generation: one row whose number every change to what the fleet page lays out moves on
+# (a node's name, labels or interval; a device's node, index, model, source or flags; rows added, removed or
+# truncated), so a reader that keeps the layout (dashboard.fleetstate) checks one row instead of reading the
+# fleet. A row, not a sequence: the number changes when the change commits, never before its rows are seen.
+# An UPDATE naming those columns moves it even when their values stay (an agent's registration): rare.
+LAYOUT_SQL = """
+CREATE TABLE IF NOT EXISTS collector_layout_generation (
+    id int PRIMARY KEY CHECK (id = 1),
+    generation bigint NOT NULL
+);
+INSERT INTO collector_layout_generation VALUES (1, 1) ON CONFLICT DO NOTHING;
+CREATE OR REPLACE FUNCTION collector_layout_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO collector_layout_generation VALUES (1, 1)
+        ON CONFLICT (id) DO UPDATE SET generation = collector_layout_generation.generation + 1;
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS collector_node_layout ON collector_node;
+CREATE TRIGGER collector_node_layout AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF name, labels, interval_s
+    ON collector_node FOR EACH STATEMENT EXECUTE FUNCTION collector_layout_changed();
+DROP TRIGGER IF EXISTS collector_device_layout ON collector_device;
+CREATE TRIGGER collector_device_layout AFTER INSERT OR DELETE OR TRUNCATE
+    OR UPDATE OF id, node_id, index, model, source, simulated, power_estimated
+    ON collector_device FOR EACH STATEMENT EXECUTE FUNCTION collector_layout_changed();
+"""
+LAYOUT_DROP_SQL = """
+DROP TRIGGER IF EXISTS collector_node_layout ON collector_node;
+DROP TRIGGER IF EXISTS collector_device_layout ON collector_device;
+DROP FUNCTION IF EXISTS collector_layout_changed();
+DROP TABLE IF EXISTS collector_layout_generation;
+"""
+
 # The whole schema, for a database made without Django's migrations (tests, benchmarks).
-SCHEMA_SQL = CREATE_SQL + WATERMARK_SQL + LINEAGE_SQL + EXTENDED_SQL + HEALTH_SQL + REASONS_SQL + WRITTEN_SQL
+SCHEMA_SQL = (CREATE_SQL + WATERMARK_SQL + LINEAGE_SQL + EXTENDED_SQL + HEALTH_SQL + REASONS_SQL + WRITTEN_SQL
+              + LAYOUT_SQL)
 
 DROP_SQL = """
 DROP TABLE IF EXISTS telemetry_device_event;
 DROP FUNCTION IF EXISTS telemetry_rollup_written() CASCADE;
+DROP FUNCTION IF EXISTS collector_layout_changed() CASCADE;
+DROP TABLE IF EXISTS collector_layout_generation;
 DROP TYPE IF EXISTS telemetry_mark;
 DROP TABLE IF EXISTS telemetry_rollup_watermark, telemetry_device_holder, telemetry_rollup_pending,
     telemetry_rollup_1h, telemetry_rollup_1m, telemetry_latest, telemetry_sample,

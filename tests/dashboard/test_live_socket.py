@@ -110,6 +110,49 @@ def test_every_device_costs_a_frame_six_bytes_and_a_bit(db):
     assert fleetstate.decode(every)[2][9_999] == (99, fleetstate.BUSY, 300 + 9_999 % 400, 30)
 
 
+def test_the_layout_is_kept_until_what_the_page_lays_out_changes(db, django_assert_num_queries):
+    from collector.models import Device, Node
+
+    n = b.node("gpu-a")
+    first = b.device(n, 0)
+    kept = fleetstate.read_layout()
+    with django_assert_num_queries(1):  # the generation's one row, no read of the fleet
+        assert fleetstate.read_layout() is kept
+    Device.objects.filter(pk=first.pk).update(mem_total_mib=1)  # not laid out: still kept
+    assert fleetstate.read_layout() is kept
+
+    b.device(n, 1)
+    grown = fleetstate.read_layout()
+    assert grown.size == 2 and grown is not kept
+    Node.objects.filter(pk=n.pk).update(labels={"pool": "a"})
+    assert fleetstate.read_layout().node_labels == [{"pool": "a"}]
+    Device.objects.filter(pk=first.pk).update(model="NVIDIA B200")
+    assert fleetstate.read_layout().models == ["NVIDIA B200", "NVIDIA H100 80GB HBM3"]
+    Device.objects.filter(pk=first.pk).delete()
+    assert fleetstate.read_layout().size == 1
+
+
+def test_a_layout_change_not_yet_committed_is_not_kept_as_the_new_generation(transactional_db):
+    from django.db import connections
+
+    n = b.node("gpu-a")
+    b.device(n, 0)
+    before = fleetstate.read_layout()
+    other = connections.create_connection("default")  # an agent registering a device, in its own transaction
+    try:
+        other.set_autocommit(False)
+        with other.cursor() as cur:
+            cur.execute("INSERT INTO collector_device (uuid, node_id, index, model, source, simulated, "
+                        "power_estimated, first_seen, registered_at) "
+                        "VALUES ('GPU-new', %s, 1, 'H100', 'nvml', false, false, now(), now())", [n.pk])
+        assert fleetstate.read_layout() is before, "the uncommitted device is neither seen nor its generation"
+        other.commit()
+    finally:
+        other.close()
+    after = fleetstate.read_layout()
+    assert after.size == 2 and [after.label(i) for i in range(2)] == ["GPU 0", "GPU 1"]
+
+
 def test_the_frame_carries_the_cards_and_changes_when_a_device_goes_stale_without_a_new_row(db):
     from decimal import Decimal
 
