@@ -151,12 +151,15 @@ def read_values(layout):
 
 
 def values_of(layout, rows):
-    """Values from rows of (device id, ts in µs, util_pct, power_w, clock_event_reasons)."""
+    """Values from rows (any iterable) of (device id, ts in µs, util_pct, power_w, clock_event_reasons); a
+    None util or power is no reading (NaN), a None reasons none (0)."""
     n = layout.size
     out = Values(np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int64))
+    rows = list(rows)
     if not rows:
         return out
     ids, ts_us, util, power, reasons = zip(*rows)
+    reasons = [r or 0 for r in reasons]
     ids = np.array(ids, dtype=np.int64)
     order = layout.id_order
     at = np.searchsorted(layout.device_ids[order], ids) if n else np.zeros(len(ids), np.int64)
