@@ -335,7 +335,11 @@ RECORDER = """
   const Native = window.WebSocket;
   window.WebSocket = function (url, protocols) {
     const ws = protocols === undefined ? new Native(url) : new Native(url, protocols);
-    ws.addEventListener("message", () => { L.at = Date.now(); L.handling = true; L.drewDuring = false; });
+    ws.addEventListener("open", () => { L.openedAt = L.openedAt || performance.now(); });
+    ws.addEventListener("message", () => {
+      L.at = Date.now(); L.handling = true; L.drewDuring = false;
+      L.firstMessageAt = L.firstMessageAt || performance.now();
+    });
     return ws;
   };
   window.WebSocket.prototype = Native.prototype;
@@ -370,6 +374,15 @@ RECORDER = """
     if (L.window[0] <= at && at < L.window[1]) L.windowFrames += 1;
     if (L.drewDuring) { L.syncDraws += 1; drawn([stamps]); } else L.pending.push(stamps);
   });
+  // Where the page's first seconds went, in ms from navigation (the page's own clock).
+  L.timing = () => {
+    const nav = performance.getEntriesByType("navigation")[0] || {};
+    const scripts = performance.getEntriesByType("resource").filter((r) => r.initiatorType === "script")
+      .map((r) => [r.name.split("/").pop().split("?")[0], Math.round(r.responseEnd), r.encodedBodySize]);
+    return {ttfb: nav.responseStart, html: nav.responseEnd, html_bytes: nav.encodedBodySize, interactive: nav.domInteractive,
+            dom_loaded: nav.domContentLoadedEventEnd, loaded: nav.loadEventEnd, socket_open: L.openedAt,
+            first_message: L.firstMessageAt, scripts: scripts};
+  };
   L.snapshot = () => ({frames: L.frames, windowFrames: L.windowFrames, samples: L.samples, syncDraws: L.syncDraws, lateDraws: L.lateDraws,
                        arrive: L.arrive, drawn: L.drawn, newest: L.newest / 1000,
                        state: (document.getElementById("live-state") || {}).dataset?.state});
@@ -398,12 +411,14 @@ def browser_part(cfg):
             load_s = time.perf_counter() - started
             page.wait_for_selector('#live-state[data-state="live"]')
             live_s = time.perf_counter() - started
+            page.wait_for_function("window.__load.firstMessageAt !== undefined")
+            timing = page.evaluate("window.__load.timing()")
             while True:
                 page.evaluate("w => { window.__load.window = w; }", [t * 1000 for t in read_window(cfg["window"])])
                 seen = page.evaluate("window.__load.snapshot()")
                 final = stop.is_set()
                 arrive, drawn = Histogram.of(seen.pop("arrive")), Histogram.of(seen.pop("drawn"))
-                write_json(cfg["status"], {**seen, "load_s": load_s, "live_s": live_s, "final": final,
+                write_json(cfg["status"], {**seen, "load_s": load_s, "live_s": live_s, "timing": timing, "final": final,
                                            "arrive": arrive.summary(), "drawn": drawn.summary()})
                 if final:
                     break
@@ -964,6 +979,13 @@ def report_live(run, span, start, end, found):
         _latency("sample -> screen (Chromium)", browser.get("drawn"),
                  f"; {browser.get('windowFrames', 0) / span:.2f} frames/s; the fleet page loaded in "
                  f"{browser.get('load_s', 0):.1f} s, live after {browser.get('live_s', 0):.1f} s")
+        t = browser.get("timing") or {}
+        if t:
+            ms = lambda k: "-" if t.get(k) is None else f"{t[k]:,.0f}"  # noqa: E731
+            print(f"  fleet page, ms from navigation   first byte {ms('ttfb')}, HTML {ms('html')} ({t.get('html_bytes', 0) / 1000:,.0f} KB), "
+                  f"scripts run {ms('dom_loaded')}, load {ms('loaded')}, socket open {ms('socket_open')}, "
+                  f"first message {ms('first_message')}; scripts loaded at "
+                  + ", ".join(f"{name} {at:,} ({size / 1000:,.0f} KB)" for name, at, size in t.get("scripts", [])))
     elif run.args.viewers:
         print("  sample -> screen                 not measured: no Chromium (set CHROMIUM=/path/to/chromium)")
     frames = viewers.get("window_frames", 0) + browser.get("windowFrames", 0)

@@ -15,6 +15,8 @@ import json
 import logging
 from datetime import timedelta
 
+import numpy as np
+
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.db.models import BooleanField
@@ -390,14 +392,29 @@ def layout_generation():
         return row[0] if row else None
 
 
+# One row of latest_values' binary COPY: a field count, then each field's length and value (big-endian, no NULLs).
+LATEST_VALUES_DTYPE = np.dtype([
+    ("fields", ">i2"), ("_l0", ">i4"), ("device_id", ">i8"), ("_l1", ">i4"), ("ts_us", ">i8"), ("_l2", ">i4"),
+    ("util_pct", ">f8"), ("_l3", ">i4"), ("power_w", ">f8"), ("_l4", ">i4"), ("clock_event_reasons", ">i8")])
+_COPY_HEADER = 19  # PGCOPY signature (11), flags (4), header extension length (4, zero)
+# real columns go out as text and back as float8, the value psycopg's text read gives (312.7, not the float4's
+# 312.70001220703125), so the frames' figures equal those of the pages that read rows.
+_LATEST_VALUES = ("COPY (SELECT device_id::int8, (extract(epoch FROM ts) * 1000000)::int8, "
+                  "coalesce(util_pct::text::float8, 'NaN'), coalesce(power_w::text::float8, 'NaN'), "
+                  "coalesce(clock_event_reasons, 0)::int8 FROM telemetry_latest) TO STDOUT (FORMAT binary)")
+
+
 def latest_values():
-    """Each device's newest sample narrowed to what the fleet page draws: tuples (device id, its time in
-    integer microseconds since the epoch, util_pct, power_w, clock_event_reasons or 0), in no order. The
-    live fleet's frame (dashboard.fleetstate) reads it twice a second: a few columns, no join."""
+    """Each device's newest sample narrowed to what the fleet page draws, in no order: a numpy structured array
+    (LATEST_VALUES_DTYPE) with device_id, ts_us (integer microseconds since the epoch), util_pct and power_w
+    (NaN: none) and clock_event_reasons (0: none). The live fleet's publisher (dashboard.fleetstate) reads it
+    twice a second: a few columns of `telemetry_latest`, no join, as one binary COPY that numpy reads whole
+    (at 100,000 devices a fetch of Python tuples and their conversion took ten times as long)."""
     with connection.cursor() as cur:
-        cur.execute("SELECT device_id, (extract(epoch FROM ts) * 1000000)::int8, util_pct, power_w, "
-                    "coalesce(clock_event_reasons, 0) FROM telemetry_latest")
-        return cur.fetchall()
+        with cur.copy(_LATEST_VALUES) as copy:
+            data = b"".join(bytes(block) for block in copy)
+    body = data[_COPY_HEADER:len(data) - 2]  # the trailer: a field count of -1
+    return np.frombuffer(body, dtype=LATEST_VALUES_DTYPE)
 
 
 def device_facts(device_ids):

@@ -9,7 +9,7 @@ labels, flags) changes only when the fleet does, and goes once as the *layout*.
 - `read_layout()`: the nodes and devices in the page's order (node name, device index), one query, kept
   while the fleet's layout generation stays.
 - `read_values(layout)`: each device's newest sample, narrowed to the few fields the page draws, in
-  one query of `telemetry_latest` (one row per device, whatever the history).
+  one binary COPY of `telemetry_latest` (one row per device, whatever the history) read by numpy.
 - `compute(layout, values, now_us, unhealthy, prices)`: the `Frame` of a moment: the per-device
   arrays (numpy, in layout order), the cards (busy, idle, stale, unhealthy, power, burn rate) and
   per-node figures for the node table. The page's render, the live frames and the exporter all
@@ -146,31 +146,41 @@ class Values:
 
 
 def read_values(layout):
-    """Values of the layout's devices (collector.store.latest_values: one query)."""
-    return values_of(layout, store.latest_values())
+    """Values of the layout's devices (collector.store.latest_values: one binary COPY)."""
+    rows = store.latest_values()
+    return values_of_columns(layout, rows["device_id"], rows["ts_us"], rows["util_pct"], rows["power_w"],
+                             rows["clock_event_reasons"])
 
 
 def values_of(layout, rows):
     """Values from rows (any iterable) of (device id, ts in µs, util_pct, power_w, clock_event_reasons); a
     None util or power is no reading (NaN), a None reasons none (0)."""
-    n = layout.size
-    out = Values(np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int64))
     rows = list(rows)
     if not rows:
-        return out
+        return values_of_columns(layout, *([],) * 5)
     ids, ts_us, util, power, reasons = zip(*rows)
-    reasons = [r or 0 for r in reasons]
-    ids = np.array(ids, dtype=np.int64)
+    return values_of_columns(layout, ids, ts_us, np.array(util, dtype=np.float64), np.array(power, dtype=np.float64),
+                             [r or 0 for r in reasons])  # None: NaN in the float arrays
+
+
+def values_of_columns(layout, ids, ts_us, util, power, reasons):
+    """Values from columns of equal length, in any order: device ids, ts in µs, util_pct and power_w (NaN: none),
+    clock event reasons; ids the layout has not are counted in `unknown`."""
+    n = layout.size
+    out = Values(np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int64))
+    ids = np.asarray(ids, dtype=np.int64)
+    if not len(ids):
+        return out
     order = layout.id_order
     at = np.searchsorted(layout.device_ids[order], ids) if n else np.zeros(len(ids), np.int64)
     known = at < n
     known[known] = layout.device_ids[order[at[known]]] == ids[known]
     out.unknown = int(len(ids) - np.count_nonzero(known))
     where = order[at[known]]
-    out.ts_us[where] = np.array(ts_us, dtype=np.int64)[known]
-    out.util_pct[where] = np.array(util, dtype=np.float64)[known]  # None: NaN
-    out.power_w[where] = np.array(power, dtype=np.float64)[known]
-    out.reasons[where] = np.array(reasons, dtype=np.int64)[known]
+    out.ts_us[where] = np.asarray(ts_us, dtype=np.int64)[known]
+    out.util_pct[where] = np.asarray(util, dtype=np.float64)[known]
+    out.power_w[where] = np.asarray(power, dtype=np.float64)[known]
+    out.reasons[where] = np.asarray(reasons, dtype=np.int64)[known]
     return out
 
 

@@ -213,3 +213,23 @@ def test_the_latest_rows_are_stored_whichever_way_the_marks_travel(pg_conn, sm_a
     assert (latest["GPU-0"].ts, latest["GPU-1"].ts) == (T0, T0 + timedelta(seconds=5))
     assert [latest["GPU-0"].sm_active_pct, latest["GPU-1"].sm_active_pct] == sm_active
     assert latest["GPU-1"].power_w == 300.0 and latest["GPU-1"].mem_total_mib == 81920
+
+
+def test_the_fleets_binary_read_of_the_latest_rows_gives_what_a_row_read_gives(pg_conn):
+    from collector import store
+
+    odd = (GPU1.uuid, T0 + timedelta(seconds=1, microseconds=123_457), None, 10.0, 312.7, 1000.0, 1024, 81920,
+           60.0, 1980, 40.0)
+    Writer(pg_conn).write(Batch([GPU0, GPU1], rows(GPU0, 0, 1, power=299.9) + [odd]))
+    pg_conn.execute("UPDATE telemetry_latest SET clock_event_reasons = 4 WHERE device_id = "
+                    "(SELECT id FROM collector_device WHERE uuid = 'GPU-0')")
+
+    got = {int(r["device_id"]): r for r in store.latest_values()}
+    ids = dict(Device.objects.values_list("uuid", "id"))
+    zero, one = got[ids["GPU-0"]], got[ids["GPU-1"]]
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    assert int(one["ts_us"]) == (odd[1] - epoch) // timedelta(microseconds=1)
+    # A real column's value as a row read gives it (312.7, not the float4's 312.70001220703125), NULL as NaN or 0.
+    assert float(one["power_w"]) == 312.7 and float(zero["power_w"]) == 299.9
+    assert float(zero["util_pct"]) == 50.0 and one["util_pct"] != one["util_pct"]
+    assert (int(zero["clock_event_reasons"]), int(one["clock_event_reasons"])) == (4, 0)
