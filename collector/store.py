@@ -16,7 +16,6 @@ import logging
 from datetime import timedelta
 
 import numpy as np
-
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.db.models import BooleanField
