@@ -19,7 +19,8 @@ lock's life and starts with a whole frame. What goes out (docs/architecture.md, 
   reason goes to the log), {"ok": true} when it can again.
 
 A new fleet socket gets the newest layout and a whole frame from Redis (LAYOUT_KEY, SNAPSHOT_KEY), then
-every frame published after that one.
+every frame published after that one; a socket whose page says it has that layout (`layout=<version>` in the
+socket's query: the page embeds it) gets the whole frame alone.
 
 **A node** (topic "node.<id>"): each web process reads, every POLL_S while one of its sockets shows a
 node, the newest samples of those nodes' devices only, with every field the node page draws, and sends
@@ -74,10 +75,25 @@ def _first_line(err):
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def frame_header(message):
+    """The header of a binary fleet frame (dashboard.fleetstate.encode): seq, layout, cards ..."""
+    (size,) = struct.unpack_from("<I", message, 4)
+    return json.loads(message[8:8 + size])
+
+
+_LAYOUT_PREFIX = '{"topic":"fleet","kind":"layout","data":{"version":"'  # dashboard.fleetstate.layout_event's
+
+
+def layout_version(text):
+    """The version of a layout event's text (its first field), or None for another event."""
+    if not text.startswith(_LAYOUT_PREFIX):
+        return None
+    return text[len(_LAYOUT_PREFIX):text.index('"', len(_LAYOUT_PREFIX))]
+
+
 def frame_seq(message):
     """The sequence number in a binary fleet frame's header."""
-    (size,) = struct.unpack_from("<I", message, 4)
-    return json.loads(message[8:8 + size])["seq"]
+    return frame_header(message)["seq"]
 
 
 def _redis():
@@ -221,6 +237,7 @@ class Broadcaster:
         # fleet consumer -> the seq of the last frame it has; None until welcomed, WAIT while nothing was published
         self.fleet = {}
         self.waiting = {}  # fleet consumer -> messages heard while its welcome is under way
+        self.has_layout = {}  # fleet consumer -> the layout version its page has (None: send it the layout)
         self.relay_task = None
         self.node_task = None
         self.seen = {}  # device id -> the sample time last sent to node subscribers
@@ -229,12 +246,15 @@ class Broadcaster:
         self.published = 0  # frames this process published (tests and bench read it)
         self._welcoming = set()
 
-    def subscribe(self, consumer, topics):
+    def subscribe(self, consumer, topics, layout=None):
+        """Follow `topics` for `consumer`; `layout`: the version of the fleet layout its page already has (the
+        welcome then sends the whole frame alone when that is still the fleet's)."""
         self.subscribers[consumer] = set(topics)
         loop = asyncio.get_running_loop()
         if "fleet" in topics:
             self.fleet[consumer] = None
             self.waiting[consumer] = []
+            self.has_layout[consumer] = layout
             if self.relay_task is None or self.relay_task.done():
                 self.relay_task = loop.create_task(self._relay())
         if any(t.startswith("node.") for t in topics) and (self.node_task is None or self.node_task.done()):
@@ -244,6 +264,7 @@ class Broadcaster:
         self.subscribers.pop(consumer, None)
         self.fleet.pop(consumer, None)
         self.waiting.pop(consumer, None)
+        self.has_layout.pop(consumer, None)
 
     async def _send(self, consumer, text=None, data=None):
         """Send one encoded event. A send that fails (a closed socket, a frame over the server's size
@@ -311,7 +332,8 @@ class Broadcaster:
         await publisher.release()
 
     async def _welcome(self, redis, consumer):
-        """A new fleet socket: the newest layout and whole frame, then what was heard meanwhile."""
+        """A new fleet socket: the newest layout (unless its page has that one: at 100,000 devices it is 2 MB)
+        and whole frame, then what was heard meanwhile."""
         try:
             layout, whole, failing, publisher = await redis.mget(LAYOUT_KEY, SNAPSHOT_KEY, READING_KEY, PUBLISHER_KEY)
             if consumer not in self.fleet:
@@ -323,14 +345,17 @@ class Broadcaster:
                 if self.fleet.get(consumer, WAIT) is None:
                     self.fleet[consumer] = WAIT
                 return
-            if not (await self._send(consumer, text=layout.decode()) and await self._send(consumer, data=whole)):
+            header = frame_header(whole)
+            if not (await self._send_text(consumer, layout.decode()) and await self._send(consumer, data=whole)):
                 return
-            seq = frame_seq(whole)
+            seq = header["seq"]
             while self.waiting.get(consumer):
                 kind, body, their_seq = self.waiting[consumer].pop(0)
-                if kind == "T" or their_seq > seq:
-                    await self._send(consumer, **({"text": body} if kind == "T" else {"data": body}))
-                    seq = max(seq, their_seq or 0)
+                if kind == "T":
+                    await self._send_text(consumer, body)
+                elif their_seq > seq:
+                    await self._send(consumer, data=body)
+                    seq = their_seq
             if consumer in self.fleet:
                 self.fleet[consumer] = seq
                 self.waiting[consumer] = []
@@ -343,21 +368,33 @@ class Broadcaster:
         kind, body = message[:1].decode(), message[1:]
         seq = frame_seq(body) if kind == "B" else None
         text = body.decode() if kind == "T" else None
-        is_layout = kind == "T" and text.startswith('{"topic":"fleet","kind":"layout"')
         for consumer, have in list(self.fleet.items()):
             if have is None:  # its welcome is under way: it sends these after the whole frame
                 if consumer in self.waiting:
                     self.waiting[consumer].append((kind, text if kind == "T" else body, seq))
                 continue
             if have is WAIT:  # it heard nothing yet: a layout and the whole frame after it welcome it
-                if kind == "T" and await self._send(consumer, text=text) and is_layout:
+                if kind == "T" and await self._send_text(consumer, text) and layout_version(text) is not None:
                     self.fleet[consumer] = 0
                 continue
             if kind == "T":
-                await self._send(consumer, text=text)
+                await self._send_text(consumer, text)
             elif seq > have:
                 if await self._send(consumer, data=body):
                     self.fleet[consumer] = seq
+
+    async def _send_text(self, consumer, text):
+        """Send a text event; a layout only to a socket whose page has not that one (its page embedded it, or
+        it was sent it). True when it got there or was not needed."""
+        version = layout_version(text)
+        if version is not None:
+            if version == self.has_layout.get(consumer):
+                return True
+            if not await self._send(consumer, text=text):
+                return False
+            self.has_layout[consumer] = version
+            return True
+        return await self._send(consumer, text=text)
 
     # -- nodes ------------------------------------------------------------------------------------
 

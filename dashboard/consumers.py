@@ -22,6 +22,7 @@ TOPICS = [
 # Fed by the telemetry broadcaster in this process rather than by publishers.
 TELEMETRY = re.compile(r"^(fleet|node\.\d+)$")
 MAX_TOPICS = 20
+LAYOUT_VERSION = re.compile(r"^[0-9a-f]{1,40}$")  # dashboard.fleetstate.Layout.version
 # A frame the socket does not take. RFC 6455's 1003 says it, but Daphne (autobahn) closes only with 1000 or
 # 3000-4999, so an application code beside 4401 and 4403; Daphne drops the reason, which other servers send.
 BAD_FRAME = 4400
@@ -45,7 +46,8 @@ def allowed_topics(user, topics):
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
-    """`/ws/live?topics=fleet,job.3`: pushes the events of the topics a page shows.
+    """`/ws/live?topics=fleet,job.3[&layout=<version>]`: pushes the events of the topics a page shows
+    (`layout`: the fleet layout the page has, which the fleet's welcome then leaves out).
 
     Only a logged-in user holding the viewer role (or higher) may connect;
     anyone else is closed with code 4401 (not logged in) or 4403 (no role).
@@ -73,7 +75,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         telemetry = [t for t in topics if TELEMETRY.match(t)]
         if telemetry:
             self.broadcaster = broadcaster  # this process's (tests stand two processes side by side)
-            self.broadcaster.subscribe(self, telemetry)
+            # The fleet layout the page already has: anything else is no layout (the welcome sends it).
+            has = (query.get("layout") or [""])[0]
+            self.broadcaster.subscribe(self, telemetry, layout=has if LAYOUT_VERSION.match(has) else None)
         await self.send_json({"topic": "", "kind": "subscribed", "data": {"topics": topics, "refused": refused}})
 
     async def __call__(self, scope, receive, send):

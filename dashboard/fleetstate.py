@@ -334,7 +334,8 @@ def layout_data(layout):
 
 
 def layout_event(layout):
-    """The layout as a JSON text event of topic "fleet", kind "layout"."""
+    """The layout as a JSON text event of topic "fleet", kind "layout"; its version is the text's first value
+    (dashboard.broadcast.layout_version reads it there rather than parse megabytes)."""
     return json.dumps({"topic": "fleet", "kind": "layout", "data": layout_data(layout)}, separators=(",", ":"))
 
 

@@ -6,13 +6,15 @@ call the same trainer methods as the JSON API (`Job.start`, `request_stop`,
 """
 
 import base64
+import functools
+import gzip
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
 import plotly
 from django.contrib import messages
-from django.http import FileResponse, Http404, JsonResponse
+from django.http import FileResponse, Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -78,12 +80,24 @@ def whoami(request):
 
 @require_GET
 def plotly_js(request, version):
-    """plotly.js from the installed plotly package (never a CDN); the version in the URL makes it cacheable forever."""
+    """plotly.js from the installed plotly package (never a CDN); the version in the URL makes it cacheable forever.
+    Gzipped for a browser that takes it: 4.8 MB becomes 1.4 MB, which over a VPN is most of a cold page load."""
     if version != plotly.__version__:
         raise Http404("no such plotly version")
-    resp = FileResponse(open(PLOTLY_JS, "rb"), content_type="text/javascript; charset=utf-8")
+    if "gzip" in request.headers.get("Accept-Encoding", ""):
+        resp = HttpResponse(_plotly_gzipped(), content_type="text/javascript; charset=utf-8")
+        resp["Content-Encoding"] = "gzip"
+    else:
+        resp = FileResponse(open(PLOTLY_JS, "rb"), content_type="text/javascript; charset=utf-8")
+    resp["Vary"] = "Accept-Encoding"
     resp["Cache-Control"] = "private, max-age=31536000, immutable"
     return resp
+
+
+@functools.cache
+def _plotly_gzipped():
+    """plotly.js gzipped, once a process (0.2 s of CPU; 1.4 MB kept)."""
+    return gzip.compress(PLOTLY_JS.read_bytes(), compresslevel=6, mtime=0)
 
 
 # -- fleet ---------------------------------------------------------------------------------------

@@ -22,12 +22,20 @@
   const figuresEl = document.getElementById("figures");
   const specs = figuresEl ? JSON.parse(figuresEl.textContent) : {};
   const config = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
-  document.querySelectorAll(".chart[data-fig]").forEach(function (el) {
-    const spec = specs[el.dataset.fig];
-    if (!spec || !window.Plotly) return;
-    const f = { el: el, live: spec.live || null, spec: spec };
-    figs[el.dataset.fig] = f;
-    if (spec.empty) sayEmpty(f); else draw(f);
+  // fn once plotly.js has run: at once, or when a page that loads it async (the fleet page) has it.
+  Y.whenPlotly = function (fn) {
+    const tag = document.getElementById("plotly-js");
+    if (window.Plotly || !tag) fn();
+    else tag.addEventListener("load", function () { fn(); });
+  };
+  Y.whenPlotly(function () {
+    document.querySelectorAll(".chart[data-fig]").forEach(function (el) {
+      const spec = specs[el.dataset.fig];
+      if (!spec || !window.Plotly) return;
+      const f = { el: el, live: spec.live || null, spec: spec };
+      figs[el.dataset.fig] = f;
+      if (spec.empty) sayEmpty(f); else draw(f);
+    });
   });
   function draw(f) {
     f.el.replaceChildren();
@@ -145,7 +153,8 @@
     clearTimeout(timer);
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     setState(retry ? "reconnecting" : "connecting");
-    socket = new WebSocket(scheme + location.host + "/ws/live?topics=" + encodeURIComponent(topics));
+    const more = Y.socketQuery ? Y.socketQuery() : "";  // a page's own parameters (fleet.js: the layout it has)
+    socket = new WebSocket(scheme + location.host + "/ws/live?topics=" + encodeURIComponent(topics) + (more ? "&" + more : ""));
     socket.onopen = function () { retry = 0; setState("live"); };
     socket.binaryType = "arraybuffer";
     socket.onmessage = function (msg) {

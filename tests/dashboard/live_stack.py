@@ -144,3 +144,18 @@ def live_web(transactional_db, tmp_path):
         yield stack.start()
     finally:
         stack.stop()
+
+
+@pytest.fixture
+def fresh_fleet_keys():
+    """No fleet layout, frame or publisher left in the suite's Redis by an earlier test (a publisher's lock
+    outlives its process by up to a lock's life); the Redis client."""
+    import redis
+    from django.conf import settings
+
+    from dashboard import broadcast
+
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    r.delete(broadcast.LAYOUT_KEY, broadcast.SNAPSHOT_KEY, broadcast.PUBLISHER_KEY, broadcast.READING_KEY)
+    yield r
+    r.delete(broadcast.PUBLISHER_KEY)

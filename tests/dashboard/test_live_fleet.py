@@ -15,13 +15,14 @@ from channels.testing import WebsocketCommunicator
 
 from dashboard import broadcast, consumers, fleetstate
 from tests.dashboard import builders as b
+from tests.dashboard.live_stack import fresh_fleet_keys  # noqa: F401 - fixture
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def communicator(user):
-    comm = WebsocketCommunicator(consumers.LiveConsumer.as_asgi(), "/ws/live?topics=fleet")
+def communicator(user, query=""):
+    comm = WebsocketCommunicator(consumers.LiveConsumer.as_asgi(), "/ws/live?topics=fleet" + query)
     comm.scope["user"] = user
     return comm
 
@@ -46,18 +47,6 @@ async def frame_where(comm, check, timeout=10):
         if got[0] in ("S", "D") and check(got[2]):
             return got
     raise AssertionError("no such frame")
-
-
-@pytest.fixture
-def fresh_fleet_keys():
-    """No layout or publisher left in the suite's Redis by an earlier test."""
-    import redis
-    from django.conf import settings
-
-    r = redis.Redis.from_url(settings.REDIS_URL)
-    r.delete(broadcast.LAYOUT_KEY, broadcast.SNAPSHOT_KEY, broadcast.PUBLISHER_KEY, broadcast.READING_KEY)
-    yield r
-    r.delete(broadcast.PUBLISHER_KEY)
 
 
 def test_a_fleet_socket_gets_the_layout_a_whole_frame_then_only_what_changed(viewer, fresh_fleet_keys, monkeypatch):
@@ -85,6 +74,35 @@ def test_a_fleet_socket_gets_the_layout_a_whole_frame_then_only_what_changed(vie
     asyncio.run(scenario())
     assert not broadcast.broadcaster.fleet, "gone from the relay"
     wait_for(lambda: fresh_fleet_keys.get(broadcast.PUBLISHER_KEY) is None, 5, "the publisher to let go of its lock")
+
+
+def test_a_socket_whose_page_has_the_layout_gets_the_whole_frame_alone(viewer, fresh_fleet_keys):
+    n = b.node("gpu-a", interval_s=30)
+    b.latest(b.device(n, 0), 40, 300)
+    layout = fleetstate.read_layout()
+    version = layout.version
+    assert broadcast.layout_version(fleetstate.layout_event(layout)) == version
+    assert broadcast.layout_version('{"topic":"fleet","kind":"reading","data":{"ok":true}}') is None
+
+    async def welcome(query):
+        """The kinds of the first fleet messages, up to the whole frame (the layout comes before it)."""
+        comm = communicator(viewer, query)
+        assert (await comm.connect())[0]
+        assert json.loads((await comm.receive_output(timeout=5))["text"])["kind"] == "subscribed"
+        kinds = [(await next_fleet(comm))[0]]
+        if kinds[0] == "layout":
+            kinds.append((await next_fleet(comm))[0])
+        await comm.disconnect()
+        return kinds
+
+    async def scenario():
+        assert await welcome("") == ["layout", "S"]  # now a layout and a whole frame wait in Redis
+        assert await welcome(f"&layout={version}") == ["S"]
+        # Another layout, or none that could be one: the welcome sends the fleet's.
+        assert await welcome("&layout=0ff") == ["layout", "S"]
+        assert await welcome("&layout=../x") == ["layout", "S"]
+
+    asyncio.run(scenario())
 
 
 def test_of_two_web_processes_one_publishes_and_the_other_takes_over_when_it_goes(viewer, fresh_fleet_keys,

@@ -14,7 +14,7 @@ from costs.money import ipd_text
 from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard import builders as b
 from tests.dashboard.browser_helpers import in_thread, log_in, record_events, shot, user_in_role, wait_subscribed
-from tests.dashboard.live_stack import LiveStack, live_web  # noqa: F401 - fixture
+from tests.dashboard.live_stack import LiveStack, fresh_fleet_keys, live_web  # noqa: F401 - fixture
 from tests.faults import DatabaseRelay
 from yardstick.live import send_now
 
@@ -126,6 +126,35 @@ def test_the_fleet_cards_follow_devices_going_idle_and_stale(  # noqa: F811
     page.wait_for_function(f"{row}('gpu-a') === '2% 1,250 W'")
     assert page.evaluate(LOADED_AT) == loaded
     shot(page, output_dir, request, "cards")
+
+
+def test_the_fleet_page_is_live_before_plotly_js_comes_and_draws_its_charts_when_it_does(  # noqa: F811
+        fresh_fleet_keys, live_web, page, django_user_model):
+    """plotly.js is 4.8 MB: the fleet page's cards, lists, node table and socket do not wait for it."""
+    busy = b.device(b.node("gpu-a", interval_s=30), 0)
+    b.latest(busy, util_pct=90, power_w=600)
+    user_in_role(django_user_model, "pia", "viewer", subprocess=True)
+    log_in(page, live_web.url, "pia", "/?live=0")
+    held, sockets = [], []
+    page.route("**/assets/plotly-*.min.js", lambda route: held.append(route))  # answered when the test says
+    page.on("websocket", lambda ws: sockets.append(ws.url))
+    record_events(page)
+    page.goto(live_web.url + "/", wait_until="domcontentloaded")  # "load" waits for every script
+    wait_subscribed(page)
+    assert held and page.evaluate("window.Plotly === undefined"), "plotly.js held back"
+    assert page.get_attribute("#live-state", "data-state") == "live"
+    # The page has the layout it was rendered with: the socket's welcome is the whole frame alone.
+    version = page.evaluate("window.Yardstick.fleet.layout.version")
+    assert sockets and sockets[0].endswith(f"&layout={version}")
+    in_thread(b.latest, busy, 3, 120)  # it goes idle: the cards and the idle list follow, no chart yet
+    page.wait_for_function("document.getElementById('card-idle').textContent === '1'")
+    page.wait_for_function("document.querySelector('.fleet-list[data-list=idle] li') !== null")
+    assert page.get_attribute('.chart[data-fig="heatmap"]', "data-drawn") is None
+    assert page.evaluate("window.__events.filter(e => e.kind === 'layout').length") == 0
+    held[0].continue_()
+    page.wait_for_selector('.chart[data-fig="heatmap"][data-drawn="true"]')
+    page.wait_for_selector('.chart[data-fig="power"][data-drawn="true"]')
+    assert page.evaluate("window.Yardstick.figs.heatmap.el.data[0].z[0][0]") == 3
 
 
 @pytest.fixture
