@@ -391,29 +391,28 @@ def layout_generation():
         return row[0] if row else None
 
 
-# One row of latest_values' binary COPY: a field count, then each field's length and value (big-endian, no NULLs).
-LATEST_VALUES_DTYPE = np.dtype([
-    ("fields", ">i2"), ("_l0", ">i4"), ("device_id", ">i8"), ("_l1", ">i4"), ("ts_us", ">i8"), ("_l2", ">i4"),
-    ("util_pct", ">f8"), ("_l3", ">i4"), ("power_w", ">f8"), ("_l4", ">i4"), ("clock_event_reasons", ">i8")])
-_COPY_HEADER = 19  # PGCOPY signature (11), flags (4), header extension length (4, zero)
+# One device of latest_values' blob: five big-endian 8-byte fields, as PostgreSQL's int8send and float8send write them.
+LATEST_VALUES_DTYPE = np.dtype([("device_id", ">i8"), ("ts_us", ">i8"), ("util_pct", ">f8"), ("power_w", ">f8"),
+                                ("clock_event_reasons", ">i8")])
 # real columns go out as text and back as float8, the value psycopg's text read gives (312.7, not the float4's
 # 312.70001220703125), so the frames' figures equal those of the pages that read rows.
-_LATEST_VALUES = ("COPY (SELECT device_id::int8, (extract(epoch FROM ts) * 1000000)::int8, "
-                  "coalesce(util_pct::text::float8, 'NaN'), coalesce(power_w::text::float8, 'NaN'), "
-                  "coalesce(clock_event_reasons, 0)::int8 FROM telemetry_latest) TO STDOUT (FORMAT binary)")
+_LATEST_VALUES = (
+    "SELECT string_agg(int8send(device_id::int8) || int8send((extract(epoch FROM ts) * 1000000)::int8) "
+    "|| float8send(coalesce(util_pct::text::float8, 'NaN')) || float8send(coalesce(power_w::text::float8, 'NaN')) "
+    "|| int8send(coalesce(clock_event_reasons, 0)::int8), ''::bytea) FROM telemetry_latest")
 
 
 def latest_values():
     """Each device's newest sample narrowed to what the fleet page draws, in no order: a numpy structured array
     (LATEST_VALUES_DTYPE) with device_id, ts_us (integer microseconds since the epoch), util_pct and power_w
     (NaN: none) and clock_event_reasons (0: none). The live fleet's publisher (dashboard.fleetstate) reads it
-    twice a second: a few columns of `telemetry_latest`, no join, as one binary COPY that numpy reads whole
-    (at 100,000 devices a fetch of Python tuples and their conversion took ten times as long)."""
+    twice a second: a few columns of `telemetry_latest`, no join, packed by PostgreSQL into one bytea that
+    numpy reads whole. At 100,000 devices a fetch of Python tuples and their conversion took 160 ms of the web
+    process's CPU (under its GIL), a binary COPY (a message a row) 67 ms, this 9 ms (57 ms of wall time)."""
     with connection.cursor() as cur:
-        with cur.copy(_LATEST_VALUES) as copy:
-            data = b"".join(bytes(block) for block in copy)
-    body = data[_COPY_HEADER:len(data) - 2]  # the trailer: a field count of -1
-    return np.frombuffer(body, dtype=LATEST_VALUES_DTYPE)
+        cur.execute(_LATEST_VALUES)
+        blob = cur.fetchone()[0]
+    return np.frombuffer(bytes(blob or b""), dtype=LATEST_VALUES_DTYPE)
 
 
 def device_facts(device_ids):

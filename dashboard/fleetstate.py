@@ -9,7 +9,8 @@ labels, flags) changes only when the fleet does, and goes once as the *layout*.
 - `read_layout()`: the nodes and devices in the page's order (node name, device index), one query, kept
   while the fleet's layout generation stays.
 - `read_values(layout)`: each device's newest sample, narrowed to the few fields the page draws, in
-  one binary COPY of `telemetry_latest` (one row per device, whatever the history) read by numpy.
+  one query of `telemetry_latest` (one row per device, whatever the history) packed into one binary value
+  that numpy reads whole.
 - `compute(layout, values, now_us, unhealthy, prices)`: the `Frame` of a moment: the per-device
   arrays (numpy, in layout order), the cards (busy, idle, stale, unhealthy, power, burn rate) and
   per-node figures for the node table. The page's render, the live frames and the exporter all
@@ -146,7 +147,7 @@ class Values:
 
 
 def read_values(layout):
-    """Values of the layout's devices (collector.store.latest_values: one binary COPY)."""
+    """Values of the layout's devices (collector.store.latest_values: one query, one value)."""
     rows = store.latest_values()
     return values_of_columns(layout, rows["device_id"], rows["ts_us"], rows["util_pct"], rows["power_w"],
                              rows["clock_event_reasons"])
