@@ -94,7 +94,8 @@ class LiveStack:
                                    "-P", "solo", "-n", f"dashboard-test-{os.getpid()}@%h", "--without-heartbeat",
                                    "--without-mingle", "--without-gossip", "--loglevel", "INFO"])
         logs = [self.log("daphne"), self.log("worker"), *(self.log(f"daphne{i}") for i in range(1, self.web_processes + 1))]
-        wait_for(lambda: _http_ok(self.url + "/healthz"), 60, "Daphne to answer", every_s=0.2, logs=logs)
+        # The login page, not /healthz, whose Celery ping waits a second when no worker is up yet.
+        wait_for(lambda: _http_ok(self.url + "/accounts/login/"), 60, "Daphne to answer", every_s=0.2, logs=logs)
         if self.worker:
             wait_for(lambda: "ready" in self.log("worker").read_text(), 90, "the Celery worker to be ready", every_s=0.2,
                      logs=logs)
