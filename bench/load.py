@@ -1,7 +1,7 @@
 """Load: a simulated fleet writing 10,000 samples/s while 50 viewers watch the fleet page live.
 
-    python bench/load.py [--duration 600] [--agents 10] [--gpus-per-agent 1000] [--viewers 50]
-                         [--data-dir var/bench-load] [--ws-max-message-mb N]
+    python bench/load.py [--duration 600] [--agents 10] [--gpus-per-agent 1000] [--hz 1] [--viewers 50]
+                         [--web-processes 1] [--data-dir var/bench-load] [--ws-max-message-mb N]
 
 Everything runs on this machine, against an embedded PostgreSQL and Redis of
 its own under --data-dir (its database re-created each run; DATABASE_URL and
@@ -31,6 +31,9 @@ viewer has been live. Measured over it:
   each WebSocket viewer, for every device of every fleet frame;
 - sample -> screen: the same in Chromium, at the animation frame after the
   charts redrew (plotly_afterplot) following the page's own handlers;
+- the fleet page's cold load in Chromium, on the page's own clock from
+  navigation: its first byte, the socket open (the page says live), the
+  heatmap first drawn, the load event, and when each script arrived;
 - memory (RSS, and PSS, which counts a page that processes share once) of the
   web server and of every PostgreSQL process, before the load, at the start
   and at the end; CPU seconds per second of each part and of the machine;
