@@ -22,11 +22,21 @@
   const figuresEl = document.getElementById("figures");
   const specs = figuresEl ? JSON.parse(figuresEl.textContent) : {};
   const config = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
-  // fn once plotly.js has run: at once, or when a page that loads it async (the fleet page) has it.
+  // fn once plotly.js has run: at once, or on a page that defers it (the fleet page) once its script has
+  // called Yardstick.loadPlotly() and plotly.js has come.
+  const plotlyWaiting = [];
   Y.whenPlotly = function (fn) {
-    const tag = document.getElementById("plotly-js");
-    if (window.Plotly || !tag) fn();
-    else tag.addEventListener("load", function () { fn(); });
+    if (window.Plotly || !document.getElementById("plotly-preload")) fn();
+    else plotlyWaiting.push(fn);
+  };
+  Y.loadPlotly = function () {
+    const preload = document.getElementById("plotly-preload");
+    if (window.Plotly || !preload || document.getElementById("plotly-js")) return;
+    const tag = document.createElement("script");
+    tag.id = "plotly-js";
+    tag.src = preload.href;  // what the preload has been fetching meanwhile
+    tag.addEventListener("load", function () { plotlyWaiting.splice(0).forEach(function (fn) { fn(); }); });
+    document.head.appendChild(tag);
   };
   Y.whenPlotly(function () {
     document.querySelectorAll(".chart[data-fig]").forEach(function (el) {

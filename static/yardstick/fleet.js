@@ -13,6 +13,7 @@
   Y.socketQuery = function () { return F.layout ? "layout=" + encodeURIComponent(F.layout.version) : ""; };
 
   const MAX_CELLS = 2000;  // dashboard/views.py FLEET_MAX_CELLS
+  const PLOTLY_AFTER_MS = 1500;  // plotly.js runs at the first frame, or this long after the page's script
   const LIST_SHOWN = 8;
   const IDLE = 1, STALE = 2, UNHEALTHY = 4, THROTTLED = 8;
   const NO_UTIL = 255, NO_POWER = 65535, NO_AGE = 65535;
@@ -129,6 +130,7 @@
     else F.seq = -1;  // the same fleet: the whole frame that follows replaces what the page has
   });
   Y.on("frame", function (ev) {
+    Y.loadPlotly();  // the page is live: now the charts
     const header = applyFrame(ev.data);
     if (!header) return;
     if (figs.power) {
@@ -484,6 +486,10 @@
     applyFrame(buf.buffer);
   }
   syncControls();
-  draw();  // the cards, lists and node table now; the heatmap when plotly.js has come (it loads async here)
+  // The cards, lists and node table now; the heatmap once plotly.js has run, which is asked for at the first
+  // frame from the socket (above), or now on a paused page, or after PLOTLY_AFTER_MS whatever the socket does.
+  draw();
   if (!window.Plotly) Y.whenPlotly(draw);
+  if (!Y.root.dataset.topics) Y.loadPlotly();
+  else setTimeout(Y.loadPlotly, PLOTLY_AFTER_MS);
 })();
