@@ -35,8 +35,12 @@ work grows with the fleet's new minutes, not with devices x a lookback:
 - for the devices of the stints that changed, from the change on: each stint
   open at the last run and closed now (from its end: a crash found late sets
   ended_at back to the last heartbeat), each started since (from its start),
-  and each that started or ended in the LOOKBACK before done_through (from
-  then: a stint whose row committed after a run that read newer ones).
+  and each that started or ended in the LOOKBACK before done_through that
+  the last run did not see, though it read newer ones (from then: a stint
+  whose row committed late). The last run saw the stints open then and those
+  of its lookback that had ended (`AttributionState.recent_stints`), so a
+  thousand jobs started at once are recomputed from their start once, not
+  at every run of the next ten minutes.
 What the last run charged to other devices stays as it is: an owner label set
 on a node (who pays for its idle time) holds from the minutes attributed
 after it on. Older late data (an nvidia-smi import of last month) is
@@ -272,9 +276,11 @@ def _changed_stints(state, since):
     changes = [*Stint.objects.filter(pk__in=state.open_stints, ended_at__isnull=False)
                .values_list("node", "device", "ended_at"),
                *Stint.objects.filter(pk__gt=state.last_stint_id).values_list("node", "device", "started_at")]
-    for node, device, start, end in (Stint.objects.filter(Q(started_at__gte=since) | Q(ended_at__gte=since))
-                                     .values_list("node", "device", "started_at", "ended_at")):
-        changes.append((node, device, max(since, min(t for t in (start, end) if t is not None and t >= since))))
+    seen = set(state.recent_stints) | set(state.open_stints)
+    for pk, node, device, start, end in _recent_stints(since).values_list("pk", "node", "device", "started_at",
+                                                                          "ended_at"):
+        if pk <= state.last_stint_id and pk not in seen:  # committed after the last run read newer ones
+            changes.append((node, device, max(since, min(t for t in (start, end) if t is not None and t >= since))))
     gpus = store.device_ids({device for _, device, _ in changes if device != "cpu"})
     hosts = store.host_device_ids({node for node, device, _ in changes if device == "cpu"})
     redo = {}
@@ -285,6 +291,11 @@ def _changed_stints(state, since):
         for device_id in hosts.get(node, []) if device == "cpu" else [gpus[device]] if device in gpus else []:
             redo[device_id] = min(minute, redo.get(device_id, minute))
     return redo
+
+
+def _recent_stints(since):
+    """The stints that started or ended at or after `since`."""
+    return Stint.objects.filter(Q(started_at__gte=since) | Q(ended_at__gte=since))
 
 
 def _changed_since(snapshot, lo, hi):
@@ -328,6 +339,9 @@ def attribute(now=None, since=None):
         seen = store.rollup_snapshot()
         open_stints = list(Stint.objects.filter(ended_at__isnull=True).values_list("pk", flat=True))
         last_stint_id = Stint.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+        # The next run's lookback starts LOOKBACK before this run's end (its done_through).
+        recent_stints = list(_recent_stints(closed_before - LOOKBACK).filter(ended_at__isnull=False)
+                             .values_list("pk", flat=True))
         late, redo = [], {}
         if since is not None:
             lo = floor_minute(since)
@@ -356,6 +370,7 @@ def attribute(now=None, since=None):
 
         state.done_through = max(closed_before, state.done_through or closed_before)
         state.open_stints = open_stints
+        state.recent_stints = recent_stints
         state.last_stint_id = last_stint_id
         state.rollups_seen = seen
         state.ran_at = now

@@ -299,3 +299,6 @@ class AttributionState(models.Model):
     # The pg_snapshot the last run took before it read (collector.store.rollup_snapshot): the next reads only
     # the rollups written since. None before the first run that took one.
     rollups_seen = models.TextField(null=True)
+    # The stints that started or ended in the LOOKBACK before the last run's end, as that run saw them: the next
+    # recomputes only those of the LOOKBACK it has not seen (a row committed after a run that read newer ones).
+    recent_stints = models.JSONField(default=list)

@@ -152,3 +152,41 @@ def test_the_first_run_after_the_upgrade_looks_back_as_before(fleet, clean_telem
 
     assert summary["late_minutes"] == 1 and AttributionState.objects.get().rollups_seen
     assert Allocation.objects.get(device=gpu, minute=T0 + timedelta(minutes=3)).energy_j == Decimal(9999)
+
+
+def test_jobs_started_together_are_recomputed_from_their_start_once_not_at_every_run_of_the_lookback(
+        fleet, clean_telemetry):
+    node = fleet.node("n1", team="infra")
+    gpus = [fleet.device(node) for _ in range(4)]
+    for gpu in gpus:
+        fleet.minutes(gpu, T0, 30, power_w=100)
+    attribute(now=T0 + timedelta(minutes=15))
+    jobs = [fleet.job(f"j{i}", "red") for i in range(2)]
+    for i, gpu in enumerate(gpus[:3]):  # three GPUs held from minute 13, one of them released at 16
+        fleet.stint(jobs[i % 2], gpu, T0 + timedelta(minutes=13), T0 + timedelta(minutes=16) if i == 2 else None)
+
+    first = attribute(now=T0 + timedelta(minutes=17))
+    later = [attribute(now=T0 + timedelta(minutes=m)) for m in (18, 19, 20)]
+
+    assert first["rows"] == 4 * 2 + 3 * 2  # the two new minutes of each GPU, and minutes 13 and 14 of the held
+    assert [s["rows"] for s in later] == [4, 4, 4]  # within the lookback, and still only the new minutes
+    incremental = rows()
+    attribute(now=T0 + timedelta(minutes=20), since=T0)
+    assert rows() == incremental
+
+
+def test_a_stint_committed_after_a_run_read_newer_ones_is_still_recomputed(fleet, clean_telemetry):
+    from costs.models import AttributionState
+
+    node = fleet.node("n1", team="infra")
+    gpu = fleet.device(node)
+    fleet.minutes(gpu, T0, 30, power_w=100)
+    attribute(now=T0 + timedelta(minutes=20))
+    job = fleet.job("late commit", "red")
+    stint = fleet.stint(job, gpu, T0 + timedelta(minutes=14), T0 + timedelta(minutes=18))
+    # As if the run had read a newer stint while this one's transaction was still open: its id is behind.
+    AttributionState.objects.update(last_stint_id=stint.pk)
+
+    attribute(now=T0 + timedelta(minutes=21))
+
+    assert Allocation.objects.filter(job=job).aggregate(s=Sum("device_s"))["s"] == Decimal(4 * 60)
