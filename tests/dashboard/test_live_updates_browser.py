@@ -112,6 +112,7 @@ def test_the_fleet_cards_follow_devices_going_idle_and_stale(  # noqa: F811
     assert page.evaluate(warn) is False
     cell = ("(() => { const t = window.Yardstick.figs.heatmap.el.data[0];"
             " return t.z[t.y.indexOf('gpu-b')][0]; })()")
+    page.wait_for_selector('.chart[data-fig="heatmap"][data-drawn="true"]')  # plotly.js runs once the page is live
     page.wait_for_function(f"{cell} === 5")
     page.wait_for_function(f"{row}('gpu-b') === '5% 100 W'")
 
