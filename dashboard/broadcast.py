@@ -3,8 +3,10 @@
 The node agent writes only to PostgreSQL (no Redis on GPU nodes), so samples reach browsers through the
 control plane, in two ways:
 
-**The fleet** (topic "fleet"): one *publisher* for the whole control plane reads the fleet every POLL_S
-(dashboard.fleetstate: one narrow query of `telemetry_latest`, numpy for the rest), computes the cards
+**The fleet** (topic "fleet"): one *publisher* for the whole control plane reads the fleet when new samples
+are committed (it LISTENs for the NOTIFY every agent's write sends, collector.agent.schema.WRITES_CHANNEL; at
+most every POLL_S, and every QUIET_POLL_S without one: staleness is a matter of time; every POLL_S while it
+cannot listen) (dashboard.fleetstate: one narrow query of `telemetry_latest`, numpy for the rest), computes the cards
 once, encodes the frame once, and publishes it on the control plane's Redis; every web process *relays*
 what it hears to its own fleet sockets and does nothing else for them, so more web processes serve more
 viewers. The publisher is elected by a lock in Redis (PUBLISHER_KEY, PUBLISHER_TTL_MS, renewed each
@@ -49,7 +51,8 @@ from dashboard import fleetstate
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.5
+POLL_S = 0.5  # the shortest time between two reads of the fleet, and between two reads of a node
+QUIET_POLL_S = 1.0  # the longest, while the publisher hears the writes
 RETRY_MAX_S = 5.0  # the longest wait between reads while the database is failing
 READ_TIMEOUT_S = 10.0  # a read with no answer by then counts as failed (a hung server)
 PRICES_EVERY_S = 60.0
@@ -155,6 +158,10 @@ class Publisher:
         self.holding = False
         self.reading = None  # the read in flight (one at a time, even when one hangs)
         self.failing = None
+        self.hearing = None  # the task that LISTENs for new samples, while this process publishes
+        self.hear_again_at = 0.0
+        self.listening = False  # LISTENing now: the writes wake the publisher
+        self.written = False  # samples were committed since the last read began
 
     async def elect(self):
         """Hold the lock (take it, or renew it when ours); whether this process publishes."""
@@ -171,13 +178,60 @@ class Publisher:
         return won
 
     async def release(self):
+        self.stop_hearing()
         if self.holding and (await self.redis.get(PUBLISHER_KEY)) == self.token.encode():
             await self.redis.delete(PUBLISHER_KEY)
         self.holding = False
 
+    def hear_writes(self, stir):
+        """While this process publishes, LISTEN for the agents' writes on a connection of its own; each sets
+        `written` and `stir` (an asyncio.Event the loop waits on). A lost connection is tried again after
+        RETRY_MAX_S; meanwhile the publisher reads every POLL_S."""
+        if not self.holding:
+            self.stop_hearing()
+        elif (self.hearing is None or self.hearing.done()) and time.monotonic() >= self.hear_again_at:
+            self.hearing = asyncio.ensure_future(self._hear(stir))
+
+    def stop_hearing(self):
+        if self.hearing is not None:
+            self.hearing.cancel()
+            self.hearing = None
+        self.listening = False
+
+    async def _hear(self, stir):
+        import psycopg  # noqa: PLC0415 - only the publishing process listens
+        from django.db import connections
+
+        from collector.agent.schema import WRITES_CHANNEL
+        from collector.management.commands.collect import settings_dsn
+
+        try:
+            conn = await psycopg.AsyncConnection.connect(settings_dsn(connections['default'].settings_dict), autocommit=True,
+                                                         connect_timeout=int(READ_TIMEOUT_S))
+            async with conn:
+                await conn.execute(f"LISTEN {WRITES_CHANNEL}")
+                self.listening = True
+                self.written = True  # what was written before we listened
+                stir.set()
+                async for _ in conn.notifies():
+                    self.written = True
+                    stir.set()
+        except Exception as err:  # noqa: BLE001 - the database away: poll meanwhile, listen again later
+            log.warning("live fleet: cannot listen for new samples (%s); polling", _first_line(err))
+        finally:
+            self.listening = False
+            self.hear_again_at = time.monotonic() + RETRY_MAX_S
+
+    def next_read(self, last_read):
+        """When the next read is due, by the monotonic clock, after one that began at `last_read`."""
+        if not self.listening:
+            return last_read + self.poll_s
+        return last_read + (self.poll_s if self.written else QUIET_POLL_S)
+
     async def publish_tick(self):
-        """One read and what it publishes; the delay before the next (backing off while reads fail)."""
+        """One read and what it publishes (while reads fail, `failing` says why)."""
         if self.reading is None:
+            self.written = False
             self.reading = asyncio.ensure_future(database_sync_to_async(self.reader.tick, thread_sensitive=False)())
         try:
             layout, frame = await asyncio.wait_for(asyncio.shield(self.reading), READ_TIMEOUT_S)
@@ -190,7 +244,7 @@ class Publisher:
                 self.failing = why
                 await self.redis.set(READING_KEY, why, ex=KEYS_TTL_S)
                 await self._text({"topic": "fleet", "kind": "reading", "data": {"ok": False}})
-            return RETRY_MAX_S
+            return
         self.reading = None
         if self.failing is not None:
             log.info("live telemetry: reading the database again")
@@ -203,7 +257,7 @@ class Publisher:
             mask = fleetstate.changed(frame, reader.last)
             why = frame.unhealthy != reader.last.unhealthy
             if not mask.any() and not why and frame.cards == reader.last.cards:
-                return self.poll_s  # nothing to tell
+                return  # nothing to tell
         seq = await self.redis.incr(SEQ_KEY)
         head = fleetstate.frame_header(frame, reader.layout, seq)
         whole = fleetstate.encode(frame, head)
@@ -219,7 +273,6 @@ class Publisher:
         pipe.publish(CHANNEL, b"B" + sent)
         await pipe.execute()
         reader.last = frame
-        return self.poll_s
 
     async def _text(self, event):
         await self.redis.publish(CHANNEL, b"T" + json.dumps(event).encode())
@@ -238,6 +291,7 @@ class Broadcaster:
         self.fleet = {}
         self.waiting = {}  # fleet consumer -> messages heard while its welcome is under way
         self.has_layout = {}  # fleet consumer -> the layout version its page has (None: send it the layout)
+        self.stir = None  # an asyncio.Event: the fleet loop has something to do (a new socket, new samples)
         self.relay_task = None
         self.node_task = None
         self.seen = {}  # device id -> the sample time last sent to node subscribers
@@ -255,6 +309,8 @@ class Broadcaster:
             self.fleet[consumer] = None
             self.waiting[consumer] = []
             self.has_layout[consumer] = layout
+            if self.stir is not None:
+                self.stir.set()  # welcome it now
             if self.relay_task is None or self.relay_task.done():
                 self.relay_task = loop.create_task(self._relay())
         if any(t.startswith("node.") for t in topics) and (self.node_task is None or self.node_task.done()):
@@ -313,23 +369,51 @@ class Broadcaster:
         self.relay_task = None
 
     async def _listen(self, redis, pubsub, publisher):
-        next_tick = 0.0
-        while self.fleet:
-            for consumer in [c for c, seq in self.fleet.items() if seq is None and c not in self._welcoming]:  # new
-                self._welcoming.add(consumer)
-                asyncio.get_running_loop().create_task(self._welcome(redis, consumer))
-            now = time.monotonic()
-            if now >= next_tick:
-                delay = self.poll_s
+        """The fleet loop: welcome new sockets; stand for publisher and, while publishing, read and publish when
+        samples were written (or a quiet interval passed). What the channel carries is passed on by a task of
+        its own (_hear_channel) as it arrives."""
+        self.stir = stir = asyncio.Event()
+        hearing = asyncio.ensure_future(self._hear_channel(pubsub))
+        hearing.add_done_callback(lambda _: stir.set())
+        began = -RETRY_MAX_S  # when the last read (or attempt to be elected) began, by the monotonic clock
+        try:
+            while self.fleet:
+                stir.clear()
+                if hearing.done():
+                    hearing.result()  # Redis went away: raises, and _relay connects again
+                    raise ConnectionError("the channel's connection ended")
+                for consumer in [c for c, seq in self.fleet.items() if seq is None and c not in self._welcoming]:
+                    self._welcoming.add(consumer)
+                    asyncio.get_running_loop().create_task(self._welcome(redis, consumer))
+                if publisher.failing is not None:
+                    due = began + RETRY_MAX_S
+                elif publisher.holding:
+                    due = publisher.next_read(began)
+                else:
+                    due = began + self.poll_s
+                now = time.monotonic()
+                if now < due:
+                    try:
+                        await asyncio.wait_for(stir.wait(), due - now)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                began = now
                 if await publisher.elect():
-                    delay = await publisher.publish_tick()
+                    publisher.hear_writes(stir)
+                    await publisher.publish_tick()
                     self.published += 1
-                next_tick = now + delay
-            message = await pubsub.get_message(ignore_subscribe_messages=True,
-                                               timeout=max(0.01, next_tick - time.monotonic()))
-            if message is not None:
-                await self._pass_on(message["data"])
+                else:
+                    publisher.stop_hearing()
+        finally:
+            hearing.cancel()
+            self.stir = None
         await publisher.release()
+
+    async def _hear_channel(self, pubsub):
+        async for message in pubsub.listen():
+            if message["type"] == "message":
+                await self._pass_on(message["data"])
 
     async def _welcome(self, redis, consumer):
         """A new fleet socket: the newest layout (unless its page has that one: at 100,000 devices it is 2 MB)

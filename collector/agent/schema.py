@@ -254,6 +254,9 @@ WATERMARK_DROP_SQL = "DROP TYPE IF EXISTS telemetry_mark; DROP TABLE IF EXISTS t
 # the watermark to their commit; the roll-up takes it exclusively to move the
 # watermark, so it knows that every writer that saw the old line has committed.
 WATERMARK_LOCK = 0x7961_7264_776D  # "yardwm"
+# Every write that stores samples NOTIFYs this channel at its commit: the live fleet's publisher LISTENs
+# and reads the fleet at once rather than at its next poll (dashboard.broadcast).
+WRITES_CHANNEL = "yardstick_samples"
 
 # Added by collector migration 0003: where each holder process comes from
 # (agent/lineage.py). `ancestor_pids`: parent first. `launcher_ids`: e.g.

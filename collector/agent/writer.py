@@ -13,7 +13,8 @@ this connection and, in one statement right after the COPY, updates
 `telemetry_latest` (one row per device) and marks the (device, hour) pairs
 the rollup task must recompute for samples older than the roll-up watermark
 (late or replayed data; live samples are newer and need none); it also
-records who holds each device. That
+records who holds each device, and NOTIFYs schema.WRITES_CHANNEL (heard at
+commit by the live fleet's publisher). That
 statement gets only the batch's newest row and oldest ts per device, as
 binary arrays. The per-row work on the client (ids for UUIDs, future check,
 newest/oldest per device) is map/zip in C, and what can wait is done while
@@ -98,7 +99,9 @@ def _mark_sql(add_new, records):
 # mixes values and NULLs, one array per column.
 _MARK_TYPES = schema.SAMPLE_COPY_TYPES + ("timestamptz",)
 _MARK = {add_new: {records: _mark_sql(add_new, records) for records in (False, True)} for add_new in (False, True)}
-_HOLD_WATERMARK = f"SELECT pg_advisory_xact_lock_shared({schema.WATERMARK_LOCK})"
+# With it, the NOTIFY that tells the live fleet's publisher of new samples (sent at commit, none on a rollback).
+_HOLD_WATERMARK = (f"SELECT pg_advisory_xact_lock_shared({schema.WATERMARK_LOCK}), "
+                   f"pg_notify('{schema.WRITES_CHANNEL}', '')")
 # A holder unseen for longer than a gap starts a new holding (a reused PID).
 # Lineage travels as text (an array literal, a JSON object) per holder: unnest
 # would flatten a two-dimensional array of ancestors.

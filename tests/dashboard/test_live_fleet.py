@@ -141,6 +141,39 @@ def test_of_two_web_processes_one_publishes_and_the_other_takes_over_when_it_goe
     asyncio.run(scenario())
 
 
+def test_the_publisher_reads_the_fleet_as_soon_as_an_agent_commits_samples(viewer, fresh_fleet_keys, pg_dsn,
+                                                                          monkeypatch):
+    """The agents' writes NOTIFY; the publisher LISTENs and reads at once, not at its next quiet poll."""
+    import psycopg
+
+    from collector.agent.batch import Batch, DeviceInfo
+    from collector.agent.writer import Writer
+
+    monkeypatch.setattr(broadcast, "QUIET_POLL_S", 60.0)  # without the NOTIFY, the next read is a minute away
+    gpu = DeviceInfo("GPU-L0", "gpu-l", 0, "NVIDIA H100 80GB HBM3", "nvml", mem_total_mib=81920)
+
+    def write(util_pct):
+        row = (gpu.uuid, datetime.now(UTC), util_pct, 10.0, 300.0, 1000.0, 1024, 81920, 60.0, 1980, 40.0)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # the agent's own connection: it commits
+            Writer(conn).write(Batch([gpu], [row], interval_s=1.0))
+
+    write(40.0)
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        comm = communicator(viewer)
+        assert (await comm.connect())[0]
+        await frame_where(comm, lambda d: d.get(0, (0,))[0] == 40)
+        await asyncio.sleep(1.5)  # listening by now; the reads its first NOTIFY asked for are done
+        await loop.run_in_executor(None, write, 77.0)
+        started = loop.time()
+        await frame_where(comm, lambda d: d.get(0, (0,))[0] == 77, timeout=10)
+        assert loop.time() - started < 5
+        await comm.disconnect()
+
+    asyncio.run(scenario())
+
+
 def test_while_the_database_cannot_be_read_the_fleet_sockets_are_told_and_then_told_again(
         viewer, fresh_fleet_keys, monkeypatch):
     b.latest(b.device(b.node("gpu-a"), 0), 40, 300)
