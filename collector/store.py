@@ -383,12 +383,14 @@ def layout_rows():
 
 
 def layout_generation():
-    """The fleet's layout generation (schema.LAYOUT_SQL): the same number while `layout_rows` would answer the
-    same; None where that row is missing (then nothing is kept)."""
+    """The fleet's layout generation (schema.LAYOUT_SQL): the same while `layout_rows` would answer the same;
+    None where that row is missing (then nothing is kept). It is the row's number and the transaction that
+    wrote it: a change rolled back after this process read it (its own transaction's, a test's) took a number
+    the next committed change takes again, with other devices."""
     with connection.cursor() as cur:
-        cur.execute("SELECT generation FROM collector_layout_generation")
+        cur.execute("SELECT generation, xmin::text FROM collector_layout_generation")
         row = cur.fetchone()
-        return row[0] if row else None
+        return tuple(row) if row else None
 
 
 # One device of latest_values' blob: five big-endian 8-byte fields, as PostgreSQL's int8send and float8send write them.

@@ -5,8 +5,8 @@ control plane, in two ways:
 
 **The fleet** (topic "fleet"): one *publisher* for the whole control plane reads the fleet when new samples
 are committed (it LISTENs for the NOTIFY every agent's write sends, collector.agent.schema.WRITES_CHANNEL; at
-most every POLL_S, and every QUIET_POLL_S without one: staleness is a matter of time; every POLL_S while it
-cannot listen) (dashboard.fleetstate: one narrow query of `telemetry_latest`, numpy for the rest), computes the cards
+most every BUSY_GAP_S, and every QUIET_POLL_S without one: staleness is a matter of time; every POLL_S while
+it cannot listen) (dashboard.fleetstate: one narrow query of `telemetry_latest`, numpy for the rest), computes the cards
 once, encodes the frame once, and publishes it on the control plane's Redis; every web process *relays*
 what it hears to its own fleet sockets and does nothing else for them, so more web processes serve more
 viewers. The publisher is elected by a lock in Redis (PUBLISHER_KEY, PUBLISHER_TTL_MS, renewed each
@@ -51,8 +51,12 @@ from dashboard import fleetstate
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.5  # the shortest time between two reads of the fleet, and between two reads of a node
-QUIET_POLL_S = 1.0  # the longest, while the publisher hears the writes
+POLL_S = 0.5  # the time between two reads of a node, and of the fleet while the publisher cannot hear the writes
+# While it hears them: the shortest time between two reads of the fleet (agents' commits come in clusters: a
+# longer gap would hold most of a cluster's samples back as a poll does), and the longest (staleness is a
+# matter of time).
+BUSY_GAP_S = 0.25
+QUIET_POLL_S = 1.0
 RETRY_MAX_S = 5.0  # the longest wait between reads while the database is failing
 READ_TIMEOUT_S = 10.0  # a read with no answer by then counts as failed (a hung server)
 PRICES_EVERY_S = 60.0
@@ -226,7 +230,7 @@ class Publisher:
         """When the next read is due, by the monotonic clock, after one that began at `last_read`."""
         if not self.listening:
             return last_read + self.poll_s
-        return last_read + (self.poll_s if self.written else QUIET_POLL_S)
+        return last_read + (min(self.poll_s, BUSY_GAP_S) if self.written else QUIET_POLL_S)
 
     async def publish_tick(self):
         """One read and what it publishes (while reads fail, `failing` says why)."""

@@ -233,3 +233,13 @@ def test_the_fleets_binary_read_of_the_latest_rows_gives_what_a_row_read_gives(p
     assert float(one["power_w"]) == 312.7 and float(zero["power_w"]) == 299.9
     assert float(zero["util_pct"]) == 50.0 and one["util_pct"] != one["util_pct"]
     assert (int(zero["clock_event_reasons"]), int(one["clock_event_reasons"])) == (4, 0)
+
+
+def test_a_write_runs_without_jit(pg_conn):
+    """The marks' statement, costed past jit_above_cost on made-up estimates, spent 200 ms of a 260 ms write
+    compiling itself on a server with LLVM: the write turns JIT off for its own transaction. (Its NOTIFY to the
+    live fleet: tests/dashboard/test_live_fleet.py.)"""
+    pg_conn.execute("SET LOCAL jit = on")
+    Writer(pg_conn).write(Batch([GPU0], rows(GPU0, 0, 2)))
+    # The writer's transaction is a savepoint of the test's: what it set locally holds until that one ends.
+    assert pg_conn.execute("SHOW jit").fetchone()[0] == "off"
