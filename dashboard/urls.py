@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboard import views, views_clusters, views_launch
+from dashboard import views, views_clusters, views_hardware, views_launch
 
 urlpatterns = [
     path("", views.fleet_page, name="fleet"),
@@ -28,4 +28,5 @@ urlpatterns = [
     path("clusters/<str:name>", views_clusters.cluster_page, name="cluster"),
     path("compare", views.compare_page, name="compare"),
     path("costs/", views.costs_page, name="costs"),
+    path("hardware", views_hardware.hardware_page, name="hardware"),
 ]
