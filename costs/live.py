@@ -17,7 +17,8 @@ what the pages show of them once and shares it twice:
                "cost_display": "$1.20", "ipd_display": "4.10", "usd_per_point_display": "$0.24", ...,
                "usd_per_million_tokens": "0.52", "tokens_per_joule": 3.1, "tokens_state": "ok",
                "cost_curve": {"step": [0, 10], "usd": [0.01, 1.2], "ipd": [0.0, 4.1]},
-               "base_build_text": "includes $0.0012 / 60 s building the base policy (shared by ...)"}]}
+               "base_build_text": "includes $0.0012 / 60 s building the base policy (shared by ...)",
+               "price_of_a_point": {...costs.tokens.decomposition: $ / 1M tokens x 1M tokens / point, phases}}]}
 
 A job's money is its exact cost as a string to the micro-dollar and IPD a float
 (6 places), as the JSON API gives them, null where the state says why there is
@@ -41,6 +42,7 @@ from costs import report
 from costs.intelligence import Scores, base_build, ipd_curve, jobs_money, score_cost_curve
 from costs.money import DISPLAY_KEYS, usd_text
 from costs.prices import PriceBook
+from costs.tokens import decomposition, job_facts
 from trainer.models import Job, Status, Step
 from yardstick.live import publish
 
@@ -105,12 +107,14 @@ def figures(now=None, job_ids=(), book=None):
     rows = Job.objects.in_bulk(ids)
     scores = Scores(ids)
     builds = dict(Step.objects.filter(job_id__in=ids, step=0).values_list("job_id", "metrics"))
+    facts = job_facts(ids, book, scores)
     jobs = [{"id": i, **{k: money[i][k] for k in ("cost_usd", "points_per_usd", "usd_per_point", "state",
                                                   "usd_per_million_tokens", "tokens_per_joule", "tokens_state",
                                                   *DISPLAY_KEYS)},
              "usd_per_million_tokens_display": usd_text(money[i]["usd_per_million_tokens"]),
              "cost_curve": _cost_curve(rows[i], book, scores),
-             "base_build_text": _base_build_text(rows[i], builds.get(i, {}))}
+             "base_build_text": _base_build_text(rows[i], builds.get(i, {})),
+             "price_of_a_point": decomposition(facts[i])}
             for i in ids if i in rows]
     return {"fleet": fleet_json(fleet), "jobs": jobs}, fleet
 

@@ -30,7 +30,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from costs.ledger import usage
-from costs.money import MICRO, exact_usd, ipd_text, usd_text
+from costs.money import MICRO, exact_usd, ipd_text, usd_text, usd_title
 from costs.prices import PriceBook, burn_usd_per_h, cost_usd
 from trainer.models import Job, Step, Stint
 
@@ -165,12 +165,19 @@ def _plain(amount):
     return format(amount.normalize(), "f")
 
 
+def _cents(amount):
+    """Dollars with at least the cents: 0.10, 0.125."""
+    text = _plain(amount)
+    whole, _, frac = text.partition(".")
+    return f"{whole}.{frac.ljust(2, '0')}"
+
+
 def _price_text(price):
-    """How a price entry reads on the pages: `*H100*: $3.60/h, $0.1/kWh, PUE 1.5 (from 2020-01-01)`."""
+    """How a price entry reads on the pages: `*H100*: $3.60/h, $0.10/kWh, PUE 1.5 (from 2020-01-01)`."""
     if price is None:
         return ""
     example = ", an example price" if price.is_example else ""
-    return (f"{price.pattern}: ${price.usd_per_hour:.2f}/h, ${_plain(price.usd_per_kwh)}/kWh, PUE {_plain(price.pue)} "
+    return (f"{price.pattern}: ${price.usd_per_hour:.2f}/h, ${_cents(price.usd_per_kwh)}/kWh, PUE {_plain(price.pue)} "
             f"(from {price.effective_from}{example})")
 
 
@@ -200,6 +207,11 @@ def decomposition(f):
     beside the display strings the pages show)."""
     phases = phase_dollars(f)
     tokens = f.gen_tokens
+    inside = sum(f.phase_s.get(p, 0.0) for p in ("generation", "training", "evaluation"))
+    steps_s = max(f.phase_s.get("steps", 0.0), inside)
+    seconds = {"generation": f.phase_s.get("generation", 0.0), "training": f.phase_s.get("training", 0.0),
+               "evaluation": f.phase_s.get("evaluation", 0.0), "other": steps_s - inside,
+               "waiting": max(0.0, f.held_s - steps_s)}
     mtok = Decimal(tokens) / 1_000_000 if tokens else None
     all_in = _per_million(f.cost, tokens) if f.cost > 0 else None
     gain = f.gain
@@ -224,13 +236,18 @@ def decomposition(f):
         "held_s": f.held_s,
         "phase_seconds": {p: f.phase_s.get(p, 0.0) for p in ("generation", "training", "evaluation", "steps")},
         "phases": [] if phases is None else [
-            {"phase": p, "label": PHASE_LABELS[p], "usd": exact_usd(phases[p]), "usd_display": usd_text(phases[p]),
-             "share": float(phases[p] / f.cost) if f.cost > 0 else None} for p in PHASES],
+            {"phase": p, "label": PHASE_LABELS[p], "seconds": seconds[p], "usd": exact_usd(phases[p]),
+             "usd_display": usd_text(phases[p]), "share": float(phases[p] / f.cost),
+             "share_display": f"{phases[p] / f.cost * 100:.1f} %"} for p in PHASES],
         "device_model": f.model,
         "simulated": f.simulated,
         "example_prices": f.example_prices,
     }
     out.update({
+        # The exact amounts on hover where the displays round (the product checks by hand with them).
+        **{f"{k}_title": usd_title(v) for k, v in (("usd_per_million_tokens", all_in), ("usd_per_point", usd_per_point),
+                                                    ("generation_usd_per_million_tokens", gen_per_m),
+                                                    ("training_usd_per_million_trained_tokens", train_per_m))},
         "usd_per_million_tokens_display": usd_text(all_in),
         "million_tokens_per_point_display": _num(mtok_per_point),
         "usd_per_point_display": usd_text(usd_per_point),
@@ -301,7 +318,7 @@ def hardware(filters=None, book=None):
     facts = job_facts(env_of, book)
     groups = defaultdict(list)
     for job_id, f in facts.items():
-        if f.cost > 0 and f.model is not None:
+        if f.cost > 0 and f.model not in (None, MIXED):  # a job on two models is no row's (docs/figures.md)
             groups[(env_of[job_id] or "—", f.model)].append(f)
     rows = [_hardware_row(env, model, fs) for (env, model), fs in groups.items()]
     by_env = defaultdict(list)
@@ -405,24 +422,25 @@ def what_if(job, target_model, speedup=None, book=None, today=None):
     today = today or timezone.now().date()
     f = job_facts([job.pk], book)[job.pk]
     if f.device_s <= 0:
-        return {"error": "this job has no device time charged yet: nothing to re-price"}
+        return {"error": "this job has no device time charged yet: nothing to re-price", "param": "job"}
     target_model = (target_model or "").strip()
     if not target_model:
-        return {"error": "name the device model to re-price the job on"}
+        return {"error": "name the device model to re-price the job on", "param": "model"}
     price = book.price(target_model, today)
     if price is None:
-        return {"error": f"no price in the price book for {target_model!r}: add one (manage.py prices add)"}
+        return {"error": f"no price in the price book for {target_model!r}: add one (manage.py prices add)",
+                "param": "model"}
     env_rows = {r["model"]: r for r in hardware(book=book) if r["env"] == (job.env or "—")}
     source = f.model
     if speedup is not None:
         if not isinstance(speedup, (int, float, Decimal)) or not speedup > 0:
-            return {"error": f"speed-up must be a number above 0, got {speedup!r}"}
+            return {"error": f"speed-up must be a number above 0, got {speedup!r}", "param": "speedup"}
         ratio, how = _dec(speedup), f"a speed-up of {speedup:g}× typed by the user"
     else:
         mine, theirs = env_rows.get(source), env_rows.get(target_model)
         if not (mine and theirs and mine["tokens_per_device_s"] and theirs["tokens_per_device_s"]):
             return {"error": f"the fleet has no runs of both {source} and {target_model} on {job.env}: "
-                             "type a speed-up instead"}
+                             "type a speed-up instead", "param": "speedup"}
         ratio = _dec(theirs["tokens_per_device_s"]) / _dec(mine["tokens_per_device_s"])
         how = (f"measured on {job.env}: {theirs['tokens_per_device_s']:.4g} tokens per device-second on "
                f"{target_model} ({theirs['runs']} runs) over {mine['tokens_per_device_s']:.4g} on {source} "
@@ -437,7 +455,7 @@ def what_if(job, target_model, speedup=None, book=None, today=None):
         rated = rated_power_w(target_model)
         if rated is None:
             return {"error": f"the fleet never measured {target_model}'s power on {job.env} and its rated power "
-                             "is not known: type a model with a data-sheet power (docs/figures.md)"}
+                             "is not known: type a model with a data-sheet power (docs/figures.md)", "param": "model"}
         power_w, power_from = _dec(rated), f"rated: {rated} W, {target_model}'s data sheet (not measured here)"
     device_usd, energy_usd = cost_usd(price, device_s, device_s * power_w)
     cost = device_usd + energy_usd
@@ -500,3 +518,34 @@ def today_phase_split(day, book=None, now=None):
                      for k, v in sorted(by_model.items())],
     }
 
+
+
+def what_if_input(params):
+    """(model, speed-up or None) from a what-if's query (`model`, `speedup`); InputError on a bad value."""
+    from yardstick.inputs import InputError
+
+    model = (params.get("model") or "").strip()
+    if not model:
+        raise InputError("model", "name the device model to re-price the job on, e.g. NVIDIA Rubin")
+    raw = (params.get("speedup") or "").strip()
+    if not raw:
+        return model, None
+    try:
+        speedup = float(raw)
+    except ValueError:
+        raise InputError("speedup", f"speed-up must be a number above 0 (e.g. 10 for ten times the throughput), "
+                                    f"got {raw!r}") from None
+    if not (speedup > 0 and speedup < float("inf")):
+        raise InputError("speedup", f"speed-up must be a number above 0 (e.g. 10), got {raw!r}")
+    return model, speedup
+
+
+def models_to_price(book=None):
+    """Device model names a what-if can name: the fleet's own, and the price book's patterns without wildcards
+    in them stripped of their stars (`*Rubin*` -> Rubin), sorted."""
+    from collector.models import Device
+
+    book = book or PriceBook()
+    names = set(Device.objects.exclude(source="host").values_list("model", flat=True).distinct())
+    names |= {p.strip("*") for p in book.patterns if p.strip("*") and not set(p.strip("*")) & set("*?[]")}
+    return sorted(n for n in names if n and n.lower() != "cpu")

@@ -21,7 +21,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from collector.models import Node
-from costs import report
+from costs import report, tokens
 from costs.activity import BUSY_PCT, IDLE_TENSOR_PCT, THROTTLED_SHARE, job_activity, job_mfu
 from costs.intelligence import base_build, job_intelligence, score_cost_curve
 from dashboard import figures, fleetstate, health, launched, readings
@@ -374,7 +374,15 @@ def job_page(request, job_id):
     logged = figures.run_metric_figures(readings.run_metric_series(external["run"])) if external else []
     figs.update({key: fig for _, key, fig in logged})
     activity = job_activity(job)
+    what_if = None
+    if request.GET.get("model") is not None:  # the what-if form of the "Price of a point" card
+        try:
+            what_if = tokens.what_if(job, *tokens.what_if_input(request.GET))
+        except InputError as err:
+            what_if = {"error": err.message, "param": err.field}
     return render(request, "dashboard/job.html", {
+        "point": tokens.job_decomposition(job), "what_if": what_if, "what_if_models": tokens.models_to_price(),
+        "what_if_query": {"model": request.GET.get("model", ""), "speedup": request.GET.get("speedup", "")},
         "launched": launched.launch_view(job),
         "job": job, "intel": intel, "figures_json": script_json(figs), "fig_keys": list(figs),
         "samples": samples, "sample_step": shown_step, "sample_steps": sample_steps,

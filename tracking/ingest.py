@@ -68,6 +68,8 @@ KNOWN_KEYS = {
     "timing_s/step": "timing/step_s",
     "timing_s/gen": "timing/generate_s",
     "timing_s/update_actor": "timing/train_s",
+    "timing_s/testing": "timing/eval_s",
+    "perf/total_num_tokens": "performance/train_tokens",  # the batch the actor update trains on, prompts included
     # NeMo RL
     "train/reward": "train/reward_mean",
     "train/kl_penalty": "train/kl",
@@ -76,6 +78,7 @@ KNOWN_KEYS = {
     "timing/train/total_step_time": "timing/step_s",
     "timing/train/generation": "timing/generate_s",
     "timing/train/policy_training": "timing/train_s",
+    "train/total_num_tokens": "performance/train_tokens",
 }
 # Rollout token counters: cumulative ones are differenced per step (TRL's counts prompt tokens too, and
 # logs nothing to take them out with: docs/figures.md says so).

@@ -68,8 +68,40 @@
       }
       if (j.cost_curve) costCurve(j.cost_curve);
       if (j.base_build_text !== undefined) text("job-base-build", j.base_build_text);
+      if (j.price_of_a_point) pricePoint(j.price_of_a_point);
     });
   });
+  // The "Price of a point" card (dashboard/_price_of_a_point.html) as costs.tokens.decomposition gives it.
+  function pricePoint(p) {
+    ["usd_per_million_tokens:pp-per-mtok", "usd_per_point:pp-per-point", "generation_usd_per_million_tokens:pp-gen",
+      "training_usd_per_million_trained_tokens:pp-train"].forEach(function (pair) {
+      const [key, el] = pair.split(":");
+      Y.shown(document.getElementById(el), p[key + "_display"], p[key + "_title"]);
+    });
+    text("pp-mtok-per-point", p.million_tokens_per_point_display);
+    text("pp-model", p.device_model || "—");
+    text("pp-tokens", num(p.rollout_tokens, 0));
+    text("pp-gain", p.gain_points === null ? "—" : num(p.gain_points, 2));
+    const state = document.getElementById("pp-state");
+    if (state) { state.textContent = p.state; state.hidden = p.state === "ok"; }
+    const body = document.getElementById("pp-phases-body");
+    if (!body) return;
+    body.replaceChildren();
+    if (!p.phases.length) {
+      const tr = body.insertRow(), td = tr.insertCell();
+      td.colSpan = 4; td.className = "muted"; td.id = "pp-no-split"; td.textContent = p.split_note || p.state;
+      return;
+    }
+    p.phases.forEach(function (ph) {
+      const tr = body.insertRow();
+      tr.dataset.phase = ph.phase;
+      [ph.label, num(ph.seconds, 0), ph.share_display, ph.usd_display].forEach(function (v, i) {
+        const td = tr.insertCell();
+        td.textContent = v;
+        if (i) td.className = "num";
+      });
+    });
+  }
   Y.on("status", function (ev) {
     const d = ev.data;
     if (String(d.id) !== id) return;

@@ -12,7 +12,7 @@ METRIC_KEYS = {
     "train/loss", "train/kl", "train/entropy", "train/clip_ratio", "train/grad_norm", "train/lr",
     "train/response_length_mean", "train/truncated_rate", "train/tool_calls_mean", "performance/gen_tokens",
     "performance/gen_tokens_per_s", "performance/train_tokens_per_s", "performance/tokens_total",
-    "performance/model_flops",
+    "performance/model_flops", "performance/train_tokens",
     "timing/generate_s", "timing/score_s", "timing/train_s", "timing/step_s",
 }
 

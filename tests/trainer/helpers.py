@@ -30,7 +30,7 @@ STEP_KEYS = [
     "train/loss", "train/kl", "train/entropy", "train/clip_ratio", "train/grad_norm", "train/lr",
     "train/response_length_mean", "train/truncated_rate", "train/tool_calls_mean",
     "performance/gen_tokens", "performance/gen_tokens_per_s", "performance/train_tokens_per_s",
-    "performance/tokens_total",
+    "performance/train_tokens", "performance/tokens_total",
     "timing/generate_s", "timing/score_s", "timing/train_s", "timing/eval_s", "timing/checkpoint_s", "timing/step_s",
 ]
 

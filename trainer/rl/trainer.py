@@ -335,6 +335,7 @@ class Trainer:
             "performance/gen_tokens": float(gen_tokens),
             "performance/gen_tokens_per_s": gen_tokens / max(whole.generate_s, 1e-9),
             "performance/train_tokens_per_s": cfg.inner_epochs * whole.train_tokens / max(train_s, 1e-9),
+            "performance/train_tokens": float(cfg.inner_epochs * whole.train_tokens),  # positions the update trained
             "performance/tokens_total": float(self.tokens_total),
             # Estimated model FLOPs (model.flops_per_token): forward and backward of every position trained, a
             # forward of every token generated; the reference's and other recomputations are not counted.

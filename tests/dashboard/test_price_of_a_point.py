@@ -1,0 +1,43 @@
+"""The job page's "Price of a point" card, its what-if form, and the same figures in the JSON API (the scene and
+its hand-computed figures: tests/costs/test_tokens.py)."""
+
+from decimal import Decimal
+
+import pytest
+
+from tests.costs.test_tokens import RUBIN, scene  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_job_page_shows_the_product_and_the_phases(viewer_client, scene):  # noqa: F811
+    html = viewer_client.get(f"/jobs/{scene['h1'].pk}").content.decode()
+    # $0.61 per 1M rollout tokens x 0.1 M tokens per point = $0.061 per point
+    assert 'id="pp-per-mtok" title="">$0.61<' in html and 'id="pp-mtok-per-point">0.1<' in html
+    assert 'id="pp-per-point" title="exact: $0.061">$0.06<' in html, "to the cent, the exact amount on hover"
+    assert 'data-phase="generation"><td>generation (rollouts)</td>' in html and "50.0 %" in html
+    assert 'id="pp-gen" title="exact: $0.305">$0.31<' in html  # $0.305 to the cent, half up
+
+
+def test_a_what_if_on_the_page_is_an_estimate_with_its_figures(viewer_client, scene):  # noqa: F811
+    html = viewer_client.get(f"/jobs/{scene['h1'].pk}", {"model": RUBIN, "speedup": "4"}).content.decode()
+    html = " ".join(html.split())
+    assert "estimate</span> On NVIDIA Rubin" in html and 'id="what-if-cost">$0.31<' in html
+    assert "600 device-seconds ÷ 4.000 (a speed-up of 4× typed by the user) = 150 s" in html
+    bad = viewer_client.get(f"/jobs/{scene['h1'].pk}", {"model": RUBIN, "speedup": "fast"}).content.decode()
+    assert 'id="what-if-error"' in bad and "speed-up must be a number above 0" in bad and "&#x27;fast&#x27;" in bad
+    assert 'id="what-if-speedup" name="speedup" inputmode="decimal" value="fast"' in bad
+
+
+def test_the_api_gives_the_decomposition_and_the_what_if(viewer_client, scene):  # noqa: F811
+    job = viewer_client.get(f"/api/jobs/{scene['h1'].pk}").json()
+    point = job["price_of_a_point"]
+    assert Decimal(point["usd_per_million_tokens"]) * Decimal(str(point["million_tokens_per_point"])) \
+        == Decimal(point["usd_per_point"])
+    assert sum(Decimal(p["usd"]) for p in point["phases"]) == Decimal(point["cost_usd"])
+    w = viewer_client.get(f"/api/costs/jobs/{scene['h1'].pk}/what-if", {"model": RUBIN, "speedup": "4"}).json()
+    assert w["estimate"] is True and Decimal(w["projected_cost_usd"]) == Decimal("0.30625")
+    bad = viewer_client.get(f"/api/costs/jobs/{scene['h1'].pk}/what-if", {"model": RUBIN, "speedup": "-1"})
+    assert bad.status_code == 400 and bad.json()["param"] == "speedup"
+    none = viewer_client.get(f"/api/costs/jobs/{scene['t1'].pk}/what-if", {"model": RUBIN})
+    assert none.status_code == 400 and "type a speed-up instead" in none.json()["error"]
