@@ -63,9 +63,9 @@ FROM (SELECT job_id, step, gen_tokens, g, t, e, s, timed, train_tokens,
                    jsonb_typeof(metrics->'timing/generate_s') = 'number' AS timed,
                    CASE WHEN jsonb_typeof(metrics->'performance/train_tokens') = 'number'
                         THEN (metrics->>'performance/train_tokens')::float8 END AS train_tokens
-            FROM trainer_step WHERE job_id = ANY(%s)) x) y
+            FROM {steps} WHERE job_id = ANY(%s)) x) y
 GROUP BY job_id
-""".format(**{k: f"CASE WHEN jsonb_typeof(metrics->'{key}') = 'number' "
+""".format(steps=Step._meta.db_table, **{k: f"CASE WHEN jsonb_typeof(metrics->'{key}') = 'number' "
                  f"THEN greatest((metrics->>'{key}')::float8, 0) ELSE 0 END"
               for k, key in (("g", "timing/generate_s"), ("t", "timing/train_s"), ("e", "timing/eval_s"))})
 
@@ -116,7 +116,7 @@ class Facts:
 
 def job_facts(job_ids, book=None, scores=None):
     """{job id: Facts} of `job_ids`: their usage (every device-minute charged to them), steps and stints."""
-    from costs.intelligence import Scores
+    from costs.intelligence import Scores  # here: costs.intelligence reads this module's figures (no cycle)
 
     book = book or PriceBook()
     job_ids = list(job_ids)
@@ -522,7 +522,7 @@ def today_phase_split(day, book=None, now=None):
 
 def what_if_input(params):
     """(model, speed-up or None) from a what-if's query (`model`, `speedup`); InputError on a bad value."""
-    from yardstick.inputs import InputError
+    from yardstick.inputs import InputError  # here: only the what-if's views parse input
 
     model = (params.get("model") or "").strip()
     if not model:
@@ -543,7 +543,7 @@ def what_if_input(params):
 def models_to_price(book=None):
     """Device model names a what-if can name: the fleet's own, and the price book's patterns without wildcards
     in them stripped of their stars (`*Rubin*` -> Rubin), sorted."""
-    from collector.models import Device
+    from collector.models import Device  # here: only the job page's what-if form lists the fleet's models
 
     book = book or PriceBook()
     names = set(Device.objects.exclude(source="host").values_list("model", flat=True).distinct())

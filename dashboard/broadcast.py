@@ -204,10 +204,10 @@ class Publisher:
 
     async def _hear(self, stir):
         import psycopg  # noqa: PLC0415 - only the publishing process listens
-        from django.db import connections
+        from django.db import connections  # here, as psycopg: only the publishing process listens
 
-        from collector.agent.schema import WRITES_CHANNEL
-        from collector.management.commands.collect import settings_dsn
+        from collector.agent.schema import WRITES_CHANNEL  # here, as psycopg
+        from collector.management.commands.collect import settings_dsn  # here, as psycopg
 
         try:
             conn = await psycopg.AsyncConnection.connect(settings_dsn(connections['default'].settings_dict), autocommit=True,
