@@ -71,6 +71,7 @@ def test_an_external_runs_page_shows_what_it_logged_and_grows_live(  # noqa: F81
     assert traces_x(page, "logged:critic") == [["score/mean", [1, 2]]]
     assert page.locator("#samples-body").inner_text().startswith("0\tNatalia sold 48 clips...\t72\t1.00\t—")
     img = page.locator("#run-figures img")
+    img.scroll_into_view_if_needed()  # loading="lazy": drawn as a person scrolls down to it
     page.wait_for_function("() => document.querySelector('#run-figures img').naturalWidth > 0")
     assert img.evaluate("i => i.naturalWidth") == PNG_W, "the PNG the run uploaded, drawn"
     loaded_at = page.evaluate("window.__yardstickLoadedAt")
