@@ -36,9 +36,10 @@ from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, InvalidOperation
 
 from django.utils import timezone
 
+from costs import tokens
 from costs.intelligence import Scores, ipd
 from costs.ledger import energy_from_label, energy_scope_label, usage
-from costs.money import displays, exact_usd
+from costs.money import MICRO, displays, exact_usd
 from costs.prices import PriceBook
 from trainer.models import Job
 from yardstick.inputs import InputError, check_moment
@@ -62,7 +63,11 @@ COLUMNS = (
     "ipd_points_per_usd",
     "usd_per_point", "ipd_state", "energy_from", "energy_scope", "simulated", "power_estimated", "example_prices",
     "unpriced",
+    # The attributed dollars by phase (costs.tokens: each job's dollars x its phase shares; no_split: jobs whose
+    # runs log no phase times), exact: they add up to attributed_exact_usd to the micro-dollar.
+    *(f"{p}_exact_usd" for p in ("generation", "training", "evaluation", "steps_other", "waiting", "no_split")),
 )
+PHASE_COLUMNS = ("generation", "training", "evaluation", "steps_other", "waiting", "no_split")
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,7 @@ class Row:
     example_prices: bool = False
     unpriced: bool = False
     cells: dict = field(default_factory=dict)  # rounded: the MONEY_CELLS to the cent, device_hours, energy_kwh
+    phases: dict = field(default_factory=lambda: dict.fromkeys(PHASE_COLUMNS, Decimal(0)))  # unrounded
 
     def add(self, u):
         """Add the Usage `u` (a job's when it has one, else idle) to the unrounded sums and the flags."""
@@ -176,6 +182,20 @@ class Row:
         self.power_estimated |= u.power_estimated
         self.example_prices |= u.example_price
         self.unpriced |= u.price_pattern is None
+
+    def add_phases(self, usd, shares):
+        """Split a job's `usd` by its phase `shares` (costs.tokens.phase_shares), or as no_split without any."""
+        if shares is None:
+            self.phases["no_split"] += usd
+            return
+        for phase, share in shares.items():
+            self.phases["steps_other" if phase == "other" else phase] += usd * share
+
+    def phase_cells(self):
+        """PHASE_COLUMNS to the micro-dollar, waiting taking what is left so they add up to the attributed."""
+        out = {p: v.quantize(MICRO) for p, v in self.phases.items() if p != "waiting"}
+        out["waiting"] = self.jobs_exact_usd.quantize(MICRO) - sum(out.values())
+        return {f"{p}_exact_usd": exact_usd(out[p]) for p in PHASE_COLUMNS}
 
     def add_gain(self, gain):
         if gain is not None:
@@ -213,7 +233,7 @@ class Row:
             "ipd_state": state, "energy_from": energy_from_label(self.energy_from),
             "energy_scope": energy_scope_label(self.energy_scope),
             "simulated": self.simulated, "power_estimated": self.power_estimated,
-            "example_prices": self.example_prices, "unpriced": self.unpriced,
+            "example_prices": self.example_prices, "unpriced": self.unpriced, **self.phase_cells(),
             # What the pages show: a job's own cost and IPD as on its page (the cells above add up to the cent).
             **displays(exact_jobs if self.job_id is not None else None, points_per_usd, usd_per_point),
         }
@@ -254,10 +274,15 @@ def group_key(u, group, jobs):
 
 def build(period, group, book=None):
     """The cost table of `period` grouped by `group` (see the module docstring for the rounding)."""
-    used = usage(period.start, period.end, book=book or PriceBook())
+    book = book or PriceBook()
+    used = usage(period.start, period.end, book=book)
     job_ids = {u.job_id for u in used if u.job_id is not None}
     jobs = {j.pk: j for j in Job.objects.filter(pk__in=job_ids)}
     rows = keyed_rows(used, group, jobs)
+    shares = tokens.phase_shares(job_ids, book)
+    for u in used:
+        if u.job_id is not None:
+            rows[group_key(u, group, jobs)[0]].add_phases(u.total_usd, shares.get(u.job_id))
     scores = Scores(job_ids)
     gains = {job_id: scores.gain(job_id, period.start, period.end) for job_id in sorted(job_ids)}
     if group == "job":  # gains of different environments add up to nothing: only a job's own row has one
@@ -321,6 +346,8 @@ def totals(rows, values):
     idle_exact = sum((r.idle_exact_usd for r in rows), Decimal(0))
     out.update({
         "attributed_exact_usd": exact_usd(attributed_exact),
+        **{c: exact_usd(sum((Decimal(v[c]) for v in values), Decimal(0)))
+           for c in (f"{p}_exact_usd" for p in PHASE_COLUMNS)},
         "idle_exact_usd": exact_usd(idle_exact),
         "fleet_exact_usd": exact_usd(attributed_exact + idle_exact),
         "gain_points": None, "ipd_points_per_usd": None, "usd_per_point": None, "ipd_state": BY_ENV,

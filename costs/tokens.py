@@ -21,8 +21,7 @@ docs/figures.md, "Cost per token".
 import fnmatch
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, time, timedelta
-from datetime import timezone as dt_timezone
+from datetime import datetime
 from decimal import Decimal
 
 from django.db import connection
@@ -185,10 +184,10 @@ def _per_million(usd, tokens):
     return usd / (Decimal(tokens) / 1_000_000) if tokens and usd is not None else None
 
 
-def phase_dollars(f):
-    """{phase: Decimal dollars} of PHASES, or None without a split; each phase to the micro-dollar, waiting what
-    is left, so they add up to the job's cost (to the micro-dollar) exactly."""
-    if not f.timed_steps or f.cost <= 0:
+def shares(f):
+    """{phase: Decimal share of the job's held time} of PHASES (adding up to 1), or None without a split (no step
+    logged its generation time)."""
+    if not f.timed_steps:
         return None
     inside = {p: _dec(f.phase_s.get(p, 0.0)) for p in ("generation", "training", "evaluation")}
     steps_s = _dec(f.phase_s.get("steps", 0.0))
@@ -196,10 +195,26 @@ def phase_dollars(f):
     held = max(_dec(f.held_s), steps_s, sum(inside.values()))
     if held <= 0:
         return None
-    total = f.cost.quantize(MICRO)
-    out = {p: (f.cost * s / held).quantize(MICRO) for p, s in inside.items()}
-    out["waiting"] = total - sum(out.values())
+    out = {p: s / held for p, s in inside.items()}
+    out["waiting"] = 1 - sum(out.values())
     return out
+
+
+def phase_dollars(f):
+    """{phase: Decimal dollars} of PHASES, or None without a split; each phase to the micro-dollar, waiting what
+    is left, so they add up to the job's cost (to the micro-dollar) exactly."""
+    split = shares(f) if f.cost > 0 else None
+    if split is None:
+        return None
+    out = {p: (f.cost * split[p]).quantize(MICRO) for p in PHASES if p != "waiting"}
+    out["waiting"] = f.cost.quantize(MICRO) - sum(out.values())
+    return out
+
+
+def phase_shares(job_ids, book=None):
+    """{job id: its `shares`, or None} of `job_ids` (the cost review splits each job's dollars in a period by
+    them)."""
+    return {job_id: shares(f) for job_id, f in job_facts(job_ids, book).items()}
 
 
 def decomposition(f):
@@ -478,46 +493,31 @@ def what_if(job, target_model, speedup=None, book=None, today=None):
     }
 
 
-def today_phase_split(day, book=None, now=None):
-    """The fleet's dollars of UTC `day` split by phase: each job's dollars that day times its phase shares over
-    its life (PHASES), `unsplit` (jobs whose runs log no phase timings) and `idle` (no job); and generation $ /
-    1M tokens by device model: those jobs' generation dollars that day over the rollout tokens of their steps
-    recorded that day. {phases, unsplit, idle, total, by_model: [{model, usd, tokens, usd_per_million}]}"""
+def generation_by_model(start, end, book=None):
+    """Generation $ / 1M rollout tokens by device model over [start, end): each job's dollars in the period x its
+    generation share, over the rollout tokens of its steps recorded in the period (jobs with a split only):
+    [{model, usd, tokens, usd_per_million}] by model."""
     book = book or PriceBook()
-    now = now or timezone.now()
-    start = datetime.combine(day, time(0), tzinfo=dt_timezone.utc)
-    end = min(start + timedelta(days=1), now) if start <= now else start
-    day_cost, idle = defaultdict(Decimal), Decimal(0)
+    period_usd = defaultdict(Decimal)
     for u in usage(start, end, book=book):
-        if u.job_id is None:
-            idle += u.total_usd
-        else:
-            day_cost[u.job_id] += u.total_usd
-    facts = job_facts(day_cost, book)
-    phases = dict.fromkeys(PHASES, Decimal(0))
-    unsplit = Decimal(0)
-    tokens_today = dict(Step.objects.filter(job_id__in=list(day_cost), at__gte=start, at__lt=end, step__gt=0)
-                        .values("job_id").annotate(n=Sum("gen_tokens")).values_list("job_id", "n"))
+        if u.job_id is not None:
+            period_usd[u.job_id] += u.total_usd
+    facts = job_facts(period_usd, book)
+    steps = dict(Step.objects.filter(job_id__in=list(period_usd), at__gte=start, at__lt=end, step__gt=0)
+                 .values("job_id").annotate(n=Sum("gen_tokens")).values_list("job_id", "n"))
     by_model = defaultdict(lambda: {"usd": Decimal(0), "tokens": 0})
-    for job_id, usd in day_cost.items():
+    for job_id, usd in period_usd.items():
         f = facts[job_id]
-        split = phase_dollars(f)
+        split = shares(f)
         if split is None:
-            unsplit += usd
             continue
-        for p in PHASES:
-            phases[p] += usd * split[p] / f.cost
         m = by_model[f.model or MIXED]
-        m["usd"] += usd * split["generation"] / f.cost
-        m["tokens"] += tokens_today.get(job_id) or 0
-    return {
-        "phases": phases, "unsplit": unsplit, "idle": idle,
-        "total": sum(day_cost.values(), Decimal(0)) + idle,
-        "by_model": [{"model": k, "usd": v["usd"], "tokens": v["tokens"],
-                      "usd_per_million": _per_million(v["usd"], v["tokens"]) if v["tokens"] else None}
-                     for k, v in sorted(by_model.items())],
-    }
-
+        m["usd"] += usd * split["generation"]
+        m["tokens"] += steps.get(job_id) or 0
+    return [{"model": k, "usd": exact_usd(v["usd"]), "tokens": v["tokens"],
+             "usd_per_million": exact_usd(_per_million(v["usd"], v["tokens"]) if v["tokens"] else None),
+             "usd_per_million_display": usd_text(_per_million(v["usd"], v["tokens"]) if v["tokens"] else None)}
+            for k, v in sorted(by_model.items())]
 
 
 def what_if_input(params):

@@ -9,6 +9,7 @@ import base64
 import functools
 import gzip
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -472,6 +473,19 @@ def compare_page(request):
 # -- costs -----------------------------------------------------------------------------------------------
 
 
+def _dollars_by_phase(totals):
+    """The Costs page's line of the attributed dollars by phase: [{key, label, usd (exact), share}]."""
+    labels = {"generation": "generation", "training": "training", "evaluation": "evaluation",
+              "steps_other": "rest of the steps", "waiting": "waiting", "no_split": "no split"}
+    whole = Decimal(totals["attributed_exact_usd"] or 0)
+    out = []
+    for key in report.PHASE_COLUMNS:
+        usd = Decimal(totals[f"{key}_exact_usd"] or 0)
+        out.append({"key": key, "label": labels[key], "usd": usd,
+                    "share": f"{usd / whole * 100:.1f} %" if whole > 0 else None})
+    return out
+
+
 @require_GET
 @require_role("viewer")
 def costs_page(request):
@@ -484,6 +498,7 @@ def costs_page(request):
     last_day = (period.end - timedelta(microseconds=1)).date()
     params = {"from": period.start.date().isoformat(), "to": last_day.isoformat(), "group": group}
     return render(request, "dashboard/costs.html", {
+        "phases": _dollars_by_phase(table.totals), "generation_by_model": tokens.generation_by_model(period.start, period.end),
         "report": table, "rows": table.rows, "totals": table.totals, "group": group, "groups": report.GROUPS,
         "from_day": params["from"], "to_day": params["to"], "note": report.EXAMPLE_PRICES_NOTE,
         # The exact period shown, so the download has the same figures as the page.

@@ -159,8 +159,17 @@ def test_what_if_answers_bad_input_with_what_was_wrong(scene):
     assert "name the device model" in tokens.what_if(scene["h1"], " ", speedup=2)["error"]
 
 
-def test_the_fleets_dollars_of_a_day_split_by_phase_add_up(scene):
+def test_the_cost_review_splits_each_rows_dollars_by_phase_and_they_add_up(scene):
+    from costs import report
+
     now = b.datetime.now(b.UTC)
-    split = tokens.today_phase_split(now.date(), now=now)
-    total = sum(split["phases"].values()) + split["unsplit"] + split["idle"]
-    assert total == split["total"]
+    table = report.build(report.Period(now - timedelta(hours=2), now), "job")
+    cols = [f"{p}_exact_usd" for p in report.PHASE_COLUMNS]
+    h1 = next(r for r in table.rows if r["key"] == str(scene["h1"].pk))
+    assert D(h1["generation_exact_usd"]) == D("0.305") and D(h1["training_exact_usd"]) == D("0.1525")
+    for r in table.rows + [table.totals]:
+        assert sum(D(r[c]) for c in cols) == D(r["attributed_exact_usd"]), r["key"] if "key" in r else "totals"
+    by_model = {m["model"]: m for m in tokens.generation_by_model(now - timedelta(hours=2), now)}
+    # Steps stamped 55 s (22 s) apart from 30 minutes ago: all ten of each run fall in the period.
+    assert D(by_model[RUBIN]["usd_per_million"]) == D("0.245") and by_model[RUBIN]["tokens"] == 2_000_000
+    assert D(by_model[HOPPER]["usd_per_million"]) == D("0.305") and by_model[HOPPER]["tokens"] == 3_000_000
