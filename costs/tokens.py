@@ -263,6 +263,7 @@ def decomposition(f):
         **{f"{k}_title": usd_title(v) for k, v in (("usd_per_million_tokens", all_in), ("usd_per_point", usd_per_point),
                                                     ("generation_usd_per_million_tokens", gen_per_m),
                                                     ("training_usd_per_million_trained_tokens", train_per_m))},
+        "cost_display": usd_text(f.cost),
         "usd_per_million_tokens_display": usd_text(all_in),
         "million_tokens_per_point_display": _num(mtok_per_point),
         "usd_per_point_display": usd_text(usd_per_point),

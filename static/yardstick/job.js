@@ -81,6 +81,7 @@
     text("pp-mtok-per-point", p.million_tokens_per_point_display);
     text("pp-model", p.device_model || "—");
     text("pp-tokens", num(p.rollout_tokens, 0));
+    text("pp-cost", p.cost_display);
     text("pp-gain", p.gain_points === null ? "—" : num(p.gain_points, 2));
     const state = document.getElementById("pp-state");
     if (state) { state.textContent = p.state; state.hidden = p.state === "ok"; }
