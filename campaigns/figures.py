@@ -25,6 +25,7 @@ interval is N ÷ (slope ± 1.96 standard errors of the slope).
 import math
 from decimal import Decimal
 
+from costs import tokens
 from costs.intelligence import ipd, jobs_money, score_cost_curve
 from costs.money import exact_usd, ipd_text, usd_text
 from trainer.kinds import kind_of
@@ -51,6 +52,7 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
     jobs = list(campaign.jobs())
     evaluations = campaign.eval_jobs()
     money = jobs_money([j.pk for j in jobs] + [e.pk for v in evaluations.values() for e in v])
+    facts = tokens.job_facts([j.pk for j in jobs])
     evals = {}
     for e in campaign.retention_evals.all():
         evals.setdefault(e.after_job_id, {})[e.env] = e.pass1
@@ -87,6 +89,7 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
             "marginal_ipd": _ratio(marginal), "marginal_ipd_display": ipd_text(marginal), "marginal_state": state,
             "usd_per_point": exact_usd(usd_per_point), "usd_per_point_display": usd_text(usd_per_point),
             "net_ipd": _ratio(net_ipd), "net_ipd_display": ipd_text(net_ipd), "net_state": net_state,
+            **_price_of_a_point(usd, own, facts[job.pk]),
         })
         if after is not None:
             before = after
@@ -113,6 +116,22 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
         "cost_per_point_over_time": over_time,
         "projection": projection(campaign, jobs, points, latest),
     }
+
+
+def _price_of_a_point(usd, own, f):
+    """A run's $ / own point decomposed (costs.tokens, over the run's dollars, eval jobs' included): its dollars
+    per 1M rollout tokens x its 1M rollout tokens per own point, and the share of its job's dollars that went to
+    generation."""
+    mtok = Decimal(f.gen_tokens) / 1_000_000 if f.gen_tokens else None
+    per_mtok = usd / mtok if mtok and usd > 0 else None
+    mtok_per_point = mtok / Decimal(repr(float(own))) if mtok and own is not None and own > 0 else None
+    split = tokens.shares(f)
+    return {"rollout_tokens": f.gen_tokens, "usd_per_million_tokens": exact_usd(per_mtok),
+            "usd_per_million_tokens_display": usd_text(per_mtok),
+            "million_tokens_per_point": None if mtok_per_point is None else float(mtok_per_point),
+            "million_tokens_per_point_display": "—" if mtok_per_point is None else f"{float(mtok_per_point):.3g}",
+            "generation_share": None if split is None else float(split["generation"]),
+            "generation_share_display": "" if split is None else f"{split['generation'] * 100:.1f} %"}
 
 
 def _cost_per_point_over_time(runs):

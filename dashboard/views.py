@@ -463,7 +463,12 @@ def compare_page(request):
     jobs = [found[i] for i in ids if i in found]
     series = [(job, readings.compare_points(job)) for job in jobs]
     table = [{"job": job, **job_intelligence(job)} for job in jobs]
+    facts = tokens.job_facts([j.pk for j in jobs])
+    points = [{"job": job, **tokens.decomposition(facts[job.pk])} for job in jobs]
+    for p in points:
+        p["generation_share"] = next((ph["share_display"] for ph in p["phases"] if ph["phase"] == "generation"), None)
     return render(request, "dashboard/compare.html", {
+        "points": points,
         "jobs": jobs, "ids": ",".join(str(j.pk) for j in jobs), "xmode": xmode, "xmodes": figures.XMODES,
         "table": table, "errors": errors, "figures_json": script_json({"compare": figures.compare(series, xmode)}),
         "recent": Job.objects.order_by("-id")[:30], "any_example": any(r["example_prices"] for r in table),

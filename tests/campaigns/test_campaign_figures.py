@@ -100,3 +100,15 @@ def test_budget_at_a_glance(campaign):
     s = figures.summary(campaign)
     assert (s["budget_usd"], s["budget_left_usd"]) == ("1.00", "0.6385")
     assert s["budget_used_fraction"] == pytest.approx(0.3615)
+
+
+def test_a_runs_dollars_per_own_point_multiply_out_from_its_cost_per_token(campaign):
+    first = figures.summary(campaign)["runs"][0]
+    Step.objects.filter(job_id=first["job_id"], step=1).update(
+        gen_tokens=1_000_000, metrics={"eval/pass1": 20, "timing/generate_s": 30.0, "timing/step_s": 40.0})
+    run = figures.summary(campaign)["runs"][0]
+    # $0.1205 for 1M rollout tokens; 1M tokens / 20 own points = 0.05; 0.1205 x 0.05 = $0.006025 per own point.
+    assert run["usd_per_million_tokens"] == "0.1205" and run["million_tokens_per_point"] == pytest.approx(0.05)
+    assert Decimal(run["usd_per_million_tokens"]) * Decimal("0.05") == Decimal(run["usd_per_point"])
+    assert run["generation_share"] == pytest.approx(30 / 120), "30 s of generation in the 2 minutes it held"
+    assert figures.summary(campaign)["runs"][1]["generation_share"] is None, "no time per phase logged: no split"

@@ -18,7 +18,7 @@ import pytest
 from costs import tokens
 from costs.models import PriceEntry
 from costs.prices import add_price
-from tests.collector.fake_pynvml import FakeGpu
+from tests.collector.fake_pynvml import FakeGpu, FakeNvml
 from tests.dashboard import builders as b
 from trainer.models import Job, Step
 
@@ -34,6 +34,22 @@ def priced():
     add_price("*H100*", Decimal("3.60"), Decimal("0.10"), Decimal("1.5"), DAY0)
     add_price("*Rubin*", Decimal("7.20"), Decimal("0.10"), Decimal("1.5"), DAY0)
     add_price("*B200*", Decimal("5.40"), Decimal("0.10"), Decimal("1.5"), DAY0)
+
+
+def nvml_devices(node, gpus, now):
+    """The fake pynvml's GPUs as a node's agent registers them: read by the real NVML source, one sample written by
+    the agent's writer (its model, architecture and scopes the fake's profile; its cost the seeded minutes)."""
+    from django.db import connection
+
+    from collector.agent.batch import Batch
+    from collector.agent.sources.nvml import NvmlSource
+    from collector.agent.writer import Writer
+    from collector.models import Device
+
+    readings = NvmlSource(node, nvml=FakeNvml(gpus)).read(now)
+    Writer(connection.connection).write(Batch([r.device for r in readings],
+                                              [(r.device.uuid, now, *r.values) for r in readings]))
+    return [Device.objects.select_related("node").get(uuid=r.device.uuid) for r in readings]
 
 
 def timed_steps(job, start, gen_s, train_s, eval_s, step_s, count=10, pass1=(30.0, 40.0)):
@@ -64,9 +80,8 @@ def scene():
     priced()
     now = b.datetime.now(b.UTC)
     start = b.floor_minute(now) - timedelta(minutes=30)
-    hopper, rubin = b.node("hopper-a"), b.node("rubin-a")
-    h = [b.device(hopper, i, model=HOPPER) for i in range(3)]
-    r = [b.device(rubin, i, model=RUBIN) for i in range(2)]
+    h = nvml_devices("hopper-a", [FakeGpu.hopper(f"GPU-h{i}") for i in range(3)], now)
+    r = nvml_devices("rubin-a", [FakeGpu.rubin_superchip(f"GPU-r{i}") for i in range(2)], now)
     jobs = {
         "h1": run_on(h[0], "arithmetic", start, 10, 400.0, (30.0, 15.0, 5.0, 55.0), "h1"),
         "h2": run_on(h[1], "arithmetic", start, 10, 400.0, (30.0, 15.0, 5.0, 55.0), "h2"),

@@ -54,3 +54,14 @@ def test_the_costs_page_says_where_the_jobs_dollars_went_and_the_csv_has_it(view
     assert Decimal(total["generation_exact_usd"]) == Decimal("1.405")
     assert sum(Decimal(total[f"{p}_exact_usd"]) for p in ("generation", "training", "evaluation", "steps_other",
                                                             "waiting", "no_split")) == Decimal(total["attributed_exact_usd"])
+
+
+def test_compare_puts_the_jobs_prices_of_a_point_side_by_side(viewer_client, scene):  # noqa: F811
+    h1, r1 = scene["h1"], scene["r1"]
+    html = " ".join(viewer_client.get("/compare", {"jobs": f"{h1.pk},{r1.pk}"}).content.decode().split())
+    rows = html.split('id="compare-points"')[1]
+    assert f'data-job="{h1.pk}"' in rows and f'data-job="{r1.pk}"' in rows
+    # H100: $0.61 x 0.1 = $0.061 (shown $0.06); Rubin: $0.49 x 0.1 = $0.049 (shown $0.05), generation half of each.
+    assert '<td class="num" title="">$0.61</td> <td class="num">0.1</td> <td class="num" title="exact: $0.061">$0.06</td>' in rows
+    assert '<td class="num" title="">$0.49</td> <td class="num">0.1</td> <td class="num" title="exact: $0.049">$0.05</td>' in rows
+    assert rows.count("50.0 %") == 2
