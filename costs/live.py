@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 # Three attribution runs: one slow or missed run does not send the fleet page back to computing.
 FLEET_TODAY_TTL_S = 180
+PHASES_SHOWN = ("generation", "training", "evaluation")  # of the jobs' dollars, on the fleet page's card
 
 
 def fleet_today_key(day):
@@ -66,6 +67,8 @@ def fleet_today(now=None, book=None):
     today = report.build(report.Period(start, now), "day", book=book)
     totals = today.totals
     return {**{f"{k}_usd": Decimal(totals[f"{k}_exact_usd"]) for k in ("fleet", "attributed", "idle")},
+            # The jobs' dollars by phase (costs.report's columns): what the fleet's forward passes cost today.
+            **{f"{k}_usd": Decimal(totals[f"{k}_exact_usd"] or 0) for k in PHASES_SHOWN},
             "envs": today.ipd_groups["by_env"],
             "example_prices": totals["example_prices"], "as_of": now}
 
@@ -89,7 +92,7 @@ def store_fleet_today(value, ttl_s=FLEET_TODAY_TTL_S):
 
 def fleet_json(value):
     """fleet_today's dict in JSON types (money as strings, as_of in ISO 8601), with the display strings."""
-    money = ("fleet", "attributed", "idle")
+    money = ("fleet", "attributed", "idle", *(k for k in PHASES_SHOWN if f"{k}_usd" in value))
     return {**value, **{f"{k}_usd": str(value[f"{k}_usd"]) for k in money},
             **{f"{k}_display": usd_text(value[f"{k}_usd"]) for k in money}, "as_of": value["as_of"].isoformat()}
 

@@ -457,6 +457,9 @@
     text("card-attributed-usd", f.attributed_display);
     text("card-idle-usd", f.idle_display);
     text("card-fleet-usd", f.fleet_display);
+    ["generation", "training", "evaluation"].forEach(function (k) {
+      if (f[k + "_display"] !== undefined) text("card-" + k + "-usd", f[k + "_display"]);
+    });
     text("card-ipd-as-of", Y.hhmm(f.as_of));
   });
   // The cards as dashboard.fleetstate.compute counts them, for the page and the frames alike.

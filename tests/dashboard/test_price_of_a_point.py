@@ -65,3 +65,18 @@ def test_compare_puts_the_jobs_prices_of_a_point_side_by_side(viewer_client, sce
     assert '<td class="num" title="">$0.61</td> <td class="num">0.1</td> <td class="num" title="exact: $0.061">$0.06</td>' in rows
     assert '<td class="num" title="">$0.49</td> <td class="num">0.1</td> <td class="num" title="exact: $0.049">$0.05</td>' in rows
     assert rows.count("50.0 %") == 2
+
+
+def test_the_fleet_page_says_what_the_jobs_forward_passes_cost_today(viewer_client, scene):  # noqa: F811
+    from datetime import UTC, datetime, time
+
+    from costs import report
+    from costs.money import usd_text, usd_title
+
+    now = datetime.now(UTC)
+    today = report.build(report.Period(datetime.combine(now.date(), time(0), tzinfo=UTC), now), "day").totals
+    html = " ".join(viewer_client.get("/").content.decode().split())
+    generation = Decimal(today["generation_exact_usd"])
+    assert generation > 0 or now.hour == 0, "the scene's minutes are today's (but in the day's first half hour)"
+    assert f'id="card-generation-usd"><span title="{usd_title(generation)}">{usd_text(generation)}</span>' in html \
+        or f'id="card-generation-usd">{usd_text(generation)}<' in html
