@@ -28,10 +28,13 @@ from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 
+from collector.models import Device
+from costs.intelligence import Scores
 from costs.ledger import usage
 from costs.money import MICRO, exact_usd, ipd_text, usd_text, usd_title
 from costs.prices import PriceBook, burn_usd_per_h, cost_usd
 from trainer.models import Job, Step, Stint
+from yardstick.inputs import InputError
 
 PHASES = ("generation", "training", "evaluation", "other", "waiting")
 PHASE_LABELS = {"generation": "generation (rollouts)", "training": "training (updates)",
@@ -115,8 +118,6 @@ class Facts:
 
 def job_facts(job_ids, book=None, scores=None):
     """{job id: Facts} of `job_ids`: their usage (every device-minute charged to them), steps and stints."""
-    from costs.intelligence import Scores  # here: costs.intelligence reads this module's figures (no cycle)
-
     book = book or PriceBook()
     job_ids = list(job_ids)
     facts = {j: Facts(j) for j in job_ids}
@@ -523,8 +524,6 @@ def generation_by_model(start, end, book=None):
 
 def what_if_input(params):
     """(model, speed-up or None) from a what-if's query (`model`, `speedup`); InputError on a bad value."""
-    from yardstick.inputs import InputError  # here: only the what-if's views parse input
-
     model = (params.get("model") or "").strip()
     if not model:
         raise InputError("model", "name the device model to re-price the job on, e.g. NVIDIA Rubin")
@@ -544,8 +543,6 @@ def what_if_input(params):
 def models_to_price(book=None):
     """Device model names a what-if can name: the fleet's own, and the price book's patterns without wildcards
     in them stripped of their stars (`*Rubin*` -> Rubin), sorted."""
-    from collector.models import Device  # here: only the job page's what-if form lists the fleet's models
-
     book = book or PriceBook()
     names = set(Device.objects.exclude(source="host").values_list("model", flat=True).distinct())
     names |= {p.strip("*") for p in book.patterns if p.strip("*") and not set(p.strip("*")) & set("*?[]")}

@@ -210,7 +210,7 @@ class Publisher:
         from collector.management.commands.collect import settings_dsn  # here, as psycopg
 
         try:
-            conn = await psycopg.AsyncConnection.connect(settings_dsn(connections['default'].settings_dict), autocommit=True,
+            conn = await psycopg.AsyncConnection.connect(settings_dsn(connections["default"].settings_dict), autocommit=True,
                                                          connect_timeout=int(READ_TIMEOUT_S))
             async with conn:
                 await conn.execute(f"LISTEN {WRITES_CHANNEL}")
