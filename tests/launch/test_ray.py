@@ -284,7 +284,7 @@ def test_a_cluster_that_stops_answering_leaves_its_job_running_raises_an_alert_a
         wait_for(lambda: job_of(job).status == Status.COMPLETED, 60, "the job to complete")
         assert job_of(job).steps_done == 30
     finally:
-        proxy.pause()
+        proxy.close()
 
 
 def test_a_killed_head_makes_its_job_unreachable_then_failed_once_a_new_head_has_no_such_job(
