@@ -1,69 +1,59 @@
-"""Faults a test can switch on and off: a TCP relay in front of the real PostgreSQL that can be cut.
+"""Faults a test can switch on and off: a TCP relay that can be cut.
 
-`DatabaseRelay` listens on 127.0.0.1 and relays every connection to the
-suite's PostgreSQL (its Unix socket or host:port). `cut()` closes the
-listener and every relayed connection, as a database that went away does
-for its clients (new connections are refused, open ones end); `restore()`
-listens again on the same port. The database itself stays up for the rest
-of the suite.
+`Relay` listens on 127.0.0.1 and relays every connection to its target (a
+Unix socket or host:port). `cut()` ends every relayed connection and ends
+each new one at once, as a server that went away does for its clients;
+`restore()` relays again on the same port; `close()` frees the port. The
+port stays bound while cut: a freed port may be taken meanwhile (another
+process's outgoing connection gets it as its source port), and the relay
+could not listen there again.
+
+`DatabaseRelay` stands in front of the suite's PostgreSQL, which stays up
+for the rest of the suite.
 """
 
 import socket
 import threading
 
 
-class DatabaseRelay:
-    def __init__(self, settings_dict):
-        host = settings_dict.get("HOST") or "localhost"
-        port = int(settings_dict.get("PORT") or 5432)
-        if host.startswith("/"):
-            self.target = (socket.AF_UNIX, f"{host}/.s.PGSQL.{port}")
-        else:
-            self.target = (socket.AF_INET, (host, port))
-        self.cfg = settings_dict
-        self.port = None
-        self._listener = None
-        self._open = set()
-        self._lock = threading.Lock()
+class Relay:
+    def __init__(self, family, address):
+        self.target = (family, address)
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = self._listener.getsockname()[1]
+        self._open, self._lock, self._cut = set(), threading.Lock(), True
+        threading.Thread(target=self._accept, daemon=True).start()
 
-    def url(self):
-        from urllib.parse import quote
-
-        auth = quote(self.cfg.get("USER") or "", safe="")
-        if self.cfg.get("PASSWORD"):
-            auth += ":" + quote(self.cfg["PASSWORD"], safe="")
-        return f"postgresql://{auth}@127.0.0.1:{self.port}/{self.cfg['NAME']}"
-
-    def start(self):
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port or 0))
-        listener.listen(64)
-        self.port = listener.getsockname()[1]
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+    def restore(self):
+        self._cut = False
         return self
 
-    restore = start
+    start = restore
 
     def cut(self):
-        """Refuse new connections and end every open one."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            _end(listener)
         with self._lock:
+            self._cut = True
             conns, self._open = self._open, set()
         for conn in conns:
             _end(conn)
 
-    stop = cut
+    def close(self):
+        self.cut()
+        _end(self._listener)  # the shutdown wakes the thread in accept(), which close() alone leaves listening
 
-    def _accept(self, listener):
+    stop = close
+
+    def _accept(self):
         while True:
             try:
-                client, _ = listener.accept()
+                client, _ = self._listener.accept()
             except OSError:
-                return  # cut
+                return  # closed
+            if self._cut:
+                _end(client)
+                continue
             family, address = self.target
             upstream = socket.socket(family, socket.SOCK_STREAM)
             try:
@@ -72,6 +62,10 @@ class DatabaseRelay:
                 _end(client)
                 continue
             with self._lock:
+                if self._cut:
+                    _end(client)
+                    _end(upstream)
+                    continue
                 self._open.update((client, upstream))
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
@@ -86,6 +80,25 @@ class DatabaseRelay:
             with self._lock:
                 self._open.discard(conn)
             _end(conn)
+
+
+class DatabaseRelay(Relay):
+    def __init__(self, settings_dict):
+        host = settings_dict.get("HOST") or "localhost"
+        port = int(settings_dict.get("PORT") or 5432)
+        if host.startswith("/"):
+            super().__init__(socket.AF_UNIX, f"{host}/.s.PGSQL.{port}")
+        else:
+            super().__init__(socket.AF_INET, (host, port))
+        self.cfg = settings_dict
+
+    def url(self):
+        from urllib.parse import quote
+
+        auth = quote(self.cfg.get("USER") or "", safe="")
+        if self.cfg.get("PASSWORD"):
+            auth += ":" + quote(self.cfg["PASSWORD"], safe="")
+        return f"postgresql://{auth}@127.0.0.1:{self.port}/{self.cfg['NAME']}"
 
 
 def _end(sock):

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -97,85 +96,3 @@ class RayHead:
     def close(self):
         self.stop()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
-
-
-class Proxy:
-    """Forwards 127.0.0.1:<port> to `target_port`; `pause()` drops every open connection and closes each new one
-    at once (the cluster stops answering), `resume()` forwards again, `close()` frees the port.
-
-    The port stays bound while paused: a freed port may be taken meanwhile (another process's outgoing connection
-    gets it as its source port), and the proxy could not listen there again."""
-
-    def __init__(self, target_port):
-        self.target_port = target_port
-        self._listener = socket.socket()
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(64)
-        self.port = self._listener.getsockname()[1]
-        self.address = f"http://127.0.0.1:{self.port}"
-        self._conns, self._lock, self._paused = set(), threading.Lock(), True
-        threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
-
-    def resume(self):
-        self._paused = False
-        return self
-
-    def pause(self):
-        with self._lock:
-            self._paused = True
-            conns, self._conns = self._conns, set()
-        for conn in conns:
-            _drop(conn)
-
-    def close(self):
-        self.pause()
-        try:  # wakes the accepting thread (close() alone leaves it blocked in accept, still listening)
-            self._listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._listener.close()
-
-    def _accept(self, listener):
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            if self._paused:
-                _drop(client)
-                continue
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                if self._paused:
-                    _drop(client)
-                    _drop(upstream)
-                    continue
-                self._conns.update((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src, dst):
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-
-def _drop(conn):
-    try:
-        conn.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    conn.close()

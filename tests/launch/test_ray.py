@@ -2,7 +2,7 @@
 by every test here, one xdist group so one head serves them all), followed by the real follower (launch/remote.py)
 as beat runs it: a run that reports through MLflow (steps on the job page, output lines, its busy process
 attributed by the host agent through YARDSTICK_JOB_ID) stopped from the browser; a crashing entrypoint; a control
-plane restarted mid-run; a cluster that stops answering (through a proxy) and answers again; a head killed and
+plane restarted mid-run; a cluster that stops answering (through a relay) and answers again; a head killed and
 started again, whose Ray job is then gone. No machine here has a GPU: the recipes ask for CPUs."""
 
 import os
@@ -18,7 +18,8 @@ from launch.models import Cluster, Launch, OutputLine
 from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard.browser_helpers import in_thread, log_in, record_events, shot, user_in_role, wait_subscribed
 from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
-from tests.ray_head import Proxy, RayHead
+from tests.faults import Relay
+from tests.ray_head import RayHead
 from tests.waiting import wait_for
 from trainer.models import Job, Status, Stint
 
@@ -259,14 +260,14 @@ def test_a_cluster_that_stops_answering_leaves_its_job_running_raises_an_alert_a
     from alerts.evaluate import evaluate
     from alerts.models import Alert, AlertRule
 
-    proxy = Proxy(ray_head.dashboard_port).resume()
+    relay = Relay(socket.AF_INET, ("127.0.0.1", ray_head.dashboard_port)).restore()
     try:
-        Cluster.register({"name": "local", "address": proxy.address, "python": PY}, admin_user)
+        Cluster.register({"name": "local", "address": f"http://127.0.0.1:{relay.port}", "python": PY}, admin_user)
         AlertRule.objects.create(name="ray down", kind="cluster_unreachable", duration=0)
         ray_recipe("steady", [PY, STEPS, "--out", "{job_dir}", "--steps", "30", "--sleep", "0.3"])
         job = launch("steady", admin_user)
         wait_for(lambda: job_of(job).steps_done >= 1, 60, "the first step")
-        proxy.pause()
+        relay.cut()
         wait_for(lambda: job_of(job).launch.unreachable_since is not None, 30, "the job to be marked unreachable")
         job = job_of(job)
         assert job.status == Status.RUNNING, "a cluster that does not answer is not a failed job"
@@ -276,7 +277,7 @@ def test_a_cluster_that_stops_answering_leaves_its_job_running_raises_an_alert_a
         alert = Alert.objects.get(rule__kind="cluster_unreachable")
         assert alert.subject == "cluster:local" and "ray cluster local" in alert.message
         assert "has not answered for 0 min (1 live job(s) on it)" in alert.message, alert.message
-        proxy.resume()
+        relay.restore()
         wait_for(lambda: job_of(job).launch.unreachable_since is None, 30, "the cluster to answer again")
         assert "cluster local answers again" in output(job)
         evaluate()
@@ -284,7 +285,7 @@ def test_a_cluster_that_stops_answering_leaves_its_job_running_raises_an_alert_a
         wait_for(lambda: job_of(job).status == Status.COMPLETED, 60, "the job to complete")
         assert job_of(job).steps_done == 30
     finally:
-        proxy.close()
+        relay.close()
 
 
 def test_a_killed_head_makes_its_job_unreachable_then_failed_once_a_new_head_has_no_such_job(
