@@ -16,7 +16,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint venv dev-venv browser prometheus bench clean-test which-python
+.PHONY: run test lint venv dev-venv browser prometheus slurm bench clean-test which-python
 
 run: $(STAMP)
 	$(PY) manage.py up $(ARGS)
@@ -26,7 +26,7 @@ run: $(STAMP)
 # the tests of one xdist_group in one process (the Ray tests share one Ray head).
 TEST_WORKERS ?= 2
 
-test: $(DEV_STAMP) browser prometheus lint
+test: $(DEV_STAMP) browser prometheus slurm lint
 	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} $(PY) -m pytest -p tests.parallel -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The architecture of docs/architecture.md (.importlinter) and a small rule set of mistakes (ruff.toml).
@@ -77,6 +77,17 @@ prometheus:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else \
 	    echo "The exporter's test needs Prometheus at /usr/bin/prometheus: run 'sudo apt-get install prometheus' (Debian/Ubuntu)"; exit 1; \
+	  fi; }
+
+# The Slurm executor's tests run a one-node cluster of Debian's slurmctld and slurmd (tests/slurm_cluster.py).
+# Install them when missing.
+slurm:
+	@test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/sbatch || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing Debian's slurm-wlm and munge for the Slurm executor's tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null; \
+	  else \
+	    echo "The Slurm executor's tests need Slurm: run 'sudo apt-get install slurm-wlm munge' (Debian/Ubuntu)"; exit 1; \
 	  fi; }
 
 bench: $(DEV_STAMP)

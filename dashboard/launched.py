@@ -15,19 +15,21 @@ from launch.kind import LAUNCHED
 from launch.models import FIELDS, Cluster, Launch, Recipe, names_init_from
 from launch.output import marker
 from launch.remote import FAILED as REMOTE_FAILED
-from trainer.models import ENDED, RESUMABLE, Source
+from trainer.models import ENDED, RESUMABLE, Source, Status
 from trainer.workers import live_workers, with_devices
 from yardstick.inputs import InputError
 
-# What each stop step means (launch/executor.py: the flag, then SIGTERM, then SIGKILL).
+# What each stop step means (launch/executor.py: the flag, then SIGTERM, then SIGKILL; on a Slurm cluster the last
+# is its cancel, launch/remote.py).
 STOP_STEPS = {
     "flag": "the stop flag: the run ended itself at its next step",
     "SIGTERM": "SIGTERM, after the stop flag's grace",
     "SIGKILL": "SIGKILL: it ignored the stop flag and SIGTERM",
+    "cancel": "the scheduler's cancel (Slurm's scancel): it ran on past the stop flag and SIGTERM",
 }
 FORMATS = ("yaml", "json")
 # A cluster's scheduler by its kind (launch.models.CLUSTER_KINDS), as the pages name it: "on Ray cluster gpu-a".
-SCHEDULERS = {"ray": "Ray"}
+SCHEDULERS = {"ray": "Ray", "slurm": "Slurm"}
 
 
 def scheduler_name(kind):
@@ -68,7 +70,8 @@ def launch_view(job):
         "marker": marker(launch.output_dropped, cap * 2**20), "cap_mb": cap,
         # On a cluster: its scheduler placed it and says how it goes (launch/remote.py follows it).
         "remote": launch.executor != "node", "scheduler": scheduler_name(launch.executor),
-        "remote_failed": launch.remote_status == REMOTE_FAILED,
+        # what the scheduler said is an error: a failed end (its own word may be TIMEOUT, OUT_OF_MEMORY, ...)
+        "remote_failed": launch.remote_status == REMOTE_FAILED or (job.status == Status.FAILED and launch.remote_message),
     }
 
 

@@ -22,8 +22,8 @@ from yardstick.inputs import InputError
 # The headers textarea follows them; a refusal of a field that is none of these is shown above the form.
 LINE_FIELDS = (
     ("name", "Name", "lower-case letters, digits, '.', '_' or '-': what a recipe's cluster field names", "", True),
-    ("address", "Address", "its dashboard's http(s)://host:port, where the Jobs API answers (Ray's is port 8265)",
-     "http://ray-head:8265", True),
+    ("address", "Address", "Ray: its dashboard's http(s)://host:port, where the Jobs API answers (port 8265); Slurm: "
+     "the path of the slurm.conf its commands read on this machine", "http://ray-head:8265", True),
     ("kind", "Kind", "the scheduler it runs", "", False),
     ("python", "Python", "what {python} is in its recipes: the interpreter on its nodes", "", False),
     ("description", "Description", "", "", False),

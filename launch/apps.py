@@ -11,13 +11,15 @@ class LaunchConfig(AppConfig):
         from trainer.kinds import register
 
         register(LAUNCHED)
-        # and where a launch runs: a node's launch worker, or a Ray cluster (launch/executors.py)
+        # and where a launch runs: a node's launch worker, a Ray cluster or a Slurm cluster (launch/executors.py)
         from launch.executors import register as register_executor
         from launch.kind import NODE
         from launch.on_ray import RayExecutor
+        from launch.on_slurm import SlurmExecutor
 
         register_executor(NODE)
         register_executor(RayExecutor())
+        register_executor(SlurmExecutor())
         # here: trainer.views is loaded once every app is; /api/jobs/<id> then shows what a launched job ran
         from trainer.views import add_detail_part
 

@@ -8,8 +8,8 @@ stop-loss. Two kinds of executor implement the interface:
   on a GPU node's launch worker with free devices, and that worker starts the argv as a process group;
 - a remote executor (launch/remote.py `RemoteExecutor`): a scheduler places the job; Yardstick submits it, then
   follows it by polling (state, log, stop), holding nothing in memory, so a restarted control plane picks up where
-  it was. Ray (launch/on_ray.py) is one; a Slurm executor would be another module of the same shape
-  (submit/state/log/cancel/nodes with sbatch/sacct/scancel or slurmrestd) and one line in launch/apps.py.
+  it was. Ray (launch/on_ray.py, its Jobs API) and Slurm (launch/on_slurm.py, sbatch / scontrol / sacct / scancel)
+  are the two; another scheduler is one more module of that shape and one line in launch/apps.py.
 """
 
 from yardstick.inputs import InputError

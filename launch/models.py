@@ -26,11 +26,19 @@ ARGV_MAX, PARAMS_MAX, ENV_MAX = 200, 50, 100
 GRACE_MAX_S = 3600
 DEFAULT_GRACE_S = (60, 30)  # the stop flag's, then SIGTERM's, before the next step
 FIELDS = ("description", "argv", "params", "env", "workdir", "devices", "framework", "score_key", "stop_grace_s",
-          "resume_argv", "checkpoint_pattern", "executor", "cluster", "shared_dir", "working_dir")
+          "resume_argv", "checkpoint_pattern", "executor", "cluster", "shared_dir", "working_dir", "slurm")
 # Where a recipe runs: "node" (a GPU node's launch worker, launch/executor.py) or a scheduler Yardstick submits it
-# to and follows (launch/remote.py): "ray" (a registered Ray cluster's Jobs API, launch/on_ray.py).
-EXECUTORS = ("node", "ray")
-CLUSTER_KINDS = ("ray",)
+# to and follows (launch/remote.py): "ray" (a registered Ray cluster's Jobs API, launch/on_ray.py), "slurm" (a
+# batch job on a registered Slurm cluster, launch/on_slurm.py).
+EXECUTORS = ("node", "ray", "slurm")
+CLUSTER_KINDS = ("ray", "slurm")
+# A Slurm recipe's batch options (its `slurm` object): each may name the recipe's parameters, checked again once
+# filled (launch/on_slurm.py). A partition, account or QOS name; a time limit as sbatch takes it.
+SLURM_NAME = re.compile(r"^[A-Za-z0-9_.,-]{1,100}$")
+SLURM_TIME = re.compile(r"^(UNLIMITED|INFINITE|\d{1,7}(:\d{1,2}){0,2}|\d{1,4}-\d{1,2}(:\d{1,2}){0,2})$")
+SLURM_GPUS_AS = ("gpus-per-node", "gres")
+SLURM_NODES_MAX = 1024
+SLURM_FIELDS = ("partition", "account", "qos", "nodes", "time_limit", "gpus_as")
 
 
 def _text(field, value, limit, required=False):
@@ -154,13 +162,16 @@ def _where(raw, clean):
     executor = raw.get("executor") or "node"
     if executor not in EXECUTORS:
         raise InputError("executor", f"executor must be one of {', '.join(EXECUTORS)} (node: a GPU node's launch "
-                                     f"worker; ray: a registered Ray cluster), got {executor!r}")
+                                     f"worker; ray: a registered Ray cluster; slurm: a batch job on a registered "
+                                     f"Slurm cluster), got {executor!r}")
     if executor == "node":
-        extra = sorted(k for k in ("cluster", "shared_dir", "working_dir") if raw.get(k))
+        extra = sorted(k for k in ("cluster", "shared_dir", "working_dir", "slurm") if raw.get(k))
         if extra:
-            raise InputError(extra[0], f"{extra[0]} is for a recipe that runs on a cluster (executor: ray); this "
-                                       "one runs on a node's launch worker")
+            raise InputError(extra[0], f"{extra[0]} is for a recipe that runs on a cluster (executor: ray or slurm); "
+                                       "this one runs on a node's launch worker")
         return {}
+    if raw.get("slurm") and executor != "slurm":
+        raise InputError("slurm", f"slurm holds a Slurm batch job's options; this recipe runs on {executor}")
     cluster = raw.get("cluster") or ""
     if cluster:
         clean_name(cluster, "cluster")
@@ -168,6 +179,13 @@ def _where(raw, clean):
     if shared and not shared.startswith("/"):
         raise InputError("shared_dir", f"shared_dir must be an absolute path on storage every node of the cluster "
                                        f"mounts (its jobs' output directories go there), got {shared!r}")
+    if executor == "slurm" and not shared:
+        raise InputError("shared_dir", "a Slurm batch job writes its output file into the job's output directory, "
+                                       "where Yardstick reads it while it runs: set shared_dir to storage the "
+                                       "cluster's nodes and Yardstick's follower share (e.g. /mnt/shared/yardstick)")
+    if executor == "slurm" and re.search(r"[\s%'\"\\$`]", shared):
+        raise InputError("shared_dir", f"a Slurm recipe's shared_dir goes into #SBATCH lines: no spaces, quotes, "
+                                       f"'%', '$', '`' or backslashes, got {shared!r}")
     items = [*clean["argv"], *clean["resume_argv"], *clean["env"].values(), clean["workdir"]]
     uses_dir = any("job_dir" in placeholders(item, "argv") for item in items)
     if uses_dir and not shared:
@@ -177,10 +195,69 @@ def _where(raw, clean):
         raise InputError("shared_dir", "a Resume on a cluster finds its checkpoints in the job's output directory, "
                                        "on storage its nodes share: set shared_dir")
     working_dir = _text("working_dir", raw.get("working_dir"), 1000)
+    if working_dir and executor != "ray":
+        raise InputError("working_dir", "working_dir is what Ray ships to its nodes first; a Slurm job runs where "
+                                        "its nodes' storage has the code (set workdir)")
     out = {"executor": executor, "cluster": cluster, "shared_dir": shared}
     if working_dir:
         out["working_dir"] = working_dir
+    if executor == "slurm":
+        out["slurm"] = _slurm(raw.get("slurm"), {p["name"] for p in clean["params"]} | (set(RESERVED) - {"checkpoint"}))
     return out
+
+
+def _slurm(raw, allowed):
+    """A Slurm recipe's batch options, checked: {partition, account, qos, nodes, time_limit, gpus_as}."""
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise InputError("slurm", f"slurm must be an object with {', '.join(SLURM_FIELDS)}, got {raw!r}")
+    unknown = sorted(set(raw) - set(SLURM_FIELDS))
+    if unknown:
+        raise InputError(f"slurm.{unknown[0]}", f"slurm has no field {unknown[0]!r}; its fields are "
+                                                f"{', '.join(SLURM_FIELDS)}")
+    out = {}
+    for key in ("partition", "account", "qos", "time_limit"):
+        value = raw.get(key)
+        if value in (None, ""):
+            continue
+        field = f"slurm.{key}"
+        _item(field, value, allowed)
+        if not placeholders(value, field):
+            slurm_option_problem(key, value)
+        out[key] = value
+    nodes = raw.get("nodes", 1)
+    if isinstance(nodes, str) and "{" in nodes:
+        _item("slurm.nodes", nodes, allowed)
+    else:
+        slurm_option_problem("nodes", nodes)
+    out["nodes"] = nodes
+    gpus_as = raw.get("gpus_as") or SLURM_GPUS_AS[0]
+    if gpus_as not in SLURM_GPUS_AS:
+        raise InputError("slurm.gpus_as", f"slurm.gpus_as must be {' or '.join(SLURM_GPUS_AS)} (how the batch job "
+                                          f"asks for the recipe's GPUs on each node), got {gpus_as!r}")
+    out["gpus_as"] = gpus_as
+    return out
+
+
+def slurm_option_problem(key, value):
+    """Raise InputError when `value` (filled) is no Slurm batch option `key` accepts; the field is slurm.<key>."""
+    field = f"slurm.{key}"
+    if key == "nodes":
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= SLURM_NODES_MAX:
+            raise InputError(field, f"{field} must be a whole number of nodes from 1 to {SLURM_NODES_MAX}, got "
+                                    f"{value!r}")
+        return value
+    if key == "time_limit":
+        if not isinstance(value, str) or not SLURM_TIME.match(value):
+            raise InputError(field, f"{field} must be a time limit as sbatch takes it (minutes, MM:SS, HH:MM:SS, "
+                                    f"D-HH, D-HH:MM:SS or UNLIMITED), got {value!r}")
+        return value
+    if not isinstance(value, str) or not SLURM_NAME.match(value):
+        raise InputError(field, f"{field} must be a Slurm {key} name (letters, digits, '.', '_', '-'; several "
+                                f"separated by ','), got {value!r}")
+    return value
 
 
 def names_init_from(definition):
@@ -299,7 +376,8 @@ HEADERS_MAX = 20
 class Cluster(models.Model):
     """A scheduler Yardstick submits recipes to and follows (launch/remote.py): a Ray cluster, by the address of its
     dashboard (the Jobs API, e.g. http://ray-head:8265) and the headers an authenticating proxy in front of it wants
-    (their values are secrets: stored, sent, never shown).
+    (their values are secrets: stored, sent, never shown); a Slurm cluster, by the slurm.conf its commands read on
+    the machine Yardstick's follower runs on (a login node: sbatch, squeue, scontrol, scancel).
 
     `answered_at` / `unreachable_since` / `error` are the follower's: when it last answered, since when it has not,
     and what the last failed call said."""
@@ -338,8 +416,11 @@ class Cluster(models.Model):
         kind = raw.get("kind") or "ray"
         if kind not in CLUSTER_KINDS:
             raise InputError("kind", f"kind must be one of {', '.join(CLUSTER_KINDS)}, got {kind!r}")
-        address = clean_address(raw.get("address"))
+        address = clean_slurm_conf(raw.get("address")) if kind == "slurm" else clean_address(raw.get("address"))
         headers = raw.get("headers") or {}
+        if headers and kind == "slurm":
+            raise InputError("headers", "headers are for a Ray dashboard behind a proxy; a Slurm cluster's commands "
+                                        "authenticate as the user Yardstick's follower runs as")
         if not isinstance(headers, dict) or len(headers) > HEADERS_MAX:
             raise InputError("headers", f"headers must be an object of at most {HEADERS_MAX} Name: value pairs (what "
                                         "a proxy in front of the dashboard wants), got a "
@@ -381,6 +462,15 @@ class Cluster(models.Model):
                 "answered_at": self.answered_at.isoformat() if self.answered_at else None,
                 "unreachable_since": self.unreachable_since.isoformat() if self.unreachable_since else None,
                 "error": self.error}
+
+
+def clean_slurm_conf(value):
+    """A Slurm cluster's address: the absolute path of the slurm.conf its commands read (SLURM_CONF)."""
+    text = _text("address", value, 1000, required=True).strip()
+    if not text.startswith("/") or "\n" in text:
+        raise InputError("address", "a Slurm cluster's address is the absolute path of the slurm.conf its commands "
+                                    f"read on this machine (e.g. /etc/slurm/slurm.conf), got {value!r}")
+    return text
 
 
 def clean_address(value):
@@ -445,6 +535,8 @@ class Launch(models.Model):
     log_offset = models.BigIntegerField(default=0, help_text="characters of the scheduler's log already kept")
     stop_flag_at = models.DateTimeField(null=True, blank=True)
     unreachable_since = models.DateTimeField(null=True, blank=True)
+    allocation = models.JSONField(null=True, blank=True, help_text="what the scheduler gave its newest start, where "
+                                  "it says (Slurm: nodes, GPUs, CPUs, start, end)")
 
     def __str__(self):
         return f"launch of job {self.job_id}: {self.recipe_name} v{self.recipe_version}"
@@ -462,6 +554,7 @@ class Launch(models.Model):
                 "remote_id": self.remote_id, "remote_status": self.remote_status,
                 "remote_message": self.remote_message,
                 "unreachable_since": self.unreachable_since.isoformat() if self.unreachable_since else None,
+                "allocation": self.allocation,
                 "output": {"bytes": self.output_bytes, "dropped": self.output_dropped, "lines": self.output_seq}}
 
 

@@ -99,7 +99,7 @@ class RayExecutor(RemoteExecutor):
         status = getattr(info.status, "value", str(info.status))
         return RemoteState(status=status, message=info.message or "", exit_code=getattr(info, "driver_exit_code", None))
 
-    def log(self, cluster, remote_id):
+    def log(self, cluster, remote_id, job_dir=""):
         try:
             return self._call(cluster, "get_job_logs", remote_id)
         except RuntimeError as err:

@@ -1,4 +1,4 @@
-"""Launched jobs on a scheduler Yardstick submits to and follows (a Ray cluster; Slurm is the next of this shape).
+"""Launched jobs on a scheduler Yardstick submits to and follows (a Ray cluster, a Slurm cluster).
 
 A `RemoteExecutor` speaks to one kind of scheduler with five calls: `submit` a start, read its `state` and its
 `log`, `cancel` it, list the cluster's `nodes`. Everything else is here, the same for every scheduler:
@@ -12,8 +12,11 @@ A `RemoteExecutor` speaks to one kind of scheduler with five calls: `submit` a s
 - the log: each pass takes the lines the scheduler's log has gained (whole lines; the rest once it has ended) into
   the job's output, capped and published like a node's (launch.executor.OutputWriter);
 - a stop goes in the same steps as on a node: the run's stop flag, then after the recipe's first grace the
-  scheduler's cancel (SIGTERM, and SIGKILL after the second grace, which the submission carries);
+  scheduler's cancel (SIGTERM, and SIGKILL after the second grace: Ray's stop carries that wait itself; Slurm's
+  executor signals first, and the follower cancels the job once the second grace is over);
 - the end follows the scheduler's: SUCCEEDED completed, FAILED failed with the scheduler's message, STOPPED stopped.
+  The scheduler's own word for it (Slurm's TIMEOUT, OUT_OF_MEMORY, ...) is what the job page shows, with its reason
+  (a pending Slurm job's Resources, Priority, ...).
 
 Each job is followed under a row lock taken with SKIP LOCKED, so two followers (two beats, a beat and a launch)
 never handle one job at once; a submission's id is derived from the job and its start, so a submission the
@@ -47,7 +50,8 @@ from yardstick.models import ApiToken
 log = logging.getLogger(__name__)
 
 FOLLOW = "launch.tasks.follow_remote"
-# What a scheduler says of a job (Ray's JobStatus names; another scheduler's executor maps its own onto them).
+# What a scheduler says of a job (Ray's JobStatus names; another scheduler's executor maps its own onto them and
+# keeps its own word in RemoteState.said).
 PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
 ENDED = (SUCCEEDED, FAILED, STOPPED)
 
@@ -72,6 +76,8 @@ class Submission:
     devices: dict  # the recipe's {kind, count}
     stop_wait_s: int  # after SIGTERM, how long before SIGKILL
     metadata: dict = field(default_factory=dict)
+    job_dir: str = ""  # the job's output directory on the shared storage ("" for none)
+    options: dict = field(default_factory=dict)  # the recipe's options for this scheduler, rendered (Slurm's)
 
     def entrypoint(self):
         """The argv as one shell line, every item quoted whole (what a scheduler that takes a line runs)."""
@@ -82,8 +88,14 @@ class Submission:
 @dataclass(frozen=True)
 class RemoteState:
     status: str  # PENDING RUNNING SUCCEEDED FAILED STOPPED
-    message: str = ""
-    exit_code: int | None = None
+    message: str = ""  # why it waits, how it failed: the scheduler's words
+    exit_code: int | None = None  # negative: killed by that signal
+    said: str = ""  # the scheduler's own name of the state, where it has its own (Slurm's TIMEOUT); "" for `status`
+    allocation: dict | None = None  # what the scheduler gave it (nodes, GPUs, start, end), where it says
+
+    @property
+    def word(self):
+        return self.said or self.status
 
 
 @dataclass(frozen=True)
@@ -106,20 +118,27 @@ class RemoteExecutor(Executor):
     remote = True
 
     def submit(self, cluster, submission):
-        """Start `submission` on `cluster`; Refused with the scheduler's words when it will not."""
+        """Start `submission` on `cluster`; return the scheduler's id of it (None: `submission.id` is its id).
+        Refused with the scheduler's words when it will not."""
         raise NotImplementedError
 
     def state(self, cluster, remote_id):
         """The RemoteState of the scheduler's job `remote_id`, or None when it knows no such job."""
         raise NotImplementedError
 
-    def log(self, cluster, remote_id):
-        """The whole log of the scheduler's job `remote_id` so far (text)."""
+    def log(self, cluster, remote_id, job_dir=""):
+        """The whole log of the scheduler's job `remote_id` so far (text); `job_dir`: its output directory."""
         raise NotImplementedError
 
     def cancel(self, cluster, remote_id):
-        """Ask the scheduler to end the job: SIGTERM, then SIGKILL after the submission's stop_wait_s."""
+        """Ask the scheduler to end the job: SIGTERM (and SIGKILL after the submission's stop_wait_s, where the
+        scheduler carries that wait)."""
         raise NotImplementedError
+
+    def kill(self, cluster, remote_id):
+        """End the job outright, the stop's last step, once the second grace after `cancel` is over: for a
+        scheduler whose cancel does not carry that wait itself. Returns whether it did anything."""
+        return False
 
     def nodes(self, cluster):
         """[RemoteNode] of the cluster, as it reports them (yardstick_node left None: `tie` fills it)."""
@@ -177,6 +196,12 @@ def follow(job_id):
     return follower
 
 
+def render_options(options, values):
+    """A recipe's options for its scheduler (its `slurm` object) with their {placeholders} filled: {} for none."""
+    return {key: render([value], values)[0] if isinstance(value, str) else value
+            for key, value in (options or {}).items()}
+
+
 def shared_dir(launch):
     """The job's output directory on the cluster's shared storage ("" when its recipe names none)."""
     root = launch.definition.get("shared_dir")
@@ -216,11 +241,15 @@ class Follower:
                 working_dir=launch.definition.get("working_dir", ""), devices=launch.definition["devices"],
                 stop_wait_s=launch.stop_grace_s[1],
                 metadata={"yardstick_job": str(job.pk), "yardstick_recipe": launch.recipe_name,
-                          "yardstick_start": str(start)})
+                          "yardstick_start": str(start)},
+                job_dir=folder, options=render_options(launch.definition.get(self.executor.name), values))
             self.save(starts=start, argv=argv, env_names=sorted(env_names(env, launch)), token=row, job_dir=folder,
                       remote_id=submission.id, remote_status=PENDING, remote_message="", stop_step="",
-                      exit_code=None, log_offset=0, stop_flag_at=None, unreachable_since=None, worker="", node="")
-            self.executor.submit(self.cluster, submission)
+                      exit_code=None, log_offset=0, stop_flag_at=None, unreachable_since=None, worker="", node="",
+                      allocation=None)
+            remote_id = self.executor.submit(self.cluster, submission) or submission.id
+            if remote_id != submission.id:
+                self.save(remote_id=remote_id)
         except (Unreachable, Refused) as err:
             what = "did not answer" if isinstance(err, Unreachable) else "refused the job"
             self.fail(f"{self.executor.name} cluster {self.cluster.name} ({self.cluster.address}) {what}: {err}",
@@ -234,7 +263,7 @@ class Follower:
             self.fail(f"{type(err).__name__}: {err}"[:4000], token=token)
             return
         self.answered()
-        self.out.say(f"submitted to {self.executor.name} cluster {self.cluster.name} as {submission.id}: "
+        self.out.say(f"submitted to {self.executor.name} cluster {self.cluster.name} as {remote_id}: "
                      f"{submission.entrypoint()}")
 
     def cluster_python(self):
@@ -247,7 +276,7 @@ class Follower:
         launch, job = self.launch, self.job
         try:
             state = self.executor.state(self.cluster, launch.remote_id)
-            text = self.executor.log(self.cluster, launch.remote_id) if state is not None else ""
+            text = self.executor.log(self.cluster, launch.remote_id, launch.job_dir) if state is not None else ""
         except Unreachable as err:
             self.unreachable(err)
             return
@@ -259,8 +288,10 @@ class Follower:
             return
         final = state.status in ENDED
         self.take(text, final=final)
-        if state.status != launch.remote_status or state.message != launch.remote_message:
-            self.save(remote_status=state.status, remote_message=state.message[:4000])
+        if state.word != launch.remote_status or state.message != launch.remote_message:
+            self.save(remote_status=state.word, remote_message=state.message[:4000])
+        if state.allocation is not None and state.allocation != launch.allocation:
+            self.save(allocation=state.allocation)
         self.scan_checkpoints()
         if final:
             self.end(state)
@@ -306,6 +337,17 @@ class Follower:
             self.save(stop_step="SIGTERM")
             self.out.say(f"the run ran on {first} s after its stop flag: {self.executor.name} stops its job (SIGTERM, "
                          f"SIGKILL {second} s later)")
+            wait_s, job_id = float(second), self.job.pk
+            transaction.on_commit(lambda: current_app.send_task(FOLLOW, args=[job_id], countdown=wait_s))
+        elif self.launch.stop_step == "SIGTERM" and now - self.launch.stop_flag_at >= timedelta(seconds=first + second):
+            try:
+                killed = self.executor.kill(self.cluster, self.launch.remote_id)
+            except Unreachable as err:
+                self.unreachable(err)
+                return
+            if killed:
+                self.save(stop_step="cancel")
+                self.out.say(f"the run ran on {second} s after SIGTERM: {self.executor.name} cancels its job")
 
     def scan_checkpoints(self):
         """The checkpoints in the job's output directory, where this machine mounts the shared storage too."""
@@ -349,7 +391,7 @@ class Follower:
             who = f"{job.stop_reason}; " if job.stop_reason else ""
             how = ("the run ended itself at its stop flag" if self.launch.stop_step == "flag"
                    else f"{self.executor.name} stopped its job {self.launch.stop_grace_s[0]} s after its stop flag")
-            to, reason, error = to, f"{who}{how} ({at}; {self.executor.name} says {state.status})", ""
+            to, reason, error = to, f"{who}{how} ({at}; {self.executor.name} says {state.word})", ""
         elif state.status == SUCCEEDED:
             to, reason, error = Status.COMPLETED, f"its {self.executor.name} job succeeded ({at})", ""
         elif state.status == STOPPED:

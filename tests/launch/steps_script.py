@@ -1,10 +1,12 @@
 """A launched run in miniature for the tests: logs `reward` every step to the job's MLflow run (MLFLOW_RUN_ID),
 writes a `step_N` checkpoint folder every --every steps, ends at its stop flag after writing one (unless
 --ignore-stop: then only a signal ends it), and with --from <checkpoint> goes on from that step. --busy spins
-between steps instead of sleeping (a node agent's host source records busy processes as holders).
-Usage: steps_script.py --out DIR --steps N [--every K] [--from DIR] [--busy] [--ignore-stop]."""
+between steps instead of sleeping (a node agent's host source records busy processes as holders); --ignore-term
+ignores SIGTERM too (only SIGKILL ends it).
+Usage: steps_script.py --out DIR --steps N [--every K] [--from DIR] [--busy] [--ignore-stop] [--ignore-term]."""
 
 import argparse
+import signal
 import time
 from pathlib import Path
 
@@ -23,7 +25,10 @@ def main():
     parser.add_argument("--from", dest="start_from", default="")
     parser.add_argument("--busy", action="store_true")
     parser.add_argument("--ignore-stop", action="store_true")
+    parser.add_argument("--ignore-term", action="store_true")
     args = parser.parse_args()
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     first = int(Path(args.start_from).name.removeprefix("step_")) if args.start_from else 0
     last = first + args.steps if args.more else args.steps
     print(f"starting at step {first}", flush=True)

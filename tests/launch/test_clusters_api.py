@@ -44,7 +44,10 @@ def test_an_admin_registers_a_cluster_whose_header_values_are_never_shown(client
     ({"address": "http://ray-head:port"}, "address", "not a URL"),
     ({"address": ""}, "address", "address is required"),
     ({"name": "Has Spaces"}, "name", "lower-case letters"),
-    ({"kind": "slurm"}, "kind", "kind must be one of ray"),
+    ({"kind": "kubernetes"}, "kind", "kind must be one of ray, slurm"),
+    ({"kind": "slurm"}, "address", "absolute path of the slurm.conf"),
+    ({"kind": "slurm", "address": "/etc/slurm/slurm.conf", "headers": {"X-Token": "t"}}, "headers",
+     "headers are for a Ray dashboard"),
     ({"headers": ["Authorization"]}, "headers", "object of at most 20"),
     ({"headers": {"Bad Name": "x"}}, "headers", "letters, digits and '-'"),
     ({"headers": {"X-Token": "two\nlines"}}, "headers.X-Token", "one line"),
@@ -59,18 +62,63 @@ def test_a_bad_cluster_is_refused_naming_the_field_and_stores_nothing(client, ad
 
 
 @pytest.mark.parametrize("fields, field, words", [
-    ({"executor": "k8s"}, "executor", "executor must be one of node, ray"),
+    ({"executor": "k8s"}, "executor", "executor must be one of node, ray, slurm"),
     ({"cluster": "research"}, "cluster", "for a recipe that runs on a cluster"),
     ({"executor": "ray", "argv": ["python", "train.py", "--out", "{job_dir}"]}, "shared_dir",
      "on storage its nodes share: set shared_dir"),
     ({"executor": "ray", "resume_argv": ["--from", "{checkpoint}"]}, "shared_dir", "set shared_dir"),
     ({"executor": "ray", "shared_dir": "shared/runs"}, "shared_dir", "absolute path"),
     ({"executor": "ray", "cluster": "Not A Name"}, "cluster", "cluster must be 1 to 100"),
+    ({"executor": "slurm"}, "shared_dir", "writes its output file into the job's output directory"),
+    ({"executor": "slurm", "shared_dir": "/mnt/my runs"}, "shared_dir", "no spaces, quotes, '%'"),
+    ({"executor": "slurm", "shared_dir": "/mnt/runs", "working_dir": "/opt/r"}, "working_dir", "set workdir"),
+    ({"executor": "ray", "slurm": {"partition": "gpu"}}, "slurm", "this recipe runs on ray"),
+    ({"slurm": {"partition": "gpu"}}, "slurm", "for a recipe that runs on a cluster"),
+    ({"executor": "slurm", "shared_dir": "/mnt/runs", "slurm": ["gpu"]}, "slurm", "slurm must be an object"),
+    ({"executor": "slurm", "shared_dir": "/mnt/runs", "slurm": {"gpus": 8}}, "slurm.gpus", "slurm has no field"),
+    ({"executor": "slurm", "shared_dir": "/mnt/runs", "slurm": {"partition": "gpu;rm"}}, "slurm.partition",
+     "must be a Slurm partition name"),
+    ({"executor": "slurm", "shared_dir": "/mnt/runs", "slurm": {"time_limit": "2 hours"}}, "slurm.time_limit",
+     "a time limit as sbatch takes it"),
+    ({"executor": "slurm", "shared_dir": "/mnt/runs", "slurm": {"time_limit": "{hours}"}}, "slurm.time_limit",
+     "names {hours}, which is no parameter"),
+    ({"executor": "slurm", "shared_dir": "/mnt/runs", "slurm": {"nodes": 0}}, "slurm.nodes", "from 1 to 1024"),
+    ({"executor": "slurm", "shared_dir": "/mnt/runs", "slurm": {"gpus_as": "gpu"}}, "slurm.gpus_as",
+     "gpus-per-node or gres"),
 ])
 def test_the_fields_of_a_recipe_that_runs_on_a_cluster_are_checked(fields, field, words):
     with pytest.raises(InputError) as err:
         Recipe.define("r", {"argv": ["python", "train.py"], **fields})
     assert err.value.field == field and words in err.value.message, err.value.message
+
+
+def test_a_slurm_recipe_keeps_its_batch_options_and_a_filled_one_slurm_would_not_take_fails_its_start(db):
+    from launch.executor import LaunchError
+    from launch.on_slurm import batch_script
+    from launch.remote import Submission, render_options
+
+    params = [{"name": "queue", "kind": "string", "default": "gpu"}]
+    row, _ = Recipe.define("on-slurm", {"argv": ["{python}", "train.py"], "executor": "slurm", "params": params,
+                                        "shared_dir": "/mnt/runs", "slurm": {"partition": "{queue}", "account": "rl",
+                                                                            "time_limit": "1-00:00:00", "nodes": 2}})
+    assert row.definition["slurm"] == {"partition": "{queue}", "account": "rl", "time_limit": "1-00:00:00",
+                                       "nodes": 2, "gpus_as": "gpus-per-node"}
+
+    def script(queue):
+        return batch_script(Submission(
+            id="yardstick-job-7-1", argv=["python", "train.py", "--note", "a b; $(id)"], env={"YARDSTICK_JOB_ID": "7"},
+            cwd="", working_dir="", devices={"kind": "cuda", "count": 4}, stop_wait_s=30,
+            metadata={"yardstick_job": "7"}, job_dir="/mnt/runs/job-7",
+            options=render_options(row.definition["slurm"], {"queue": queue})))
+
+    lines = script("gpu").splitlines()
+    assert lines[1:5] == ["#SBATCH --job-name=yardstick-7", "#SBATCH --comment=yardstick-job-7-1",
+                          "#SBATCH --output=/mnt/runs/job-7/slurm-%j.out", "#SBATCH --error=/mnt/runs/job-7/slurm-%j.out"]
+    assert {"#SBATCH --partition=gpu", "#SBATCH --account=rl", "#SBATCH --time=1-00:00:00", "#SBATCH --nodes=2",
+            "#SBATCH --gpus-per-node=4", "export YARDSTICK_JOB_ID=7"} <= set(lines)
+    assert lines[-1] == "exec python train.py --note 'a b; $(id)'", "each argv item quoted whole"
+    with pytest.raises(LaunchError, match=r"slurm.partition was filled as Slurm will not take it: .*got 'gpu -A x'"):
+        script("gpu -A x")
 
 
 def test_a_node_recipe_stays_as_it_was_stored_and_a_ray_recipe_keeps_its_fields(db):

@@ -10,15 +10,15 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 
 import pytest
 
-from launch.models import Cluster, Launch, OutputLine
+from launch.models import Cluster, Launch
 from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard.browser_helpers import in_thread, log_in, record_events, shot, user_in_role, wait_subscribed
 from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
 from tests.faults import Relay
+from tests.launch.conftest import cluster_recipe, job_of, launch, output
 from tests.ray_head import RayHead
 from tests.waiting import wait_for
 from trainer.models import Job, Status, Stint
@@ -36,79 +36,13 @@ def ray_head():
 
 
 @pytest.fixture
-def follower(transactional_db):
-    """The follower's pass (launch.tasks.follow_clusters) every 0.3 s in a thread, as beat runs it; `stop()` ends
-    it (the control plane going down), `start()` brings a fresh one up."""
-    from django.db import connection
-
-    from launch import remote
-
-    class Follower:
-        def __init__(self):
-            self.thread = None
-
-        def start(self):
-            self.stopping = threading.Event()
-
-            def loop(stopping):
-                try:
-                    while not stopping.is_set():
-                        remote.follow_all()
-                        stopping.wait(0.3)
-                finally:
-                    connection.close()
-
-            self.thread = threading.Thread(target=loop, args=(self.stopping,), daemon=True)
-            self.thread.start()
-            return self
-
-        def stop(self):
-            if self.thread is not None:
-                self.stopping.set()
-                self.thread.join(30)
-                self.thread = None
-
-    running = Follower().start()
-    yield running
-    running.stop()
-
-
-@pytest.fixture
 def cluster(ray_head, transactional_db, admin_user):
     return Cluster.register({"name": "local", "address": ray_head.address, "python": PY}, admin_user)[0]
 
 
 @pytest.fixture
 def ray_recipe(recipe, tmp_path):
-    shared = tmp_path / "shared"
-    shared.mkdir()
-
-    def define(name, argv, **fields):
-        fields.setdefault("stop_grace_s", [2, 3])
-        return recipe(name, argv, executor="ray", cluster="local", shared_dir=str(shared), **fields)
-
-    return define
-
-
-@pytest.fixture
-def reporting(settings, live_server, launch_data_dir):
-    settings.YARDSTICK_URL = live_server.url
-    return live_server
-
-
-def launch(recipe, admin_user, **fields):
-    from launch.kind import start
-
-    fields.setdefault("team", "research")
-    return start(recipe=recipe, created_by=admin_user, **fields)
-
-
-def job_of(job):
-    return Job.objects.select_related("launch").get(pk=job.pk)
-
-
-def output(job):
-    return "\n".join(OutputLine.objects.filter(job=job).values_list("text", flat=True))
+    return cluster_recipe(recipe, tmp_path, "ray", "local")
 
 
 def test_a_launch_on_ray_is_submitted_with_its_run_variables_and_a_crash_fails_it_with_rays_message(

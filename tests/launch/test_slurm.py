@@ -1,0 +1,154 @@
+"""Recipes launched as batch jobs on a real one-node Slurm cluster (tests/slurm_cluster.py: Debian's slurmctld and
+slurmd on this machine, two gres GPUs it counts, shared by every test here in one xdist group), followed by the
+real follower (launch/remote.py) as beat runs it: a run that reports through MLflow, its output on the job page,
+stopped from the browser until Slurm says CANCELLED; a crash with Slurm's exit code; a control plane restarted
+mid-run; a second launch that waits while the first holds every CPU (PENDING, Resources), and the first ended by
+its time limit (TIMEOUT). No machine here has a GPU: the recipes ask for CPUs, except where the batch options are
+read back."""
+
+import sys
+
+import pytest
+
+from launch.models import Cluster
+from tests.browser import page  # noqa: F401 - fixture
+from tests.dashboard.browser_helpers import in_thread, log_in, record_events, shot, user_in_role, wait_subscribed
+from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
+from tests.launch.conftest import cluster_recipe, job_of, launch, output
+from tests.slurm_cluster import SlurmCluster, missing
+from tests.waiting import wait_for
+from trainer.models import Status
+from yardstick.inputs import InputError
+
+PY = sys.executable
+STEPS = "{yardstick}/tests/launch/steps_script.py"
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    why = missing()
+    if why:
+        pytest.fail(why)
+    running = SlurmCluster().start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def cluster(slurm, transactional_db, admin_user):
+    row = Cluster.register({"name": "hpc", "kind": "slurm", "address": str(slurm.conf), "python": PY}, admin_user)[0]
+    yield row
+    slurm.cancel_all()  # nothing a test left holds the node's CPUs for the next
+
+
+@pytest.fixture
+def slurm_recipe(recipe, tmp_path):
+    return cluster_recipe(recipe, tmp_path, "slurm", "hpc")
+
+
+def test_a_batch_job_gets_its_options_and_variables_quoted_whole_and_a_crash_fails_it_with_slurms_exit_code(
+        cluster, slurm_recipe, reporting, follower, admin_user, slurm):
+    script = ("import os, sys; print('job', os.environ['YARDSTICK_JOB_ID'], 'argv', sys.argv[1:]);"
+              "print('leaked' if 'DATABASE_URL' in os.environ else 'clean env');"
+              "print('bad config: lr < 0', file=sys.stderr); sys.exit(3)")
+    with pytest.raises(InputError, match=r"slurm.time_limit names \{minutes\}, which is no parameter"):
+        slurm_recipe("crashes", [PY, "-c", script, "{note}"], slurm={"time_limit": "{minutes}"},
+                     params=[{"name": "note", "kind": "string", "default": "x"}])
+    slurm_recipe("crashes", [PY, "-c", script, "{note}"],
+                 params=[{"name": "note", "kind": "string", "default": "x"},
+                         {"name": "minutes", "kind": "integer", "default": 5, "minimum": 1, "maximum": 60}],
+                 slurm={"time_limit": "{minutes}", "nodes": 1, "gpus_as": "gres"},
+                 devices={"kind": "cuda", "count": 1})
+    note = "it's $(touch /tmp/pwned) `id` \"quoted\"; a b"
+    job = launch("crashes", admin_user, params={"note": note, "minutes": 7})
+    assert (job.status, job.launch.executor, job.launch.cluster_id) == (Status.QUEUED, "slurm", cluster.pk)
+    wait_for(lambda: job_of(job).status == Status.FAILED, 60, "the crashing batch job to fail")
+    job = job_of(job)
+    row = job.launch
+    assert row.remote_id.isdigit() and row.remote_status == "FAILED" and row.exit_code == 3
+    assert job.error == "FAILED: its batch script ended with exit code 3", job.error
+    said = output(job)
+    assert f"job {job.pk} argv [{note!r}]" in said, "the value arrives as one argument, as typed"
+    assert "clean env" in said and "bad config: lr < 0" in said
+    assert f"submitted to slurm cluster hpc as {row.remote_id}" in said
+    assert row.token.revoked, "its token dies with its batch job"
+    # What Slurm was given: the job's name and start, the output file in its directory, the recipe's options.
+    record = slurm.job(row.remote_id)
+    assert record["JobName"] == f"yardstick-{job.pk}" and record["Comment"] == f"yardstick-job-{job.pk}-1"
+    assert record["StdOut"] == f"{row.job_dir}/slurm-{row.remote_id}.out" and record["TimeLimit"] == "00:07:00"
+    assert record["TresPerNode"] == "gres:gpu:1" and record["JobState"] == "FAILED"
+    assert row.allocation["nodes"] == slurm.node and row.allocation["gpus"] == 1 and row.allocation["end"]
+
+
+def test_a_control_plane_restarted_mid_run_picks_its_batch_job_up_again(cluster, slurm_recipe, reporting, follower,
+                                                                        admin_user, slurm):
+    slurm_recipe("short", [PY, STEPS, "--out", "{job_dir}", "--steps", "12", "--sleep", "0.25"])
+    job = launch("short", admin_user)
+    wait_for(lambda: job_of(job).steps_done >= 1, 60, "the first step")
+    assert job_of(job).launch.remote_status == "RUNNING"
+    follower.stop()  # the control plane goes down; Slurm runs on
+    remote_id = job_of(job).launch.remote_id
+    wait_for(lambda: slurm.job(remote_id)["JobState"] == "COMPLETED", 60, "Slurm to finish the job")
+    assert job_of(job).status == Status.RUNNING, "nothing followed it meanwhile"
+    follower.start()
+    wait_for(lambda: job_of(job).status == Status.COMPLETED, 30, "the job to be reconciled")
+    job = job_of(job)
+    assert job.steps_done == 12 and "step 12" in output(job), "every line of its output file is in its output"
+    assert job.launch.remote_status == "COMPLETED" and job.launch.exit_code == 0
+    assert job.launch.checkpoints[-1] == "step_12" and job.checkpoint_step == 12
+    assert job.status_changes.last().reason == "its slurm job succeeded (at step 12)"
+
+
+def test_a_launch_waits_with_slurms_reason_while_another_holds_every_cpu_which_its_time_limit_ends(
+        cluster, slurm_recipe, reporting, follower, admin_user, slurm, client):
+    slurm_recipe("hog", [PY, "-c", "import time; print('holding every CPU', flush=True); time.sleep(600)"],
+                 devices={"kind": "cpu", "count": slurm.cpus}, slurm={"time_limit": "1"})
+    first = launch("hog", admin_user)
+    wait_for(lambda: job_of(first).launch.remote_status == "RUNNING", 60, "the first to run")
+    second = launch("hog", admin_user)
+    wait_for(lambda: job_of(second).launch.remote_status == "PENDING" and "Resources" in
+             job_of(second).launch.remote_message, 60, "the second to wait for resources")
+    assert job_of(second).launch.remote_message == ("waiting: Resources — the resources it asks for are in use by "
+                                                    "other jobs")
+    client.force_login(admin_user)
+    html = client.get(f"/jobs/{second.pk}").content.decode()
+    assert "Slurm says\n      <code>PENDING</code>" in html
+    assert "waiting: Resources — the resources it asks for are in use by other jobs" in html
+    # Slurm ends the first at its time limit (it checks every 30 s), and the second starts.
+    wait_for(lambda: job_of(first).status == Status.FAILED, 150, "the first to end at its time limit", every_s=1)
+    first = job_of(first)
+    assert first.launch.remote_status == "TIMEOUT"
+    assert first.error == "TIMEOUT: it ran past its time limit (00:01:00) and Slurm ended it", first.error
+    assert "holding every CPU" in output(first)
+    wait_for(lambda: job_of(second).launch.remote_status == "RUNNING", 60, "the second to run once the CPUs are free")
+    html = client.get(f"/jobs/{first.pk}").content.decode()
+    assert "TIMEOUT: it ran past its time limit (00:01:00) and Slurm ended it" in html
+
+
+def test_an_operator_follows_a_batch_jobs_output_and_steps_and_stops_it_until_slurm_cancels_it(  # noqa: F811
+        cluster, slurm_recipe, reporting, follower, admin_user, live_web, page, django_user_model, settings,
+        output_dir, request, slurm):
+    settings.YARDSTICK_URL = live_web.url  # the run reports to the server the page is on
+    slurm_recipe("steps", [PY, STEPS, "--out", "{job_dir}", "--steps", "400", "--sleep", "0.3", "--ignore-stop",
+                           "--ignore-term"])
+    user_in_role(django_user_model, "olga", "operator", subprocess=True)
+    job = in_thread(lambda: launch("steps", admin_user, name="on slurm"))
+    record_events(page)
+    log_in(page, live_web.url, "olga", f"/jobs/{job.pk}")
+    wait_subscribed(page)
+    page.wait_for_selector("#output-lines .line:has-text('step 3')", timeout=60_000)
+    page.wait_for_function("Number(document.getElementById('steps-done').textContent) >= 3", timeout=30_000)
+    shot(page, output_dir, request, "running")
+    page.locator(f'[data-job-controls="{job.pk}"] .job-stop-form button').click()
+    page.wait_for_selector("#job-status .status[data-status='stopped']", timeout=60_000)
+    job = job_of(job)
+    assert job.launch.remote_status == "CANCELLED" and job.launch.stop_step == "cancel"
+    assert slurm.job(job.launch.remote_id)["JobState"] == "CANCELLED"
+    reason = job.status_changes.last().reason
+    assert reason == f"slurm stopped its job 2 s after its stop flag (at step {job.steps_done}; slurm says CANCELLED)"
+    said = output(job)
+    assert "slurm stops its job (SIGTERM" in said and "the run ran on 3 s after SIGTERM: slurm cancels its job" in said
+    page.reload()
+    page.wait_for_selector("#launch-remote:has-text('CANCELLED')")
+    shot(page, output_dir, request, "stopped")
