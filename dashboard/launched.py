@@ -1,4 +1,5 @@
-"""What the pages show of launched jobs and recipes: a job's launch (recipe, argv, where it ran, how it ended),
+"""What the pages show of launched jobs and recipes: a job's launch (recipe, argv, where it ran, how it ended, what
+its scheduler allocated beside what the agents measured),
 the recipes a Start form offers with their typed parameters as inputs, the workers' free and held devices, and
 recipe definitions as an admin edits them (YAML or JSON text).
 
@@ -6,10 +7,17 @@ Reads only: launching is launch.kind.start (dashboard/forms.py LaunchForm), defi
 """
 
 import json
+from datetime import datetime
+from decimal import Decimal
 
 import yaml
 from django.conf import settings
+from django.utils import timezone
 
+from collector.models import Device
+from costs.ledger import usage
+from costs.money import exact_usd, usd_text, usd_title
+from costs.prices import PriceBook, model_key
 from launch.executor import signal_name
 from launch.kind import LAUNCHED
 from launch.models import FIELDS, Cluster, Launch, Recipe, names_init_from
@@ -72,7 +80,59 @@ def launch_view(job):
         "remote": launch.executor != "node", "scheduler": scheduler_name(launch.executor),
         # what the scheduler said is an error: a failed end (its own word may be TIMEOUT, OUT_OF_MEMORY, ...)
         "remote_failed": launch.remote_status == REMOTE_FAILED or (job.status == Status.FAILED and launch.remote_message),
+        "allocation": allocation_view(job, launch),
     }
+
+
+def allocation_view(job, launch, now=None):
+    """What a scheduler allocated the job's newest start (Launch.allocation: Slurm's nodes, GPUs, start and end)
+    beside what the agents measured of it there, or None where the scheduler said nothing (docs/figures.md,
+    "Allocated idle"):
+
+    - allocated GPU-seconds: its GPUs × the seconds from its start to its end (to now while it runs);
+    - measured GPU-seconds: the device-seconds charged to the job on the allocation's nodes (GPUs, since the start);
+    - allocated idle: the allocated GPU-seconds the agents did not measure it using, at the device-hour price of
+      the GPUs it did use there (else of those the nodes have): an estimate, device time only (their energy is
+      the nodes' idle draw)."""
+    a = launch.allocation
+    if not a:
+        return None
+    now = now or timezone.now()
+    start = datetime.fromisoformat(a["start"])
+    end = datetime.fromisoformat(a["end"]) if a.get("end") else now
+    seconds = Decimal(max(0, int((end - start).total_seconds())))
+    hosts = set(a.get("hosts") or [a["nodes"]])
+    rows = [u for u in usage(start=start.replace(second=0, microsecond=0), job_ids=[job.pk]) if u.model != "cpu"]
+    there = [u for u in rows if u.node in hosts]
+    measured = sum((u.device_s for u in there), Decimal(0))
+    elsewhere = sum((u.device_s for u in rows if u.node not in hosts), Decimal(0))
+    allocated = Decimal(a["gpus"]) * seconds
+    idle = max(Decimal(0), allocated - measured)
+    rate, priced_by = _gpu_second_price(there, hosts)
+    return {
+        **a, "start_at": start, "end_at": end if a.get("end") else None, "seconds": seconds, "allocated_gpu_s": allocated, "measured_gpu_s": measured,
+        "elsewhere_gpu_s": elsewhere, "idle_gpu_s": idle,
+        "idle_pct": f"{idle * 100 / allocated:.0f}" if allocated else None,
+        "idle_usd": exact_usd(idle * rate) if rate is not None else None, "priced_by": priced_by,
+        "idle_usd_text": usd_text(idle * rate) if rate is not None else "",
+        "idle_usd_title": usd_title(idle * rate) if rate is not None else "",
+        "running": a.get("end") is None,
+    }
+
+
+def _gpu_second_price(there, hosts):
+    """(Decimal dollars per GPU-second, by what) for the allocation's GPUs: what the job's own GPUs there cost per
+    second, else the device-hour price of a GPU its nodes have; (None, "") when nothing prices them."""
+    seconds = sum((u.device_s for u in there), Decimal(0))
+    if seconds:
+        return sum((u.device_usd for u in there), Decimal(0)) / seconds, "the GPUs it used there"
+    book, today = PriceBook(), timezone.now().date()
+    for model, source in Device.objects.filter(node__name__in=hosts).exclude(source="host").values_list(
+            "model", "source").distinct():
+        price = book.price(model_key(model, source), today)
+        if price is not None:
+            return price.usd_per_hour / 3600, f"the {model} price"
+    return None, ""
 
 
 def restart_refusal(job):

@@ -7,6 +7,7 @@ its time limit (TIMEOUT). No machine here has a GPU: the recipes ask for CPUs, e
 read back."""
 
 import sys
+from datetime import datetime
 
 import pytest
 
@@ -48,10 +49,10 @@ def slurm_recipe(recipe, tmp_path):
 
 
 def test_a_batch_job_gets_its_options_and_variables_quoted_whole_and_a_crash_fails_it_with_slurms_exit_code(
-        cluster, slurm_recipe, reporting, follower, admin_user, slurm):
-    script = ("import os, sys; print('job', os.environ['YARDSTICK_JOB_ID'], 'argv', sys.argv[1:]);"
+        cluster, slurm_recipe, reporting, follower, admin_user, slurm, client):
+    script = ("import os, sys, time; print('job', os.environ['YARDSTICK_JOB_ID'], 'argv', sys.argv[1:]);"
               "print('leaked' if 'DATABASE_URL' in os.environ else 'clean env');"
-              "print('bad config: lr < 0', file=sys.stderr); sys.exit(3)")
+              "print('bad config: lr < 0', file=sys.stderr); time.sleep(2); sys.exit(3)")
     with pytest.raises(InputError, match=r"slurm.time_limit names \{minutes\}, which is no parameter"):
         slurm_recipe("crashes", [PY, "-c", script, "{note}"], slurm={"time_limit": "{minutes}"},
                      params=[{"name": "note", "kind": "string", "default": "x"}])
@@ -79,6 +80,16 @@ def test_a_batch_job_gets_its_options_and_variables_quoted_whole_and_a_crash_fai
     assert record["StdOut"] == f"{row.job_dir}/slurm-{row.remote_id}.out" and record["TimeLimit"] == "00:07:00"
     assert record["TresPerNode"] == "gres:gpu:1" and record["JobState"] == "FAILED"
     assert row.allocation["nodes"] == slurm.node and row.allocation["gpus"] == 1 and row.allocation["end"]
+    # Its one GPU was allocated and no agent measured it used: allocated idle, which no price of Yardstick's prices.
+    client.force_login(admin_user)
+    html = client.get(f"/jobs/{job.pk}").content.decode()
+    seconds = (datetime.fromisoformat(row.allocation["end"]) - datetime.fromisoformat(row.allocation["start"])).seconds
+    cpus = row.allocation["cpus"]
+    assert seconds >= 2 and cpus == int(record["NumCPUs"])
+    assert (f'Slurm gave it 1 GPU and\n      {cpus} CPU{"s" if cpus > 1 else ""} on 1 node (<code>{slurm.node}</code>)'
+            in html)
+    assert f'<span id="allocated-gpu-s">{seconds}</span> GPU-s allocated' in html
+    assert f"allocated idle: {seconds} GPU-s" in html and "no price: no GPU of its nodes is priced" in html
 
 
 def test_a_control_plane_restarted_mid_run_picks_its_batch_job_up_again(cluster, slurm_recipe, reporting, follower,
