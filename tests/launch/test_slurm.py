@@ -111,6 +111,30 @@ def test_a_control_plane_restarted_mid_run_picks_its_batch_job_up_again(cluster,
     assert job.status_changes.last().reason == "its slurm job succeeded (at step 12)"
 
 
+def test_a_batch_job_stopped_at_its_flag_resumes_from_its_newest_checkpoint_as_a_new_batch_job(
+        cluster, slurm_recipe, reporting, follower, admin_user, slurm):
+    slurm_recipe("resumable", [PY, STEPS, "--out", "{job_dir}", "--steps", "30", "--sleep", "0.2"],
+                 resume_argv=["--from", "{checkpoint}"], stop_grace_s=[60, 3])
+    job = launch("resumable", admin_user)
+    wait_for(lambda: job_of(job).steps_done >= 3, 60, "three steps")
+    job.request_stop(by="ada")
+    wait_for(lambda: job_of(job).status == Status.STOPPED, 60, "the run to end itself at its stop flag")
+    job = job_of(job)
+    first_id, stopped_at = job.launch.remote_id, job.steps_done
+    assert job.launch.remote_status == "COMPLETED" and job.launch.stop_step == "flag"
+    assert job.status_changes.last().reason == (f"the run ended itself at its stop flag (at step {stopped_at}; slurm "
+                                                "says COMPLETED)")
+    assert job.launch.checkpoints[-1] == f"step_{stopped_at}" and job.resume_refusal() == ""
+
+    assert job.resume(by=admin_user)
+    wait_for(lambda: job_of(job).status == Status.COMPLETED, 60, "the resumed run to complete")
+    job = job_of(job)
+    assert job.launch.remote_id != first_id and job.launch.starts == 2
+    assert slurm.job(job.launch.remote_id)["Comment"] == f"yardstick-job-{job.pk}-2"
+    assert job.launch.argv[-2:] == ["--from", f"{job.launch.job_dir}/step_{stopped_at}"]
+    assert f"starting at step {stopped_at}" in output(job) and job.steps_done == 30
+
+
 def test_a_launch_waits_with_slurms_reason_while_another_holds_every_cpu_which_its_time_limit_ends(
         cluster, slurm_recipe, reporting, follower, admin_user, slurm, client):
     slurm_recipe("hog", [PY, "-c", "import time; print('holding every CPU', flush=True); time.sleep(600)"],
@@ -163,3 +187,56 @@ def test_an_operator_follows_a_batch_jobs_output_and_steps_and_stops_it_until_sl
     page.reload()
     page.wait_for_selector("#launch-remote:has-text('CANCELLED')")
     shot(page, output_dir, request, "stopped")
+
+
+def test_an_admin_registers_the_slurm_cluster_by_its_form_and_an_operator_starts_a_recipe_there_from_the_start_form(
+        slurm, transactional_db, follower, live_web, page, django_user_model, settings, output_dir,  # noqa: F811
+        request, tmp_path):
+    from launch.models import Recipe
+
+    settings.YARDSTICK_URL = live_web.url
+    ada = user_in_role(django_user_model, "ada", "admin", subprocess=True)
+    user_in_role(django_user_model, "olga", "operator", subprocess=True)
+    shared = tmp_path / "shared"
+    Recipe.define("on-slurm", {"argv": [PY, STEPS, "--out", "{job_dir}", "--steps", "{steps}", "--sleep", "0.2"],
+                               "params": [{"name": "steps", "kind": "integer", "default": 5, "minimum": 1,
+                                           "maximum": 100}],
+                               "executor": "slurm", "shared_dir": str(shared), "slurm": {"time_limit": "10"}}, ada)
+    log_in(page, live_web.url, "ada", "/clusters")
+    page.select_option("#f-kind", "slurm")
+    page.fill("#f-name", "hpc")
+    page.fill("#f-address", "http://slurm-head:6820")
+    page.click("#register-submit")
+    assert page.inner_text("#e-address").startswith("a Slurm cluster's address is the absolute path of the slurm.conf")
+    assert not Cluster.objects.exists()
+    page.fill("#f-address", str(slurm.conf))
+    page.click("#register-submit")
+    page.wait_for_url(live_web.url + "/clusters/hpc")
+    node_row = page.locator(f'#nodes-table tr[data-node="{slurm.node}"]')
+    assert "compute" in node_row.inner_text() and "alive" in node_row.inner_text()
+    assert "the slurm.conf its commands" in page.inner_text("#cluster-facts")
+    shot(page, output_dir, request, "cluster")
+
+    page.context.clear_cookies()  # ada leaves; the operator comes
+    log_in(page, live_web.url, "olga", "/jobs/")
+    page.click("details#start summary")
+    page.select_option("#f-what", "recipe:on-slurm")
+    select = page.locator("#f-on-slurm-cluster")
+    select.wait_for(state="visible")
+    assert select.input_value() == "hpc" and "on a Slurm cluster" in page.inner_text(
+        'fieldset[data-what="recipe:on-slurm"] legend')
+    page.fill("#f-team", "research")
+    page.fill("#f-on-slurm-steps", "6")
+    record_events(page)
+    page.click("#start-submit")
+    page.wait_for_url(live_web.url + "/jobs/*")
+    wait_subscribed(page)
+    page.wait_for_selector("#job-status .status[data-status='completed']", timeout=60_000)
+    page.wait_for_selector("#output-lines .line:has-text('step 6')", timeout=30_000)
+    job = job_of(Cluster.objects.get().launches.get().job)
+    assert job.steps_done == 6 and job.launch.remote_status == "COMPLETED" and job.launch.values == {"steps": 6}
+    page.reload()
+    assert "Slurm says COMPLETED" in " ".join(page.inner_text("#launch-remote").split())
+    assert " ".join(page.inner_text("#launch-allocation").split()).startswith(
+        f"Slurm gave it 0 GPUs and 1 CPU on 1 node ({slurm.node})")
+    shot(page, output_dir, request, "completed")
