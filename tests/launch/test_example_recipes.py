@@ -55,7 +55,7 @@ def test_every_example_recipe_is_a_valid_definition_and_imports_in_one_go(db):
     document = yaml.safe_load(RECIPES.read_text())
     by_name = {r["name"]: r for r in document["recipes"]}
     assert set(by_name) == {"trl-grpo", "trl-grpo-continue", "verl-grpo", "verl-grpo-ray", "nemo-rl-grpo-math",
-                            "plain-script", "builtin-grpo", "eval-checkpoint"}
+                            "nemo-rl-grpo-math-slurm", "plain-script", "builtin-grpo", "eval-checkpoint"}
     for name, raw in by_name.items():
         definition = clean_definition(raw)
         assert definition["framework"] and definition["score_key"] and definition["description"], name
@@ -66,7 +66,7 @@ def test_every_example_recipe_is_a_valid_definition_and_imports_in_one_go(db):
     # Those that can go on from a checkpoint say how; NeMo RL resumes from its checkpoint_dir by itself
     # and an evaluation starts again.
     resumable = {n for n, r in by_name.items() if any("{checkpoint}" in a for a in r.get("resume_argv", []))}
-    assert resumable == set(by_name) - {"nemo-rl-grpo-math", "eval-checkpoint"}
+    assert resumable == set(by_name) - {"nemo-rl-grpo-math", "nemo-rl-grpo-math-slurm", "eval-checkpoint"}
     assert "{init_from}" in " ".join(by_name["trl-grpo-continue"]["argv"] + by_name["eval-checkpoint"]["argv"])
 
     assert import_all(document) == {"created": list(by_name), "updated": [], "unchanged": []}
@@ -77,6 +77,10 @@ def test_every_example_recipe_is_a_valid_definition_and_imports_in_one_go(db):
     assert (on_ray["executor"], on_ray["shared_dir"], on_ray["devices"]) == (
         "ray", "/mnt/shared/yardstick", {"kind": "cpu", "count": 1}), "veRL's driver asks Ray for its GPUs itself"
     assert on_ray["argv"] == Recipe.objects.get(name="verl-grpo").definition["argv"]
+    on_slurm = Recipe.objects.get(name="nemo-rl-grpo-math-slurm").definition
+    assert (on_slurm["executor"], on_slurm["slurm"]) == ("slurm", {"partition": "gpu", "time_limit": "04:00:00",
+                                                                   "nodes": 1, "gpus_as": "gpus-per-node"})
+    assert on_slurm["argv"] == Recipe.objects.get(name="nemo-rl-grpo-math").definition["argv"]
 
 
 def test_a_recipes_own_argv_renders_to_one_argument_per_item():
