@@ -94,7 +94,11 @@ def _env(cluster):
 
 def run(cluster, argv, stdin=None):
     """Run a Slurm command for `cluster`; (return code, stdout, stderr). Unreachable when the command is missing or
-    hangs, or the controller does not answer."""
+    hangs, the controller does not answer, or the cluster's slurm.conf is not on this machine (Slurm's commands
+    would wait a minute for it to appear)."""
+    if not os.path.isfile(cluster.address):
+        raise Unreachable(f"{cluster.address} is not on this machine: the follower runs Slurm's commands with the "
+                          "cluster's slurm.conf, so it must run on a login node of the cluster")
     try:
         done = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=_env(cluster),
                               timeout=COMMAND_TIMEOUT_S, check=False)

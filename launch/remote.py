@@ -230,7 +230,7 @@ class Follower:
         job.refresh_from_db()
         start = launch.starts + 1
         folder = shared_dir(launch)
-        token = None
+        row = None  # the run's token once issued: revoked if this start fails
         try:
             argv, values = command(job, launch, folder, self.cluster_python())
             token, row = issue_token(job)
@@ -253,14 +253,14 @@ class Follower:
         except (Unreachable, Refused) as err:
             what = "did not answer" if isinstance(err, Unreachable) else "refused the job"
             self.fail(f"{self.executor.name} cluster {self.cluster.name} ({self.cluster.address}) {what}: {err}",
-                      token=token)
+                      token=row)
             return
         except LaunchError as err:
-            self.fail(str(err), token=token)
+            self.fail(str(err), token=row)
             return
         except Exception as err:  # noqa: BLE001 - whatever it was, the job must not stay running
             log.exception("submitting launched job %s failed", job.pk)
-            self.fail(f"{type(err).__name__}: {err}"[:4000], token=token)
+            self.fail(f"{type(err).__name__}: {err}"[:4000], token=row)
             return
         self.answered()
         self.out.say(f"submitted to {self.executor.name} cluster {self.cluster.name} as {remote_id}: "

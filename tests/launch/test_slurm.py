@@ -6,6 +6,7 @@ mid-run; a second launch that waits while the first holds every CPU (PENDING, Re
 its time limit (TIMEOUT). No machine here has a GPU: the recipes ask for CPUs, except where the batch options are
 read back."""
 
+import re
 import sys
 from datetime import datetime
 
@@ -16,6 +17,7 @@ from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard.browser_helpers import in_thread, log_in, record_events, shot, user_in_role, wait_subscribed
 from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
 from tests.launch.conftest import cluster_recipe, job_of, launch, output
+from tests.ray_head import free_port
 from tests.slurm_cluster import SlurmCluster, missing
 from tests.waiting import wait_for
 from trainer.models import Status
@@ -109,6 +111,32 @@ def test_a_control_plane_restarted_mid_run_picks_its_batch_job_up_again(cluster,
     assert job.launch.remote_status == "COMPLETED" and job.launch.exit_code == 0
     assert job.launch.checkpoints[-1] == "step_12" and job.checkpoint_step == 12
     assert job.status_changes.last().reason == "its slurm job succeeded (at step 12)"
+
+
+def test_a_controller_that_stops_answering_leaves_its_job_running_and_a_missing_slurm_conf_says_where(
+        cluster, slurm_recipe, reporting, follower, admin_user, slurm, tmp_path):
+    slurm_recipe("steady", [PY, STEPS, "--out", "{job_dir}", "--steps", "30", "--sleep", "0.2"])
+    job = launch("steady", admin_user)
+    wait_for(lambda: job_of(job).steps_done >= 1, 60, "the first step")
+    # The same cluster as its login node would see it with the controller gone: nothing listens on its port.
+    dead = tmp_path / "dead.conf"
+    dead.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={free_port()}", slurm.conf.read_text())
+                    + "MessageTimeout=1\n")
+    Cluster.objects.filter(pk=cluster.pk).update(address=str(dead))
+    wait_for(lambda: job_of(job).launch.unreachable_since is not None, 30, "the job to be marked unreachable")
+    assert job_of(job).status == Status.RUNNING, "a controller that does not answer is not a failed job"
+    assert "Unable to contact slurm controller" in Cluster.objects.get(pk=cluster.pk).error
+    assert f"cluster unreachable: slurm cluster hpc ({dead})" in output(job)
+    Cluster.objects.filter(pk=cluster.pk).update(address=str(slurm.conf))
+    wait_for(lambda: job_of(job).status == Status.COMPLETED, 60, "the job to be followed again to its end")
+    assert "cluster hpc answers again" in output(job) and job_of(job).steps_done == 30
+
+    Cluster.objects.filter(pk=cluster.pk).update(address="/etc/nowhere/slurm.conf")
+    lost = launch("steady", admin_user)
+    wait_for(lambda: job_of(lost).status == Status.FAILED, 30, "a submission with no slurm.conf here to fail")
+    assert job_of(lost).error.startswith("slurm cluster hpc (/etc/nowhere/slurm.conf) did not answer: "
+                                         "/etc/nowhere/slurm.conf is not on this machine"), job_of(lost).error
+    assert job_of(lost).launch.token.revoked, "the token issued for the start it could not submit dies with it"
 
 
 def test_a_batch_job_stopped_at_its_flag_resumes_from_its_newest_checkpoint_as_a_new_batch_job(
