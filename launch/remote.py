@@ -225,7 +225,7 @@ class Follower:
 
     def submit(self):
         job, launch = self.job, self.launch
-        if not job.claim():
+        if not job.claim(f"submitted by Yardstick's follower to {self.executor.name} cluster {self.cluster.name}"):
             return
         job.refresh_from_db()
         start = launch.starts + 1

@@ -203,11 +203,12 @@ class Job(models.Model):
         """Publish where the job runs (its stints) to its page's "Where it ran", after the transaction."""
         publish(f"job.{self.pk}", "stints", {"job": self.pk, "stints": [s.to_dict() for s in self.stints.all()]})
 
-    def claim(self):
-        """queued → running for the worker calling it. Return True when this caller got the job."""
+    def claim(self, reason="claimed by a worker"):
+        """queued → running for the worker calling it (`reason`: who took it, for the status history). Return True
+        when this caller got the job."""
         now = timezone.now()
         return self.transition(
-            [Status.QUEUED], Status.RUNNING, "claimed by a worker",
+            [Status.QUEUED], Status.RUNNING, reason,
             heartbeat_at=now, started_at=Coalesce(F("started_at"), Value(now, output_field=DateTimeField())),
             finished_at=None, error="",
         ) is not None

@@ -111,6 +111,8 @@ def test_a_control_plane_restarted_mid_run_picks_its_batch_job_up_again(cluster,
     assert job.launch.remote_status == "COMPLETED" and job.launch.exit_code == 0
     assert job.launch.checkpoints[-1] == "step_12" and job.checkpoint_step == 12
     assert job.status_changes.last().reason == "its slurm job succeeded (at step 12)"
+    assert job.status_changes.get(to_status=Status.RUNNING).reason == ("submitted by Yardstick's follower to slurm "
+                                                                       "cluster hpc")
 
 
 def test_a_controller_that_stops_answering_leaves_its_job_running_and_a_missing_slurm_conf_says_where(
