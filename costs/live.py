@@ -40,6 +40,7 @@ from django.utils import timezone as djtz
 
 from costs import report
 from costs.intelligence import Scores, base_build, ipd_curve, jobs_money, score_cost_curve
+from costs.ledger import usage
 from costs.money import DISPLAY_KEYS, usd_text
 from costs.prices import PriceBook
 from costs.tokens import decomposition, job_facts
@@ -105,12 +106,14 @@ def figures(now=None, job_ids=(), book=None):
     fleet = fleet_today(now, book)
     active = Job.objects.filter(status__in=(Status.QUEUED, Status.RUNNING, Status.STOPPING))
     ids = sorted(set(active.values_list("pk", flat=True)) | set(job_ids))
-    money = jobs_money(ids, book)
-    # Every job's row, scores and step 0 in three queries, not four a job: a fleet runs a thousand at once.
-    rows = Job.objects.in_bulk(ids)
+    # Every job's usage, row, scores and step 0 read once for all, not a job at a time (a fleet runs a thousand at
+    # once), and the usage once for the money and the price of a point.
+    charged = usage(job_ids=ids, book=book)
     scores = Scores(ids)
+    money = jobs_money(ids, book, rows=charged, scores=scores)
+    rows = Job.objects.in_bulk(ids)
     builds = dict(Step.objects.filter(job_id__in=ids, step=0).values_list("job_id", "metrics"))
-    facts = job_facts(ids, book, scores)
+    facts = job_facts(ids, book, scores, rows=charged)
     jobs = [{"id": i, **{k: money[i][k] for k in ("cost_usd", "points_per_usd", "usd_per_point", "state",
                                                   "usd_per_million_tokens", "tokens_per_joule", "tokens_state",
                                                   *DISPLAY_KEYS)},

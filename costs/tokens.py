@@ -116,12 +116,13 @@ class Facts:
         return models[0] if len(models) == 1 else (MIXED if models else None)
 
 
-def job_facts(job_ids, book=None, scores=None):
-    """{job id: Facts} of `job_ids`: their usage (every device-minute charged to them), steps and stints."""
+def job_facts(job_ids, book=None, scores=None, rows=None):
+    """{job id: Facts} of `job_ids`: their usage (every device-minute charged to them; `rows` where the caller has
+    read it already), steps and stints."""
     book = book or PriceBook()
     job_ids = list(job_ids)
     facts = {j: Facts(j) for j in job_ids}
-    for u in usage(job_ids=job_ids, book=book):
+    for u in usage(job_ids=job_ids, book=book) if rows is None else rows:
         f = facts[u.job_id]
         f.cost += u.total_usd
         f.device_s += u.device_s
@@ -215,7 +216,8 @@ def phase_dollars(f):
 def phase_shares(job_ids, book=None):
     """{job id: its `shares`, or None} of `job_ids` (the cost review splits each job's dollars in a period by
     them)."""
-    return {job_id: shares(f) for job_id, f in job_facts(job_ids, book).items()}
+    # Shares are of held time (steps and stints): the jobs' usage is not read for them.
+    return {job_id: shares(f) for job_id, f in job_facts(job_ids, book, rows=()).items()}
 
 
 def decomposition(f):
@@ -266,7 +268,7 @@ def decomposition(f):
                                                     ("training_usd_per_million_trained_tokens", train_per_m))},
         "cost_display": usd_text(f.cost),
         "usd_per_million_tokens_display": usd_text(all_in),
-        "million_tokens_per_point_display": _num(mtok_per_point),
+        "million_tokens_per_point_display": ratio_text(mtok_per_point),
         "usd_per_point_display": usd_text(usd_per_point),
         "generation_usd_per_million_tokens_display": usd_text(gen_per_m),
         "training_usd_per_million_trained_tokens_display": usd_text(train_per_m),
@@ -287,7 +289,7 @@ def _state(f, tokens, gain):
     return "ok"
 
 
-def _num(value, digits=3):
+def ratio_text(value, digits=3):
     """A ratio for display: three significant figures, separators from 1,000 up."""
     if value is None:
         return "—"
@@ -317,14 +319,14 @@ def _spread(values):
     return (min(values), max(values)) if values else None
 
 
-def hardware(filters=None, book=None):
+def hardware(filters=None, book=None, env=None):
     """Rows per (environment, device model) of the jobs created in the period (and of the team), from their
     whole usage: [{env, model, runs, device_hours, tokens_per_device_s, tokens_per_joule, generation $/1M,
     all-in $/1M, 1M tokens per point, $ per point, IPD, each with the runs it is from and their spread,
     prices, rank}], by environment then $ per point. A model with fewer than two runs on its environment shows
-    its figures unranked (rank None)."""
+    its figures unranked (rank None). `env`: that environment's rows only."""
     filters = filters or Filters()
-    jobs = Job.objects.all()
+    jobs = Job.objects.all() if env is None else Job.objects.filter(env=env)
     if filters.start is not None:
         jobs = jobs.filter(created_at__gte=filters.start)
     if filters.end is not None:
@@ -402,7 +404,7 @@ def _hardware_row(env, model, fs):
         "example_prices": any(f.example_prices for f in fs),
         "displays": {"generation": usd_text(_per_million(gen_usd, gen_tokens) if split else None),
                      "all_in": usd_text(_per_million(cost, tokens)), "per_point": usd_text(per_point),
-                     "ipd": ipd_text(ipd), "mtok_per_point": _num(mtok_per_point)},
+                     "ipd": ipd_text(ipd), "mtok_per_point": ratio_text(mtok_per_point)},
     }
 
 
@@ -447,7 +449,7 @@ def what_if(job, target_model, speedup=None, book=None, today=None):
     if price is None:
         return {"error": f"no price in the price book for {target_model!r}: add one (manage.py prices add)",
                 "param": "model"}
-    env_rows = {r["model"]: r for r in hardware(book=book) if r["env"] == (job.env or "—")}
+    env_rows = {r["model"]: r for r in hardware(book=book, env=job.env)}
     source = f.model
     if speedup is not None:
         if not isinstance(speedup, (int, float, Decimal)) or not speedup > 0:

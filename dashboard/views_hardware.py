@@ -99,26 +99,19 @@ def _unranked(r):
     return "fewer than two runs: not ranked" if r["runs"] < 2 else "no points gained: not ranked"
 
 
-def _sig(value):
-    """A ratio as the page writes it: three significant figures, separators from 1,000 up; — for none."""
-    if value is None:
-        return "—"
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
-
-
 def _cells(r):
     """The row's figure cells, in the table's order: {text, title (the exact figure where the text rounds), runs
     (how many runs it is from), spread (their min–max as displayed, or ""), varies (whether min and max read
     differently: only then is the spread worth a line of its own)}."""
     d = r["displays"]
 
-    def cell(text, runs, spread=None, fmt=_sig, title=""):
+    def cell(text, runs, spread=None, fmt=tokens.ratio_text, title=""):
         lo, hi = (None, None) if spread is None else (fmt(spread[0]), fmt(spread[1]))
         return {"text": text, "title": title, "runs": runs, "spread": f"{lo}–{hi}" if lo else "", "varies": lo != hi}
 
     return [
-        cell(_sig(r["tokens_per_device_s"]), r["runs"], r["tokens_per_device_s_spread"]),
-        cell(_sig(r["tokens_per_joule"]), r["runs"], r["tokens_per_joule_spread"]),
+        cell(tokens.ratio_text(r["tokens_per_device_s"]), r["runs"], r["tokens_per_device_s_spread"]),
+        cell(tokens.ratio_text(r["tokens_per_joule"]), r["runs"], r["tokens_per_joule_spread"]),
         cell(d["generation"], r["generation_runs"], r["generation_spread"], fmt=usd_text,
              title=usd_title(r["generation_usd_per_million_tokens"])),
         cell(d["all_in"], r["runs"], r["usd_per_million_tokens_spread"], fmt=usd_text,

@@ -88,7 +88,8 @@ FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z/:]*)=(\S*)")
 def _env(cluster):
     """The commands' environment: a clean one (nothing of the control plane's reaches a job: sbatch passes its
     environment on), with the cluster's slurm.conf."""
-    keep = {k: os.environ[k] for k in ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ") if k in os.environ}
+    # passed on, not read as settings: the login node's own PATH (where Slurm's commands are), home and locale
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ")}
     return {**keep, "SLURM_CONF": cluster.address}
 
 

@@ -45,6 +45,7 @@ from launch.params import render
 from trainer.models import Job, Status
 from trainer.runner import tell_run_ended
 from yardstick.inputs import InputError
+from yardstick.live import publish
 from yardstick.models import ApiToken
 
 log = logging.getLogger(__name__)
@@ -288,10 +289,16 @@ class Follower:
             return
         final = state.status in ENDED
         self.take(text, final=final)
-        if state.word != launch.remote_status or state.message != launch.remote_message:
+        changed = state.word != launch.remote_status or state.message != launch.remote_message
+        if changed:
             self.save(remote_status=state.word, remote_message=state.message[:4000])
+            if not final:  # (the end says it in its own words)
+                self.out.say(f"{self.executor.name} says {state.word}" + (f": {state.message}" if state.message else ""))
         if state.allocation is not None and state.allocation != launch.allocation:
             self.save(allocation=state.allocation)
+            changed = True
+        if changed:  # the job page's launch card shows it without a reload (the job's own status may not change)
+            publish(f"job.{job.pk}", "launch", {"job": job.pk, "remote_status": state.word})
         self.scan_checkpoints()
         if final:
             self.end(state)

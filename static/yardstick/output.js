@@ -221,6 +221,11 @@
       Y.swapPart("#launch-card", "/jobs/" + id + "/part/launch");
     }
   });
+  // A cluster's scheduler said something new of it (Slurm: PENDING with its reason, then RUNNING, its allocation).
+  Y.on("launch", function (ev) {
+    if (ev.topic !== "job." + id || !document.getElementById("launch-card")) return;
+    Y.swapPart("#launch-card", "/jobs/" + id + "/part/launch");
+  });
   Y.on("status", function (ev) {
     if (String(ev.data.id) !== id) return;
     if (["completed", "failed", "stopped", "budget_exhausted"].indexOf(ev.data.status) >= 0) setPartial({});

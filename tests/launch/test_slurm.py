@@ -165,30 +165,41 @@ def test_a_batch_job_stopped_at_its_flag_resumes_from_its_newest_checkpoint_as_a
     assert f"starting at step {stopped_at}" in output(job) and job.steps_done == 30
 
 
-def test_a_launch_waits_with_slurms_reason_while_another_holds_every_cpu_which_its_time_limit_ends(
-        cluster, slurm_recipe, reporting, follower, admin_user, slurm, client):
+def test_a_launch_waits_with_slurms_reason_while_another_holds_every_cpu_which_its_time_limit_ends(  # noqa: F811
+        cluster, slurm_recipe, reporting, follower, admin_user, slurm, live_web, page, django_user_model, output_dir,
+        request):
     slurm_recipe("hog", [PY, "-c", "import time; print('holding every CPU', flush=True); time.sleep(600)"],
                  devices={"kind": "cpu", "count": slurm.cpus}, slurm={"time_limit": "1"})
-    first = launch("hog", admin_user)
+    first = in_thread(lambda: launch("hog", admin_user))
     wait_for(lambda: job_of(first).launch.remote_status == "RUNNING", 60, "the first to run")
-    second = launch("hog", admin_user)
+    second = in_thread(lambda: launch("hog", admin_user))
     wait_for(lambda: job_of(second).launch.remote_status == "PENDING" and "Resources" in
              job_of(second).launch.remote_message, 60, "the second to wait for resources")
     assert job_of(second).launch.remote_message == ("waiting: Resources — the resources it asks for are in use by "
                                                     "other jobs")
-    client.force_login(admin_user)
-    html = client.get(f"/jobs/{second.pk}").content.decode()
-    assert "Slurm says\n      <code>PENDING</code>" in html
-    assert "waiting: Resources — the resources it asks for are in use by other jobs" in html
-    # Slurm ends the first at its time limit (it checks every 30 s), and the second starts.
+    user_in_role(django_user_model, "olga", "operator", subprocess=True)
+    record_events(page)
+    log_in(page, live_web.url, "olga", f"/jobs/{second.pk}")
+    wait_subscribed(page)
+    remote = page.locator("#launch-remote")
+    assert "Slurm says PENDING" in " ".join(remote.inner_text().split())
+    assert page.inner_text("#launch-remote-message") == ("waiting: Resources — the resources it asks for are in use "
+                                                         "by other jobs")
+    page.wait_for_selector("#output-lines .line:has-text('slurm says PENDING: waiting: Resources')")
+    shot(page, output_dir, request, "waiting")
+    # Slurm ends the first at its time limit (it checks every 30 s), and the second starts: its page says so live.
     wait_for(lambda: job_of(first).status == Status.FAILED, 150, "the first to end at its time limit", every_s=1)
     first = job_of(first)
     assert first.launch.remote_status == "TIMEOUT"
     assert first.error == "TIMEOUT: it ran past its time limit (00:01:00) and Slurm ended it", first.error
     assert "holding every CPU" in output(first)
-    wait_for(lambda: job_of(second).launch.remote_status == "RUNNING", 60, "the second to run once the CPUs are free")
-    html = client.get(f"/jobs/{first.pk}").content.decode()
-    assert "TIMEOUT: it ran past its time limit (00:01:00) and Slurm ended it" in html
+    page.wait_for_selector("#launch-remote:has-text('Slurm says RUNNING')", timeout=60_000)
+    assert page.locator("#launch-remote-message").count() == 0, "no reason once it runs"
+    assert page.locator("#launch-allocation").inner_text().startswith(f"Slurm gave it 0 GPUs and {slurm.cpus} CPU")
+    page.goto(f"{live_web.url}/jobs/{first.pk}")
+    assert page.inner_text("#launch-remote-message") == ("TIMEOUT: it ran past its time limit (00:01:00) and Slurm "
+                                                         "ended it")
+    shot(page, output_dir, request, "timeout")
 
 
 def test_an_operator_follows_a_batch_jobs_output_and_steps_and_stops_it_until_slurm_cancels_it(  # noqa: F811
