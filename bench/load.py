@@ -148,8 +148,9 @@ def agent_part(cfg):
     from collector.agent.spool import Spool
 
     configure_logging(sys.stderr)
+    # Each agent stands for nodes of its own: its own phase (the CLI's is the node's name).
     agent = Agent(FleetSlice(cfg["index"], cfg["gpus"]), cfg["dsn"], Spool(cfg["spool"]), interval_s=1.0 / cfg["hz"],
-                  labels={"team": f"team{cfg['index'] % 4}"})
+                  labels={"team": f"team{cfg['index'] % 4}"}, phase_key=f"a{cfg['index']:02d}")
     stop = on_sigterm()
 
     def status(final=False):

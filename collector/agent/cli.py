@@ -3,6 +3,7 @@
 import argparse
 import logging
 import signal
+import socket
 import sys
 import threading
 
@@ -78,7 +79,7 @@ def run(options, dsn, out=None):
         return 2
     spool = Spool(opts["spool_dir"], max_bytes=int(opts["spool_max_mb"] * 2**20))
     agent = Agent(source, dsn, spool, interval_s=opts["interval"], labels=dict(opts.get("label") or []),
-                  db_timeout_s=opts.get("db_timeout", DB_TIMEOUT_S))
+                  db_timeout_s=opts.get("db_timeout", DB_TIMEOUT_S), phase_key=opts.get("node") or socket.gethostname())
     stop = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():

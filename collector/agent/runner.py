@@ -8,6 +8,13 @@ batches (one transaction each) and replays the spool, oldest first, for up
 to one interval at a time. A SIGKILL loses at most the tick being read and
 the one batch being written.
 
+Ticks keep a phase of their own within the interval: the first comes at
+once, the rest where the wall clock's time modulo the interval equals the
+agent's offset, a hash of its phase key (the node's name) spread over the
+interval (Prometheus spreads its scrapes the same way). A fleet's agents,
+even ones started together by one rollout, write at different moments of
+each interval instead of all at once; a restarted agent keeps its moment.
+
 Every database call is bounded: connecting by `connect_timeout_s`; a write
 by `db_timeout_s`, enforced on the server (statement_timeout) and, for a
 server that answers nothing at all (stopped, partitioned away), by a
@@ -16,7 +23,9 @@ call with an error; the batch goes to the spool and the agent reconnects.
 TCP keepalives notice a peer that went away while the connection was idle.
 """
 
+import hashlib
 import logging
+import math
 import os
 import socket
 import threading
@@ -41,12 +50,31 @@ WATCH_EVERY_S = 0.2
 KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 
 
+def tick_offset(key, interval_s):
+    """Seconds into each interval (by the wall clock) at which an agent with phase key `key` ticks:
+    a hash of the key spread evenly over [0, interval_s)."""
+    digest = hashlib.sha256(key.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 * interval_s
+
+
+def first_phased_tick(offset_s, interval_s, wall, mono):
+    """The monotonic time of the first tick on the phase `offset_s`, at least a tenth of an interval after
+    `mono` (the same instant as `wall` on the wall clock): the tick before it just ran."""
+    wait = (offset_s - wall) % interval_s
+    if wait < interval_s / 10:
+        wait += interval_s
+    return mono + wait
+
+
 class Agent:
-    def __init__(self, source, dsn, spool, interval_s=1.0, labels=None, connect_timeout_s=3, db_timeout_s=DB_TIMEOUT_S):
+    def __init__(self, source, dsn, spool, interval_s=1.0, labels=None, connect_timeout_s=3, db_timeout_s=DB_TIMEOUT_S,
+                 phase_key=None):
         self.source = source
         self.dsn = dsn
         self.spool = spool
         self.interval_s = interval_s
+        # None: tick every interval from the first tick on (a benchmark, a test)
+        self.offset_s = None if phase_key is None else tick_offset(phase_key, interval_s)
         self.labels = dict(labels or {})
         self.connect_timeout_s = connect_timeout_s
         self.db_timeout_s = db_timeout_s
@@ -81,12 +109,14 @@ class Agent:
                 self.tick()
                 if ticks is not None and self.ticks >= ticks:
                     break
-                next_at += self.interval_s
-                delay = next_at - time.monotonic()
-                if delay < 0:  # fell behind (a slow source): skip the missed ticks, do not burst
-                    next_at = time.monotonic()
-                    delay = 0
-                stop.wait(delay)
+                if self.ticks == 1 and self.offset_s is not None:
+                    next_at = first_phased_tick(self.offset_s, self.interval_s, time.time(), time.monotonic())
+                else:
+                    next_at += self.interval_s
+                behind = time.monotonic() - next_at
+                if behind > 0:  # fell behind (a slow source): skip the missed ticks, do not burst; keep the phase
+                    next_at += math.ceil(behind / self.interval_s) * self.interval_s
+                stop.wait(next_at - time.monotonic())
         finally:
             with self._handoff:
                 done.set()

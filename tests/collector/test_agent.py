@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from collector.agent import schema
-from collector.agent.runner import Agent
+from collector.agent.runner import Agent, first_phased_tick, tick_offset
 from collector.agent.sources.sim import SimSource
 from collector.agent.spool import Spool
 from tests.waiting import wait_for
@@ -34,6 +34,28 @@ def test_it_writes_one_sample_per_device_per_tick(telemetry_dsn, tmp_path):
 
     assert counts(telemetry_dsn) == (20, 5, 4)
     assert agent.samples_written == 20
+
+
+def test_agents_tick_at_moments_of_their_own_within_the_interval(telemetry_dsn, tmp_path):
+    # Ten nodes' offsets in a 10 s interval: each in [0, 10), the same for the same key, spread apart.
+    offsets = [tick_offset(f"gpu-node-{n:02d}", 10.0) for n in range(10)]
+    assert all(0 <= o < 10 for o in offsets) and offsets == [tick_offset(f"gpu-node-{n:02d}", 10.0) for n in range(10)]
+    assert len({int(o) for o in offsets}) >= 5  # not all in one second
+    assert tick_offset("gpu-node-00", 1.0) == pytest.approx(offsets[0] / 10)
+    # The first phased tick: the next wall-clock instant at the offset, never within a tenth of an interval.
+    assert first_phased_tick(3.0, 10.0, wall=1_000_001.0, mono=50.0) == pytest.approx(52.0)
+    assert first_phased_tick(3.0, 10.0, wall=1_000_002.5, mono=50.0) == pytest.approx(60.5)
+
+    agent = Agent(SimSource(gpus=1), telemetry_dsn, Spool(tmp_path), interval_s=0.5, phase_key="gpu-node-07")
+    agent.run(ticks=4)
+
+    with psycopg.connect(telemetry_dsn) as conn:
+        stamps = [ts.timestamp() for (ts,) in conn.execute("SELECT ts FROM telemetry_sample ORDER BY ts")]
+    assert len(stamps) == 4
+    # After the first (at once), every tick on the key's moment of the wall clock's half-seconds.
+    phases = [(ts - agent.offset_s) % 0.5 for ts in stamps[1:]]
+    assert all(min(p, 0.5 - p) < 0.05 for p in phases), phases
+    assert [round(b - a, 1) for a, b in zip(stamps[1:], stamps[2:])] == [0.5, 0.5]
 
 
 def test_while_the_database_is_unreachable_it_spools_and_keeps_sampling(tmp_path, caplog):
