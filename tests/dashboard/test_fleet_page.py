@@ -134,3 +134,22 @@ def test_the_ipd_card_gives_each_environment_its_jobs_gain_over_their_cost_with_
     assert f'jobs <span id="card-attributed-usd">${jobs_usd:.2f}</span> + idle <span id="card-idle-usd">' \
            f'${jobs_usd:.2f}</span> = <span id="card-fleet-usd">${2 * jobs_usd:.2f}</span>' in html
     assert '<abbr title="intelligence per dollar: eval points gained over' in html, "spelled out where it appears"
+
+
+def test_the_layout_the_page_starts_from_keeps_names_and_labels_as_text(viewer_client):
+    import json
+    import re
+
+    from dashboard import fleetstate
+
+    odd = "gpu</script><script>alert(1)</script>&"
+    n = b.node(odd, team="r&d <x>")
+    b.latest(b.device(n, 0), util_pct=50, power_w=300)
+
+    page = viewer_client.get("/").content.decode()
+
+    assert "<script>alert(1)" not in page
+    start = json.loads(re.search(r'<script id="fleet-start" type="application/json">(.*?)</script>', page, re.S)[1])
+    assert start["layout"]["nodes"][0][:2] == [odd, {"team": "r&d <x>"}]
+    assert start["layout"] == json.loads(fleetstate.read_layout().data_json)
+    assert start["frame"]  # the frame, base64

@@ -209,7 +209,7 @@ def test_the_page_renders_the_frame_the_sockets_get(viewer_client):
     now = datetime.now(UTC)
     n = b.node("gpu-a", interval_s=30)
     b.latest(b.device(n, 0), 33.5, 250.5, ts=now)
-    start = viewer_client.get("/").context["fleet_start"]
+    start = json.loads(viewer_client.get("/").context["fleet_start"])
     kind, header, devices = fleetstate.decode(base64.b64decode(start["frame"]))
     assert start["layout"]["nodes"][0][0] == "gpu-a" and header["layout"] == start["layout"]["version"]
     assert kind == "S" and devices[0][:3] == (34, fleetstate.BUSY, 250), "whole percent and watts, half to even"
