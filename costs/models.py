@@ -142,13 +142,16 @@ class Allocation(models.Model):
     samples) is seen and the minute recomputed.
     """
 
+    # No index of their own on device and job: the unique constraint's (device, minute, job) and the index
+    # (job, minute) begin with them. Every attribution run deletes and writes a row per device-minute (100,000
+    # a minute at 100,000 GPUs): each index more is paid there.
     device = models.ForeignKey(
-        "collector.Device", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+        "collector.Device", on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
     )
     minute = models.DateTimeField()  # start of the rollup bucket, UTC
     # Null: idle. No database constraint: a deleted job must not take its device time with it.
     job = models.ForeignKey(
-        "trainer.Job", null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+        "trainer.Job", null=True, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
     )
     team = models.CharField(max_length=100)
     held_s = models.FloatField(help_text="seconds of this minute the job held the device (idle: held by no job)")
@@ -190,12 +193,15 @@ class DailyUsage(models.Model):
     `scope_*` how many had each energy_from and energy_scope.
     """
 
+    # As Allocation's: no index of their own (the unique constraint and (job, day) begin with them). Each
+    # attribution run updates a row per device (twice where it replaces minutes): the table is kept half full
+    # (fillfactor 50, migration 0006) so most updates stay on their page and touch no index (HOT).
     device = models.ForeignKey(
-        "collector.Device", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+        "collector.Device", on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
     )
     day = models.DateField()
     job = models.ForeignKey(
-        "trainer.Job", null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+        "trainer.Job", null=True, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
     )
     team = models.CharField(max_length=100)
     minutes = models.IntegerField()
