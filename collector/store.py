@@ -431,8 +431,11 @@ def device_facts(device_ids):
 
 
 def device_ids(uuids):
-    """{uuid: device id} of the devices with those UUIDs (unknown ones are absent)."""
-    return dict(Device.objects.filter(uuid__in=list(uuids)).values_list("uuid", "id"))
+    """{uuid: device id} of the devices with those UUIDs (unknown ones are absent). One array parameter, not
+    an IN list: attribution asks for every held GPU's (75,000 at 100,000 GPUs: 3 s through the ORM's list)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT uuid, id FROM collector_device WHERE uuid = ANY(%s::text[])", [list(uuids)])
+        return dict(cur.fetchall())
 
 
 def host_device_ids(node_names):

@@ -83,3 +83,20 @@ def test_a_rollup_minute_that_grew_after_it_was_attributed_is_attributed_again(f
     attribute(now=T0 + timedelta(minutes=61))
 
     assert Allocation.objects.get(device=gpu, minute=T0 + timedelta(minutes=3)).energy_j == Decimal(9999)
+
+
+def test_a_backfill_keeps_the_charges_of_minutes_whose_rollups_are_past_their_retention(fleet):
+    gpu = fleet.device(fleet.node("n1", team="infra"))
+    fleet.minutes(gpu, T0, 4, power_w=100)
+    job = fleet.job("j", "red")
+    fleet.stint(job, gpu, T0, T0 + timedelta(minutes=4))
+    attribute(now=T0 + timedelta(minutes=5))
+    assert held(job) == Decimal(240)
+
+    # The 1-minute rollups of the first two minutes go (collector.store.apply_retention deletes by bucket);
+    # a backfill over all four recomputes the two it can and keeps the others' rows, each minute once.
+    Rollup1m.objects.filter(bucket__lt=T0 + timedelta(minutes=2)).delete()
+    attribute(now=T0 + timedelta(minutes=5), since=T0)
+
+    assert held(job) == Decimal(240)
+    assert sorted(m for _, m, *_ in rows()) == [T0 + timedelta(minutes=k) for k in range(4)]
