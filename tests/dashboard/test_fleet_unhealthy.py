@@ -2,6 +2,7 @@
 count it on a card that follows live, and read the events in one query whatever the number of devices."""
 
 import base64
+import json
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -26,7 +27,7 @@ def xid(device, xid_code, ts):
 
 def why_unhealthy(resp, node, index):
     """What the frame the page starts from says of a device's health ("" when healthy): its heatmap cell's words."""
-    start = resp.context["fleet_start"]
+    start = json.loads(resp.context["fleet_start"])  # the page's #fleet-start text
     layout = start["layout"]
     at = next(i for i, (nd, ix) in enumerate(zip(layout["node"], layout["index"]))
               if layout["nodes"][nd][0] == node and ix == index)
