@@ -89,12 +89,6 @@ class Layout:
         """`layout_data` as compact JSON text, made once per layout (megabytes at 100,000 devices)."""
         return json.dumps(layout_data(self), separators=(",", ":"))
 
-    @cached_property
-    def script_json(self):
-        """`data_json` safe inside a <script> element (as Django's json_script escapes it): names and labels are
-        users' text."""
-        return data_json_escaped(self.data_json)
-
 
 _kept = {}  # database name -> (layout generation, Layout): this process's newest read
 
@@ -350,13 +344,6 @@ def layout_event(layout):
     (dashboard.broadcast.layout_version reads it there rather than parse megabytes)."""
     return '{"topic":"fleet","kind":"layout","data":' + layout.data_json + "}"
 
-
-_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}  # django.utils.html.json_script's
-
-
-def data_json_escaped(text):
-    """JSON text made safe to place inside a <script> element."""
-    return text.translate(_SCRIPT_ESCAPES)
 
 
 def frame_header(frame, layout, seq):

@@ -18,7 +18,6 @@ from django.contrib import messages
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.utils.safestring import mark_safe
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
@@ -36,7 +35,7 @@ from trainer.inputs import status_filter
 from trainer.models import CONTROLS, Job, Status, Step
 from trainer.workers import live_workers
 from yardstick.auth import require_role, role_of
-from yardstick.http import bad_page, script_json
+from yardstick.http import bad_page, script_json, script_text
 from yardstick.inputs import InputError
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -175,9 +174,9 @@ def fleet_page(request):
     data = readings.fleet_overview(table=view)
     layout, frame = data.pop("layout"), data.pop("frame")
     figs = {"power": figures.fleet_power(readings.fleet_power(tr))}
-    # The layout's JSON is made once per layout (layout.script_json); the frame is base64, safe as it is.
+    # The layout's JSON is made once per layout (layout.data_json), not encoded again for each page.
     frame_b64 = base64.b64encode(fleetstate.encode(frame, fleetstate.frame_header(frame, layout, 0))).decode()
-    start = mark_safe(f'{{"layout":{layout.script_json},"frame":"{frame_b64}"}}')  # escaped: script_json
+    start = script_text(f'{{"layout":{layout.data_json},"frame":"{frame_b64}"}}')
     return render(request, "dashboard/fleet.html", {
         **data, **_range_context(request, tr), "figures_json": script_json(figs), "fleet_start": start,
         "view": view, **_table_links(request, data["table"]), "max_cells": f"{FLEET_MAX_CELLS:,}",

@@ -65,4 +65,9 @@ _SCRIPT_ESCAPES = {ord("<"): "\\u003C", ord(">"): "\\u003E", ord("&"): "\\u0026"
 def script_json(value):
     """Return `value` as JSON for a <script type="application/json"> block, escaped as Django's json_script
     escapes it; compact (figures are large) and still a JSON string in the context, which tests read back."""
-    return mark_safe(json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":")).translate(_SCRIPT_ESCAPES))
+    return script_text(json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":")))
+
+
+def script_text(text):
+    """JSON text made safe for a <script type="application/json"> block (as script_json escapes it)."""
+    return mark_safe(text.translate(_SCRIPT_ESCAPES))
