@@ -279,7 +279,12 @@ def cost_stacks(period, group="team"):
             label = f"#{key} {label}"
         names[idle, key] = label
         stacks[idle, key][u.day] += u.total_usd
-    return [(names[k], k[0], dict(v)) for k, v in sorted(stacks.items(), key=lambda kv: (kv[0][0], names[kv[0]]))]
+    # Jobs in the order of their ids (by the label "#10 ..." came before "#9 ..."), the rest by name.
+    def order(item):
+        (idle, key), _ = item
+        return (idle, int(key) if group == "job" and not idle else 0, names[idle, key])
+
+    return [(names[k], k[0], dict(v)) for k, v in sorted(stacks.items(), key=order)]
 
 
 # -- external runs (tracking) ---------------------------------------------------------------------
