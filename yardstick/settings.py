@@ -108,6 +108,11 @@ DATABASES["default"].setdefault("OPTIONS", {})
 # (the others wait `timeout` s). A connection attempt that fails (PostgreSQL away) is given up after
 # `reconnect_timeout` s, so the next request tries again at once rather than after a long backoff.
 WEB_DB_POOL = {"min_size": 2, "max_size": 40, "timeout": 5, "reconnect_timeout": 5}
+# Requests whose views run at once in one web process (yardstick/web.py says why few); the others wait.
+WEB_THREADS = envint("YARDSTICK_WEB_THREADS", 4, minimum=1)
+if WEB_THREADS > WEB_DB_POOL["max_size"]:  # each running view holds a pooled connection
+    raise ImproperlyConfigured(f"YARDSTICK_WEB_THREADS must be at most {WEB_DB_POOL['max_size']} (the web process's "
+                               f"database connections), got {WEB_THREADS}")
 # A test database per test process: two suites on one server never drop each other's.
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("YARDSTICK_TEST_DB") or f"test_yardstick_{os.getpid()}"}
 

@@ -18,11 +18,21 @@ as a WSGI server's are. Each still runs one request at a time, and a thread's
 database connection is closed (given back to the pool) when its request ends.
 Together, on the 2-core machine under 20 clients: about half of the web
 process's CPU a request (issue 29).
+
+How many chains run at once: at most settings.WEB_THREADS (YARDSTICK_WEB_THREADS);
+the others wait their turn on the event loop. Python runs one thread at a time, so
+twenty requests in twenty threads did not finish sooner than four: they took turns
+at every database round trip, and each turn cost the process CPU (20 clients on
+the fleet page and /api/fleet, 2 cores: 9.7 ms of CPU a request unbounded, 7.8 at
+four, 7.5 at two). Reading a request's body and sending its response (a download,
+a streamed output) run outside the limit: only views hold a turn.
 """
 
+import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 
 # Idle request threads kept for the next requests; more run when more requests are in flight.
@@ -35,6 +45,7 @@ class OneThreadASGIHandler(ASGIHandler):
     def __init__(self):
         super().__init__()
         self._idle = []  # one-thread executors not serving a request (touched only by the event loop)
+        self._turns = asyncio.Semaphore(settings.WEB_THREADS)  # middleware chains running at once
 
     def load_middleware(self, is_async=False):
         super().load_middleware(is_async=False)
@@ -53,4 +64,5 @@ class OneThreadASGIHandler(ASGIHandler):
                 executor.shutdown(wait=False)
 
     async def get_response_async(self, request):
-        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+        async with self._turns:
+            return await sync_to_async(self.get_response, thread_sensitive=True)(request)
