@@ -23,9 +23,10 @@ How many chains run at once: at most settings.WEB_THREADS (YARDSTICK_WEB_THREADS
 the others wait their turn on the event loop. Python runs one thread at a time, so
 twenty requests in twenty threads did not finish sooner than four: they took turns
 at every database round trip, and each turn cost the process CPU (20 clients on
-the fleet page and /api/fleet, 2 cores: 9.7 ms of CPU a request unbounded, 7.8 at
-four, 7.5 at two). Reading a request's body and sending its response (a download,
-a streamed output) run outside the limit: only views hold a turn.
+the fleet page and /api/fleet, 2 cores: 9.7 ms of CPU a request unbounded, 6.6 with
+four views at once; docs/scaling.md, "Requests"). Reading a request's body and
+sending its response (a download, a streamed output) run outside the limit: only
+views hold a turn.
 """
 
 import asyncio
