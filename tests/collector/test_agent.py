@@ -46,16 +46,22 @@ def test_agents_tick_at_moments_of_their_own_within_the_interval(telemetry_dsn, 
     assert first_phased_tick(3.0, 10.0, wall=1_000_001.0, mono=50.0) == pytest.approx(52.0)
     assert first_phased_tick(3.0, 10.0, wall=1_000_002.5, mono=50.0) == pytest.approx(60.5)
 
-    agent = Agent(SimSource(gpus=1), telemetry_dsn, Spool(tmp_path), interval_s=0.5, phase_key="gpu-node-07")
+    # Started half an interval off its moment: ticks counted from the start would all be 0.25 s off it.
+    interval = 0.5
+    offset = tick_offset("gpu-node-07", interval)
+    while abs((time.time() - offset) % interval - interval / 2) > 0.02:
+        time.sleep(0.005)
+    agent = Agent(SimSource(gpus=1), telemetry_dsn, Spool(tmp_path), interval_s=interval, phase_key="gpu-node-07")
     agent.run(ticks=4)
 
     with psycopg.connect(telemetry_dsn) as conn:
         stamps = [ts.timestamp() for (ts,) in conn.execute("SELECT ts FROM telemetry_sample ORDER BY ts")]
-    assert len(stamps) == 4
-    # After the first (at once), every tick on the key's moment of the wall clock's half-seconds.
-    phases = [(ts - agent.offset_s) % 0.5 for ts in stamps[1:]]
-    assert all(min(p, 0.5 - p) < 0.05 for p in phases), phases
-    assert [round(b - a, 1) for a, b in zip(stamps[1:], stamps[2:])] == [0.5, 0.5]
+    assert len(stamps) == 4 and agent.offset_s == offset
+    off_phase = [min(p, interval - p) for p in ((ts - offset) % interval for ts in stamps)]
+    # The first at once (off its moment), then every tick on the key's moment of the wall clock's half-seconds
+    # (a quarter of the interval allowed for a busy machine's late wake-ups).
+    assert off_phase[0] > interval / 4 and all(p < interval / 4 for p in off_phase[1:]), off_phase
+    assert all(abs(b - a - interval) < interval / 4 for a, b in zip(stamps[1:], stamps[2:])), stamps
 
 
 def test_while_the_database_is_unreachable_it_spools_and_keeps_sampling(tmp_path, caplog):
