@@ -9,7 +9,7 @@ import threading
 
 from .runner import DB_TIMEOUT_S, Agent
 from .sources import SOURCES, SourceError, make_source
-from .spool import Spool
+from .spool import Spool, SpoolInUse
 
 log = logging.getLogger("collector.agent")
 
@@ -72,12 +72,14 @@ def parse_label(text):
 def run(options, dsn, out=None):
     """Run the agent until SIGTERM/SIGINT (or --ticks); return the process exit status."""
     opts = options if isinstance(options, dict) else vars(options)
+    spool = Spool(opts["spool_dir"], max_bytes=int(opts["spool_max_mb"] * 2**20))
     try:
+        spool.claim()
         source = make_source(opts["source"], opts)
-    except SourceError as exc:
+    except (SpoolInUse, SourceError) as exc:
+        spool.close()
         log.error("%s", exc)
         return 2
-    spool = Spool(opts["spool_dir"], max_bytes=int(opts["spool_max_mb"] * 2**20))
     agent = Agent(source, dsn, spool, interval_s=opts["interval"], labels=dict(opts.get("label") or []),
                   db_timeout_s=opts.get("db_timeout", DB_TIMEOUT_S), phase_key=opts.get("node") or socket.gethostname())
     stop = threading.Event()

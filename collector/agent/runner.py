@@ -170,6 +170,12 @@ class Agent:
                 if done.is_set() and self._pending is None:
                     self.drain(budget_s=5.0)
                     return
+            except Exception:
+                # Not the database (deliver and drain handle that): a fault of the agent's own, or of the disk
+                # under the spool. The thread must not end over it, or every later tick would only pile up.
+                log.exception("delivery failed; trying again in %gs", self.interval_s)
+                if done.wait(self.interval_s):
+                    return
             finally:
                 with self._handoff:
                     self._busy = False

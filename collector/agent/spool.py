@@ -11,10 +11,17 @@ method holds the spool's lock, except while `replay` waits on the database.
 The spool has a size cap: when the segments on disk exceed it, the oldest
 segment is deleted with a warning that says how many samples from which
 time span were dropped.
+
+A running agent claims its spool directory (`claim`, an exclusive lock on
+`agent.lock` there, which the kernel drops when the process ends): two agents
+on one directory would replay, and delete, each other's segments, so a second
+one is refused at start.
 """
 
+import fcntl
 import json
 import logging
+import os
 import threading
 import time
 import zlib
@@ -26,6 +33,12 @@ log = logging.getLogger("collector.agent")
 
 # Replay merges consecutive spooled batches into one write of at most this many rows.
 REPLAY_ROWS = 50_000
+# The file a running agent locks in its spool directory; it holds the agent's pid.
+LOCK_NAME = "agent.lock"
+
+
+class SpoolInUse(Exception):
+    """Another running agent holds the spool directory."""
 
 
 class Spool:
@@ -38,6 +51,27 @@ class Spool:
         self._read_path = None  # segment being replayed
         self._read_offset = 0
         self._lock = threading.RLock()
+        self._claim = None  # the open lock file while this process holds the directory
+
+    def claim(self):
+        """Hold the spool directory for this process until `close`; raise SpoolInUse, naming the
+        holder's pid, when another agent holds it."""
+        f = open(self.dir / LOCK_NAME, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            f.close()
+            raise SpoolInUse(
+                f"spool directory {self.dir} is in use by another agent (pid {holder}): "
+                "give each agent on a machine its own --spool-dir"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        self._claim = f
 
     # -- writing -------------------------------------------------------------
 
@@ -166,6 +200,9 @@ class Spool:
             if self._current is not None:
                 self._current[1].close()
                 self._current = None
+            if self._claim is not None:
+                self._claim.close()  # closing the file releases its lock
+                self._claim = None
 
 
 def _decode(line, path):

@@ -258,3 +258,48 @@ def test_an_xid_from_a_gpu_that_then_cannot_be_read_is_stored_and_the_gpu_gets_n
                                     "JOIN collector_device d ON d.id = s.device_id GROUP BY d.uuid").fetchall())
     assert events == [("GPU-lost", "xid", 79, True)]
     assert samples == {"GPU-lost": 1, "GPU-fine": 2}
+
+
+def test_a_second_agent_on_a_running_agents_spool_is_refused_and_the_first_goes_on(telemetry_dsn, tmp_path):
+    # Two agents on one spool directory would replay, and delete, each other's segments.
+    cmd = [sys.executable, "-m", "collector.agent", "--dsn", telemetry_dsn, "--source", "sim", "--gpus", "2",
+           "--interval", "0.05", "--spool-dir", str(tmp_path)]
+    first = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: counts(telemetry_dsn)[0] >= 2)
+        second = subprocess.run([*cmd, "--seed", "1"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        written = counts(telemetry_dsn)[0]
+        assert wait_for(lambda: counts(telemetry_dsn)[0] >= written + 4)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=20)
+
+    assert second.returncode == 2
+    assert (f"spool directory {tmp_path} is in use by another agent (pid {first.pid}): "
+            "give each agent on a machine its own --spool-dir") in second.stdout
+    assert first.returncode == 0
+
+
+class _OneBadReading(SimSource):
+    """A source that returns, on its second tick, a value no column can take (a source's own fault)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.reads = 0
+
+    def read(self, ts):
+        self.reads += 1
+        readings = super().read(ts)
+        if self.reads == 2:
+            readings[0].values = ("not a number",) + readings[0].values[1:]
+        return readings
+
+
+def test_a_batch_that_fails_for_a_reason_of_its_own_is_logged_and_delivery_goes_on(telemetry_dsn, tmp_path, caplog):
+    agent = Agent(_OneBadReading(gpus=2), telemetry_dsn, Spool(tmp_path), interval_s=0.05)
+
+    agent.run(ticks=6)
+
+    total, distinct_ts, _ = counts(telemetry_dsn)
+    assert "delivery failed" in caplog.text
+    assert (total, distinct_ts) == (10, 5)  # every tick but the bad one

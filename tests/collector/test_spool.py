@@ -1,12 +1,13 @@
 """The spool: batches kept on local disk while the database is away, replayed in order."""
 
 import logging
+import os
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from collector.agent.batch import Batch, DeviceInfo, Holder
-from collector.agent.spool import Spool
+from collector.agent.spool import Spool, SpoolInUse
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 DEV = DeviceInfo("GPU-1", "n1", 0, "H100", "nvml")
@@ -96,3 +97,19 @@ def test_replay_merges_small_batches_into_bigger_writes(tmp_path):
     spool.replay(written.append)
 
     assert len(written) == 1 and len(written[0].rows) == 800
+
+
+def test_a_spool_directory_is_held_by_one_agent_at_a_time(tmp_path):
+    first, second = Spool(tmp_path), Spool(tmp_path)
+    first.claim()
+
+    with pytest.raises(SpoolInUse) as refused:
+        second.claim()
+    assert str(refused.value) == (
+        f"spool directory {tmp_path} is in use by another agent (pid {os.getpid()}): "
+        "give each agent on a machine its own --spool-dir"
+    )
+
+    first.close()
+    second.claim()  # the directory is free once its holder is done
+    second.close()
