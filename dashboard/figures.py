@@ -135,13 +135,16 @@ def fleet_heatmap(nodes):
     }
 
 
-def fleet_power(points):
-    """Fleet power (kW) over time from [(ts, kw)]."""
+def fleet_power(points, start, end):
+    """Fleet power (kW) over time from [(ts, kw)], its x axis the chosen range [start, end] (`range_ms` the
+    same in epoch milliseconds: fleet.js slides the axis along, the range's length kept, as live points come)."""
+    fig = layout("Fleet power", None, "kW", height=260, showlegend=False)
+    fig["xaxis"] = {**fig["xaxis"], "type": "date", "range": [start, end]}
     return empty_note({
         "data": [line("fleet power", [p[0] for p in points], [_num(p[1]) for p in points], 0,
                       fill="tozeroy", fillcolor="rgba(0,114,178,0.12)")],
-        "layout": layout("Fleet power", None, "kW", height=260, showlegend=False),
-    }, "No 1-minute rollups in this range yet")
+        "layout": fig, "range_ms": [start.timestamp() * 1000, end.timestamp() * 1000],
+    }, "No rollups in this range yet")
 
 
 # -- node -------------------------------------------------------------------------------

@@ -173,7 +173,7 @@ def fleet_page(request):
         return bad
     data = readings.fleet_overview(table=view)
     layout, frame = data.pop("layout"), data.pop("frame")
-    figs = {"power": figures.fleet_power(readings.fleet_power(tr))}
+    figs = {"power": figures.fleet_power(readings.fleet_power(tr), tr.start, tr.end)}
     # The layout's JSON is made once per layout (layout.data_json), not encoded again for each page.
     frame_b64 = base64.b64encode(fleetstate.encode(frame, fleetstate.frame_header(frame, layout, 0))).decode()
     start = script_text(f'{{"layout":{layout.data_json},"frame":"{frame_b64}"}}')

@@ -133,13 +133,30 @@
     Y.loadPlotly();  // the page is live: now the charts
     const header = applyFrame(ev.data);
     if (!header) return;
-    if (figs.power) {
-      const el = figs.power.el;
-      if (el.layout && el.layout.annotations && el.layout.annotations.length) Plotly.relayout(el, { annotations: [] });
-      if (el.data) Plotly.extendTraces(el, { x: [[header.ts]], y: [[header.cards.power_kw]] }, [0]);
-    }
+    if (figs.power) livePower(figs.power, header);
     schedule();
   });
+
+  // The power chart keeps the chosen range's length and slides along with the newest frame. Its live points are
+  // one per span/720 (5 s at least), the newest frame's power replacing the last one within that slot, and the
+  // points that fall off the range's start are dropped: a tab left open for days draws as many as a fresh one.
+  let slotAt = -Infinity;  // when the chart's newest live point opened its slot
+  function livePower(f, header) {
+    const el = f.el, t = Date.parse(header.ts);
+    if (!el.data || !el.layout || isNaN(t)) return;
+    const spanMs = f.spec.range_ms[1] - f.spec.range_ms[0];
+    const sameSlot = t - slotAt < Math.max(5000, spanMs / 720);
+    if (!sameSlot) slotAt = t;
+    const end = Math.max(t, f.spec.range_ms[1]), start = end - spanMs;
+    const trace = el.data[0], x = [], y = [];
+    trace.x.forEach(function (v, i) {
+      if (Date.parse(v) >= start) { x.push(v); y.push(trace.y[i]); }
+    });
+    if (sameSlot) { x.pop(); y.pop(); }
+    x.push(header.ts); y.push(header.cards.power_kw);
+    Plotly.update(el, { x: [x], y: [y] },
+      { "xaxis.range": [new Date(start).toISOString(), new Date(end).toISOString()], annotations: [] }, [0]);
+  }
 
   // Redraw at most once an animation frame, whatever the number of frames that came.
   let pending = false;

@@ -11,7 +11,7 @@ NOW = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
 
 def valid(fig):
-    go.Figure({k: v for k, v in fig.items() if k != "live"})  # raises on any unknown or bad property
+    go.Figure({k: v for k, v in fig.items() if k not in ("live", "range_ms")})  # raises on any unknown or bad property
     return fig
 
 
@@ -40,7 +40,9 @@ def test_fleet_node_compare_and_cost_figures_are_valid():
     heat = valid(figures.fleet_heatmap(nodes))
     assert heat["data"][0]["z"] == [[50.0, None]], "a stale device is a gap, not a zero"
     assert "simulated" in heat["data"][0]["text"][0][0]
-    valid(figures.fleet_power([(NOW, 1.5)]))
+    power = valid(figures.fleet_power([(NOW, 1.5)], NOW - timedelta(hours=1), NOW))
+    assert power["layout"]["xaxis"]["range"] == [NOW - timedelta(hours=1), NOW], "the chosen range, not the data's"
+    assert power["range_ms"][1] - power["range_ms"][0] == 3_600_000
     dev = {"uuid": "GPU-1", "index": 0, "label": "GPU 0", "simulated": False}
     for _, fig in figures.node_figures([(dev, [{"ts": NOW, "util_pct": 1.0}])], "raw"):
         valid(fig)

@@ -125,6 +125,20 @@ def test_the_fleet_cards_follow_devices_going_idle_and_stale(  # noqa: F811
     b.latest(steady, util_pct=2, power_w=1250)
     page.wait_for_function(f"{cards} === '0 1 1 $2.19'")  # $2 + 1.25 kW x $0.10 x 1.5 = $2.1875, half up
     page.wait_for_function(f"{row}('gpu-a') === '2% 1,250 W'")
+    # The power chart spans the chosen range (1 h), its end at the newest frame, which is its last point.
+    power = "window.Yardstick.figs.power.el"
+    page.wait_for_function(f"{power}.data && Number({power}.data[0].y.at(-1)) === 1.25")
+    ends = page.evaluate(f"(a => a.range.map(v => a.r2l(v)))({power}._fullLayout.xaxis)")
+    newest = page.evaluate(f"Date.parse({power}.data[0].x.at(-1))")
+    assert ends[1] - ends[0] == 3_600_000 and ends[1] >= newest > ends[1] - 60_000
+    # Frames a second apart move its last point; it gains a point only every 5 s (1 h / 720).
+    count = f"[{power}.data[0].x.length, window.__events.filter(e => e.kind === 'frame').length]"
+    points, frames = page.evaluate(count)
+    for watts in (1300, 1350, 1400, 1450):
+        b.latest(steady, util_pct=2, power_w=watts)
+        page.wait_for_function(f"Number({power}.data[0].y.at(-1)) === {watts / 1000}")
+    points_after, frames_after = page.evaluate(count)
+    assert frames_after - frames >= 4 and points_after - points <= 2
     assert page.evaluate(LOADED_AT) == loaded
     shot(page, output_dir, request, "cards")
 
