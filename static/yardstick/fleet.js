@@ -298,22 +298,35 @@
     const total = groups.length, drawn = groups.slice(0, MAX_CELLS);
     const cols = Math.max(1, Math.min(drawn.length, Math.ceil(Math.sqrt(drawn.length * 3))));
     const rowsN = Math.ceil(drawn.length / cols);
-    const z = [], tx = [];
-    for (let r = 0; r < rowsN; r++) { z.push(new Array(cols).fill(null)); tx.push(new Array(cols).fill("")); }
+    // z the groups' figures; `quiet` the groups with none (every device stale or without a reading), drawn
+    // grey by a trace of their own rather than left as gaps nobody sees; few cells are labelled on the chart.
+    const grid = function (v) { const m = []; for (let r = 0; r < rowsN; r++) m.push(new Array(cols).fill(v)); return m; };
+    const z = grid(null), quiet = grid(null), tx = grid(""), labels = grid(""), quietLabels = grid("");
     drawn.forEach(function (g, k) {
       const r = Math.floor(k / cols), c = k % cols;
       const mean = g.reporting ? Math.round(g.sum / g.reporting) : null;
-      z[r][c] = view.cell === "worst" ? g.worst : mean;
+      const value = view.cell === "worst" ? g.worst : mean;
+      z[r][c] = value;
+      if (value === null) quiet[r][c] = 0;
+      const name = g.key.length > 20 ? g.key.slice(0, 19) + "…" : g.key;
+      if (value !== null) labels[r][c] = esc(name) + "<br>" + value + "%";
+      else quietLabels[r][c] = esc(name) + "<br>" + (g.stale === g.count ? "stale" : "no reading");
       tx[r][c] = esc(g.key) + "<br>mean " + (mean === null ? "—" : mean + "%") + " · worst " + (g.worst === null ? "—" : g.worst + "%")
         + "<br>" + g.count + " device" + (g.count === 1 ? "" : "s") + " · " + g.idle + " idle · " + g.stale + " stale"
         + (g.unhealthy ? " · " + g.unhealthy + " unhealthy" : "");
     });
+    // Each trace labels its own cells (a heatmap writes its text on its gaps too).
+    const cell = { texttemplate: cols <= 6 ? "%{text}" : "", textfont: { size: 12 }, hovertext: tx,
+      hovertemplate: "%{hovertext}<extra></extra>", xgap: 2, ygap: 2, hoverongaps: false };
     const what = mode === "node" ? "node" : mode === "model" ? "GPU model" : mode.slice(6) + " label";
     return {
       note: "A cell per " + what + " (" + total.toLocaleString("en-US") + (total > drawn.length ? ", the first " + drawn.length.toLocaleString("en-US") + " by name shown: filter to see the rest" : "")
-        + ") of " + list.length.toLocaleString("en-US") + " devices, coloured by its " + (view.cell === "worst" ? "worst (lowest)" : "mean") + " utilization. Click one to drill down.",
-      data: [{ type: "heatmap", z: z, text: tx, hovertemplate: "%{text}<extra></extra>", colorscale: "Cividis",
-        zmin: 0, zmax: 100, xgap: 2, ygap: 2, hoverongaps: false, colorbar: { title: { text: "util %" }, thickness: 12 } }],
+        + ") of " + list.length.toLocaleString("en-US") + " devices, coloured by its " + (view.cell === "worst" ? "worst (lowest)" : "mean") + " utilization"
+        + (quiet.some(function (row) { return row.indexOf(0) >= 0; }) ? "; grey: no device of the group reporting" : "") + ". Click one to drill down.",
+      data: [Object.assign({ type: "heatmap", z: z, colorscale: "Cividis", zmin: 0, zmax: 100,
+        colorbar: { title: { text: "util %" }, thickness: 12 }, text: labels }, cell),
+      Object.assign({ type: "heatmap", z: quiet, colorscale: [[0, "#d9d9d9"], [1, "#d9d9d9"]], showscale: false,
+        text: quietLabels }, cell)],
       layout: baseLayout("Utilization by " + what + " (now)", Math.max(220, Math.min(1400, 70 + 26 * rowsN)), {
         yaxis: { autorange: "reversed", visible: false }, xaxis: { visible: false } }),
       groups: { mode: mode, cols: cols, list: drawn },

@@ -49,6 +49,7 @@ def heat(page):  # noqa: F811
 def test_a_5000_gpu_fleet_groups_drills_down_and_its_idle_list_follows_live(  # noqa: F811
         live_web, page, django_user_model, output_dir, request):
     devices = big_fleet()
+    b.prices(per_hour="8.00", per_kwh="0.10", pue="1.2")  # 5,000 x ($8 + 0.4 kW x $0.10 x 1.2) = $40,240.00/h
     user_in_role(django_user_model, "gia", "viewer", subprocess=True)
     log_in(page, live_web.url, "gia", "/?live=0")
     record_events(page)
@@ -59,14 +60,18 @@ def test_a_5000_gpu_fleet_groups_drills_down_and_its_idle_list_follows_live(  # 
     assert page.evaluate("document.querySelector('.chart[data-fig=heatmap]').dataset.group") == "node"
     assert page.locator("#card-devices").inner_text() == "5000"
     assert "625 of 625 nodes" in page.locator("#node-table caption").inner_text()
+    assert page.locator("#card-burn").inner_text() == "$40,240.00"
+    spilled = page.evaluate("Array.from(document.querySelectorAll('.cards .stat-value'))"
+                            ".filter(e => e.scrollWidth > e.clientWidth).map(e => e.textContent)")
+    assert spilled == [], "a card's figure runs out of its card"
 
     # By GPU model: two cells, the grouping in the URL.
     page.select_option("#fleet-group", "model")
     page.wait_for_function("document.querySelector('.chart[data-fig=heatmap]').dataset.group === 'model'")
     assert heat(page) == {"group": "model", "cells": 2} and "group=model" in page.url
     # By name, B200 first: 312 odd nodes of 8, at 50 to 57% (53.5, half up), as a person would add them.
-    first = page.evaluate("document.querySelector('.chart[data-fig=heatmap]').data[0].text[0][0]")
-    assert first == "NVIDIA B200<br>mean 54% · worst 50%<br>2496 devices · 0 idle · 0 stale", first
+    cell = page.evaluate("(t => [t.text[0][0], t.hovertext[0][0]])(document.querySelector('.chart[data-fig=heatmap]').data[0])")
+    assert cell == ["NVIDIA B200<br>54%", "NVIDIA B200<br>mean 54% · worst 50%<br>2496 devices · 0 idle · 0 stale"], cell
 
     # Drill into the B200s (the first cell): a cell per node of them, the node table filtered on the server.
     click_cell(page, 0, 0, 2, 1)
@@ -118,3 +123,27 @@ def test_a_5000_gpu_fleet_groups_drills_down_and_its_idle_list_follows_live(  # 
     page.wait_for_function("document.querySelectorAll('#node-table tbody tr[data-node]').length === 1")
     assert page.evaluate(first_row) == "n0007" and "q=n0007" in page.url and "page=" not in page.url
     assert page.evaluate("window.__yardstickLoadedAt") == loaded
+
+
+def test_a_few_groups_are_labelled_on_the_chart_and_one_with_no_reporting_device_is_grey(  # noqa: F811
+        live_web, page, django_user_model, output_dir, request):
+    now = datetime.now(UTC)
+    for team, util in (("a", 80), ("b", 20), ("c", None)):
+        gpu = b.device(b.node(f"node-{team}", team=team, interval_s=60), 0)
+        if util is not None:  # team c's GPU has never reported: stale
+            b.latest(gpu, util_pct=util, power_w=300, ts=now + timedelta(seconds=30))
+    user_in_role(django_user_model, "lou", "viewer", subprocess=True)
+    log_in(page, live_web.url, "lou", "/?group=label:team")
+    page.wait_for_selector('.chart[data-fig="heatmap"][data-drawn="true"]')
+
+    traces = page.evaluate("(d => d.map(t => [t.z, t.text, t.texttemplate]))("
+                           "document.querySelector('.chart[data-fig=heatmap]').data)")
+    assert traces[0] == [[[80, 20, None]], [["a<br>80%", "b<br>20%", ""]], "%{text}"]
+    assert traces[1] == [[[None, None, 0]], [["", "", "c<br>stale"]], "%{text}"], "the stale group grey, on its own"
+    drawn = page.evaluate("Array.from(document.querySelectorAll('.chart[data-fig=heatmap] .heatmap-label'), t => t.textContent)")
+    assert sorted(t for t in drawn if t) == ["a80%", "b20%", "cstale"], drawn  # each label's lines, run together
+    assert "grey: no device of the group reporting" in page.locator("#fleet-heatmap-note").inner_text()
+    shot(page, output_dir, request, "pools")
+
+    click_cell(page, 2, 0, 3, 1)  # the grey cell drills down too
+    page.wait_for_function("new URLSearchParams(location.search).get('label:team') === 'c'")
