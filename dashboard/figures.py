@@ -72,6 +72,16 @@ def empty_note(fig, text="No data in this range yet"):
     return fig
 
 
+def over_range(fig, start, end):
+    """Give a time chart's x axis the chosen range [start, end] rather than its data's span (a fresh node's two
+    minutes under "1h"), and `range_ms`, the same in epoch milliseconds, which the pages slide along, the
+    range's length kept, as live points come (dashboard.js, fleet.js). Without start, the data's span."""
+    if start is not None:
+        fig["layout"]["xaxis"] = {**fig["layout"]["xaxis"], "type": "date", "range": [start, end]}
+        fig["range_ms"] = [start.timestamp() * 1000, end.timestamp() * 1000]
+    return fig
+
+
 def line(name, x, y, i=0, **extra):
     trace = {"type": "scatter", "mode": "lines", "name": name, "x": list(x), "y": list(y),
              "line": {"color": colour(i), "width": 2, "dash": DASHES[i % len(DASHES)] if i else "solid"}}
@@ -136,15 +146,12 @@ def fleet_heatmap(nodes):
 
 
 def fleet_power(points, start, end):
-    """Fleet power (kW) over time from [(ts, kw)], its x axis the chosen range [start, end] (`range_ms` the
-    same in epoch milliseconds: fleet.js slides the axis along, the range's length kept, as live points come)."""
-    fig = layout("Fleet power", None, "kW", height=260, showlegend=False)
-    fig["xaxis"] = {**fig["xaxis"], "type": "date", "range": [start, end]}
-    return empty_note({
+    """Fleet power (kW) over time from [(ts, kw)] over the chosen range [start, end] (over_range)."""
+    return over_range(empty_note({
         "data": [line("fleet power", [p[0] for p in points], [_num(p[1]) for p in points], 0,
                       fill="tozeroy", fillcolor="rgba(0,114,178,0.12)")],
-        "layout": fig, "range_ms": [start.timestamp() * 1000, end.timestamp() * 1000],
-    }, "No rollups in this range yet")
+        "layout": layout("Fleet power", None, "kW", height=260, showlegend=False),
+    }, "No rollups in this range yet"), start, end)
 
 
 # -- node -------------------------------------------------------------------------------
@@ -186,7 +193,7 @@ def _node_total(series, field):
     return x, [totals[t] for t in x]
 
 
-def node_figures(series, resolution):
+def node_figures(series, resolution, start=None, end=None):
     """One figure per metric, one trace per device: `series` is [(device dict, points)].
 
     A device whose points all lack the metric (a CPU has no SM activity; some GPUs no temperature)
@@ -195,7 +202,7 @@ def node_figures(series, resolution):
     node's total, and "throttle" is the timeline of why clocks were held down (clock_reasons_timeline).
 
     Returns [(key, figure)]; each figure's `live` maps traces to the sample fields
-    a live sample event carries (raw resolution only).
+    a live sample event carries (raw resolution only). Given start and end, each spans that range (over_range).
     """
     out = []
     raw = resolution == "raw"
@@ -236,10 +243,10 @@ def node_figures(series, resolution):
         else:
             fig = empty_note(fig, f"No {suffix} in this range")
         fig["live"] = {"x": "ts", "traces": live}
-        out.append((key, fig))
+        out.append((key, over_range(fig, start, end)))
     timeline = clock_reasons_timeline(series, resolution)
     if timeline:
-        out.append(("throttle", timeline))
+        out.append(("throttle", over_range(timeline, start, end)))
     return out
 
 

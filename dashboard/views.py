@@ -209,7 +209,7 @@ def node_page(request, name):
 
 def _node_context(request, node, tr):
     series = readings.node_view(node, tr)
-    figs = dict(figures.node_figures(series, tr.resolution))
+    figs = dict(figures.node_figures(series, tr.resolution, tr.start, tr.end))
     devices = [d for d, _ in series]
     return {
         "node": node, "devices": devices, **_range_context(request, tr), "figures_json": script_json(figs),

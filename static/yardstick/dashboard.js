@@ -131,8 +131,27 @@
         draw(f);
       }
       if (el.layout.annotations && el.layout.annotations.length) Plotly.relayout(el, { annotations: [] }); // "no data yet"
-      Plotly.extendTraces(el, { x: xs, y: ys }, idx);
+      if (f.spec.range_ms) slide(f, xs, ys, idx);
+      else Plotly.extendTraces(el, { x: xs, y: ys }, idx);
     });
+  }
+  // A chart of a time range (figures.over_range) keeps the range's length and slides along with its newest
+  // point, dropping the points that fall off its start: a page left open for days draws no more than a fresh one.
+  function slide(f, xs, ys, idx) {
+    const el = f.el, span = f.spec.range_ms[1] - f.spec.range_ms[0];
+    let end = f.spec.range_ms[1];
+    xs.forEach(function (x) { x.forEach(function (v) { end = Math.max(end, xValue(v)); }); });
+    const start = end - span, update = { x: [], y: [], text: [] }, all = [];
+    el.data.forEach(function (t, i) {
+      let cut = 0;
+      while (cut < t.x.length && xValue(t.x[cut]) < start) cut++;
+      const k = idx.indexOf(i);
+      update.x.push(t.x.slice(cut).concat(k < 0 ? [] : xs[k]));
+      update.y.push(t.y.slice(cut).concat(k < 0 ? [] : ys[k]));
+      update.text.push(Array.isArray(t.text) ? t.text.slice(cut) : t.text);  // hover texts stay with their points
+      all.push(i);
+    });
+    Plotly.update(el, update, { "xaxis.range": [new Date(start).toISOString(), new Date(end).toISOString()] }, all);
   }
 
   // The job resumed from an earlier checkpoint: drop queued points past step k (job.js redraws the rest).

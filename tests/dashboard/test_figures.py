@@ -44,7 +44,8 @@ def test_fleet_node_compare_and_cost_figures_are_valid():
     assert power["layout"]["xaxis"]["range"] == [NOW - timedelta(hours=1), NOW], "the chosen range, not the data's"
     assert power["range_ms"][1] - power["range_ms"][0] == 3_600_000
     dev = {"uuid": "GPU-1", "index": 0, "label": "GPU 0", "simulated": False}
-    for _, fig in figures.node_figures([(dev, [{"ts": NOW, "util_pct": 1.0}])], "raw"):
+    for _, fig in figures.node_figures([(dev, [{"ts": NOW, "util_pct": 1.0}])], "raw", NOW - timedelta(hours=1), NOW):
+        assert fig["layout"]["xaxis"]["range"] == [NOW - timedelta(hours=1), NOW], "the chosen range"
         valid(fig)
 
     class Job:

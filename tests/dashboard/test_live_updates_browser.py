@@ -551,5 +551,11 @@ def test_the_node_page_grows_its_nvlink_total_power_limit_and_clock_reasons_time
     assert page.evaluate(fig.format("throttle") + "[4].y.filter(Boolean).length") == 0, "GPU 1 not held down"
     limits = page.evaluate(f"{fig.format('power')}.filter(t => t.name === 'GPU 0 power limit')[0].y")
     assert limits[-1] == 450.0
+    # Each chart spans the chosen range (1 h), not its three seconds of samples, and ends at the newest.
+    for key in ("util", "nvlink_tx", "throttle"):
+        ends = page.evaluate(f"(a => a.range.map(v => a.r2l(v)))("
+                             f"document.querySelector('[data-fig=\"{key}\"]')._fullLayout.xaxis)")
+        newest = page.evaluate(f"Date.parse({fig.format(key)}[0].x.at(-1))")
+        assert ends[1] - ends[0] == 3_600_000 and ends[1] >= newest > ends[1] - 60_000, key
     assert page.evaluate(LOADED_AT) == loaded
     shot(page, output_dir, request, "live")
