@@ -130,13 +130,15 @@
         if (ys.every(function (y) { return y.every(function (v) { return v === null; }); })) return;
         draw(f);
       }
+      if (f.spec.range_ms) return slide(f, xs, ys, idx);
       if (el.layout.annotations && el.layout.annotations.length) Plotly.relayout(el, { annotations: [] }); // "no data yet"
-      if (f.spec.range_ms) slide(f, xs, ys, idx);
-      else Plotly.extendTraces(el, { x: xs, y: ys }, idx);
+      Plotly.extendTraces(el, { x: xs, y: ys }, idx);
     });
   }
   // A chart of a time range (figures.over_range) keeps the range's length and slides along with its newest
   // point, dropping the points that fall off its start: a page left open for days draws no more than a fresh one.
+  // xs[k], ys[k]: the new points of trace idx[k]. The "no data yet" note goes with the first.
+  Y.slide = slide;
   function slide(f, xs, ys, idx) {
     const el = f.el, span = f.spec.range_ms[1] - f.spec.range_ms[0];
     let end = f.spec.range_ms[1];
@@ -151,7 +153,8 @@
       update.text.push(Array.isArray(t.text) ? t.text.slice(cut) : t.text);  // hover texts stay with their points
       all.push(i);
     });
-    Plotly.update(el, update, { "xaxis.range": [new Date(start).toISOString(), new Date(end).toISOString()] }, all);
+    Plotly.update(el, update,
+      { "xaxis.range": [new Date(start).toISOString(), new Date(end).toISOString()], annotations: [] }, all);
   }
 
   // The job resumed from an earlier checkpoint: drop queued points past step k (job.js redraws the rest).

@@ -137,25 +137,18 @@
     schedule();
   });
 
-  // The power chart keeps the chosen range's length and slides along with the newest frame. Its live points are
-  // one per span/720 (5 s at least), the newest frame's power replacing the last one within that slot, and the
-  // points that fall off the range's start are dropped: a tab left open for days draws as many as a fresh one.
+  // The power chart slides along with the newest frame (Yardstick.slide), with a live point per span/720 (5 s at
+  // least): within that slot the newest frame's power replaces the last point rather than adding one.
   let slotAt = -Infinity;  // when the chart's newest live point opened its slot
   function livePower(f, header) {
-    const el = f.el, t = Date.parse(header.ts);
-    if (!el.data || !el.layout || isNaN(t)) return;
-    const spanMs = f.spec.range_ms[1] - f.spec.range_ms[0];
-    const sameSlot = t - slotAt < Math.max(5000, spanMs / 720);
-    if (!sameSlot) slotAt = t;
-    const end = Math.max(t, f.spec.range_ms[1]), start = end - spanMs;
-    const trace = el.data[0], x = [], y = [];
-    trace.x.forEach(function (v, i) {
-      if (Date.parse(v) >= start) { x.push(v); y.push(trace.y[i]); }
-    });
-    if (sameSlot) { x.pop(); y.pop(); }
-    x.push(header.ts); y.push(header.cards.power_kw);
-    Plotly.update(el, { x: [x], y: [y] },
-      { "xaxis.range": [new Date(start).toISOString(), new Date(end).toISOString()], annotations: [] }, [0]);
+    const t = Date.parse(header.ts), trace = f.el.data && f.el.data[0];
+    if (!trace || !f.el.layout || isNaN(t)) return;
+    if (t - slotAt < Math.max(5000, (f.spec.range_ms[1] - f.spec.range_ms[0]) / 720)) {
+      trace.x.pop(); trace.y.pop();  // slide draws the trace anew from these arrays
+    } else {
+      slotAt = t;
+    }
+    Y.slide(f, [[header.ts]], [[header.cards.power_kw]], [0]);
   }
 
   // Redraw at most once an animation frame, whatever the number of frames that came.
