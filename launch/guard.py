@@ -43,17 +43,22 @@ def processes_of(mark, pgid):
 
 
 def kill_all(mark, pgid, sig=signal.SIGKILL):
-    """Send `sig` to the start's process group and to every process carrying its mark; return the PIDs signalled."""
+    """Send `sig` once to each process of the start: to its process group, and to every process carrying its mark
+    that the group's signal did not reach (one that left the group); return the PIDs signalled one by one."""
     try:
         os.killpg(pgid, sig)
+        grouped = True
     except (ProcessLookupError, PermissionError):
-        pass
+        grouped = False
     hit = []
     for proc in processes_of(mark, pgid):
         try:
+            # A second SIGTERM to a process that handles the first (a trainer writing its checkpoint) may end it.
+            if grouped and os.getpgid(proc.pid) == pgid:
+                continue
             proc.send_signal(sig)
             hit.append(proc.pid)
-        except psutil.Error:
+        except (psutil.Error, OSError):  # gone meanwhile
             continue
     return hit
 
