@@ -24,6 +24,7 @@ import logging
 import os
 import secrets
 import selectors
+import shlex
 import signal
 import subprocess
 import sys
@@ -222,7 +223,8 @@ class Supervisor:
                                  cwd=settings.BASE_DIR, stdin=subprocess.PIPE, start_new_session=True)
         stints = self._open_stints(proc.pid)
         Launch.objects.filter(pk=self.job.pk).update(pid=proc.pid)
-        self.say(f"started on {settings.YARDSTICK_NODE} (pid {proc.pid}): {' '.join(self.argv)}")
+        # Quoted as a shell would: a value with spaces or quotes reads as the one argument it is.
+        self.say(f"started on {settings.YARDSTICK_NODE} (pid {proc.pid}): {shlex.join(self.argv)}")
         limit = heartbeat_limit_s()
         beat = Heartbeat(self.job, interval_s=max(0.5, min(30.0, limit / 4))).start()
         try:

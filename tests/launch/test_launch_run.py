@@ -2,6 +2,7 @@
 output kept and shown, the exit status, the three stop steps, GPUs given out of the free ones."""
 
 import json
+import shlex
 import sys
 
 import pytest
@@ -57,6 +58,8 @@ def test_a_hostile_value_is_one_literal_argument_and_the_run_gets_its_own_variab
     assert lines[2] == "token"
     launch_row = Launch.objects.get(pk=job.pk)
     assert launch_row.argv[-2:] == [f"--name={hostile}", hostile] and launch_row.exit_code == 0
+    started = next(text for stream, text in output(job) if stream == "yardstick" and text.startswith("started on "))
+    assert shlex.split(started.split(": ", 1)[1]) == launch_row.argv, "the started line quotes argv as a shell would"
     assert "MLFLOW_TRACKING_TOKEN" in launch_row.env_names and "DATABASE_URL" not in launch_row.env_names
     assert ApiToken.objects.get(pk=launch_row.token_id).revoked, "its token is revoked once it ends"
     [stint] = Stint.objects.filter(job=job)
