@@ -167,9 +167,9 @@ def place(devices, node="", pool="", job=None, now=None):
     want = f"{count} × {'GPU' if kind == 'cuda' else 'core'}{'s' if count > 1 else ''}"
     workers = [w for w in launch_workers(now) if w.team == pool and (not node or w.host == node)]
     if not workers:
-        where = (f" on node {node}" if node else "") + (f" in pool {pool}" if pool else " in the shared pool")
         raise InputError("node" if node else "pool" if pool else "devices",
-                         f"no launch worker has reported{where}, so nobody can run {want}: start one on a GPU node "
+                         f"no launch worker has reported{where_text(node, pool)}, so nobody can run {want}: start one "
+                         "on a GPU node "
                          "(`manage.py up --role jobs,collector` starts the node's launch worker)")
     fits = []
     for worker in workers:
@@ -184,12 +184,23 @@ def place(devices, node="", pool="", job=None, now=None):
             fits.append((-(len(gpus) if kind == "cuda" else cores), worker.name, worker, gpus))
     if not fits:
         have = "; ".join(describe(w) for w in workers)
+        if kind == "cuda" and not any(len(w.gpus) >= count for w in workers):
+            # Waiting cannot help: no job holds what is missing, no worker has it at all.
+            none = "has a cuda device" if not any(w.gpus for w in workers) else f"has {count} GPUs"
+            raise InputError("devices", f"needs {want}; no launch worker {none}{where_text(node, pool)}: {have}; "
+                                        "start a launch worker on a node with GPUs, or pick a cpu recipe")
         what = "free now" if kind == "cuda" else "(cpu recipes share a node's cores, but need that many)"
         raise InputError("devices", f"no launch worker has {want} {what}: {have}; "
-                                    + ("wait for a job to end, or ask for fewer" if kind == "cuda" else "ask for fewer"))
+                                    + ("all are busy: wait for a job to end, or ask for fewer" if kind == "cuda"
+                                       else "ask for fewer"))
     _free, _name, worker, gpus = min(fits, key=lambda f: f[:2])
     return LaunchPlacement(worker.name, worker.name, node=worker.host, gpus=gpus[:count] if kind == "cuda" else [],
                            cores=count if kind == "cpu" else 0)
+
+
+def where_text(node, pool):
+    """Where a launch may go, as its refusals say it: " on node gpu-a in the shared pool"."""
+    return (f" on node {node}" if node else "") + (f" in pool {pool}" if pool else " in the shared pool")
 
 
 # -- start --------------------------------------------------------------------------------------------
