@@ -1,4 +1,4 @@
-"""A real local Ray head for the tests (and bench/launch.py), from the pinned package, with no network: `ray start
+"""A real local Ray head for the tests (and bench/launched_jobs.py), from the pinned package, with no network: `ray start
 --head` on free loopback ports, 2 CPUs, usage stats off, its own temp folder; `stop()` ends it, `start()` again
 brings a fresh head up on the same ports (its job history gone, as after a head's crash). And `Proxy`: a TCP
 forwarder in front of its dashboard that can be paused and resumed, what a cluster behind a dead link looks like."""

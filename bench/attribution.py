@@ -1,6 +1,6 @@
 """Cost attribution: minutes attributed per second, against reading the same rollups, same run.
 
-    python bench/costs.py [--devices 200] [--minutes 360] [--jobs 50]
+    python bench/attribution.py [--devices 200] [--minutes 360] [--jobs 50]
 
 Starts the embedded services of the settings (YARDSTICK_DATA_DIR, default
 var/bench), creates a throwaway test database, fills it with 1-minute rollups

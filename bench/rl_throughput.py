@@ -1,6 +1,6 @@
 """Throughput of the RL core, each figure as a ratio against a reference measured in the same run.
 
-    python bench/trainer.py [--threads N] [--device cpu|cuda] [--base-dir DIR]
+    python bench/rl_throughput.py [--threads N] [--device cpu|cuda] [--base-dir DIR]
 
 Prints, never asserts on time:
   1. sampling tokens/s with the KV cache vs without it          (goal: >= 10x)

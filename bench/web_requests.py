@@ -1,6 +1,6 @@
 """Requests a second: 20 clients alternating the fleet page and /api/fleet on a fleet of one device.
 
-    python bench/requests.py [--clients 20] [--duration 60] [--reference-s 15] [--profile FILE]
+    python bench/web_requests.py [--clients 20] [--duration 60] [--reference-s 15] [--profile FILE]
                              [--data-dir var/bench-requests]
 
 Daphne runs exactly as `up` starts it (yardstick.runner.children_for, the web

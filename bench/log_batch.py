@@ -1,6 +1,6 @@
 """Metric values per second through the MLflow tracking API's log-batch, against a bare insert of the same rows.
 
-    python bench/tracking.py [--calls 20] [--batch 1000] [--keys 50]
+    python bench/log_batch.py [--calls 20] [--batch 1000] [--keys 50]
 
 Runs Daphne (the real ASGI app, as `make run` serves it) as a subprocess on its
 own database `bench_tracking` on the settings' server (embedded PostgreSQL and

@@ -1,7 +1,7 @@
 """Launched jobs: from Launch to the page, how many output lines a second the page keeps up with, and what
 20 chatty jobs cost the web server and the database.
 
-    python bench/launch.py [--rounds 3] [--jobs 20] [--rate 100] [--duration 30]
+    python bench/launched_jobs.py [--rounds 3] [--jobs 20] [--rate 100] [--duration 30]
                            [--rates 100,1000,2500,5000,10000] [--rate-seconds 5] [--no-ray] [--ray-rounds 3]
 
 Runs the control plane's parts as processes of their own on the bench database `bench_launch` (embedded
@@ -365,7 +365,7 @@ def define_recipes(admin, models_root, worker):
     Recipe.define(TRL, trl, admin)
     code = PRINTER_CODE.replace("{", "{{").replace("}", "}}")  # {name} is a placeholder in an argv item
     Recipe.define(PRINTER, {
-        "description": "prints rate lines a second for seconds (bench/launch.py)",
+        "description": "prints rate lines a second for seconds (bench/launched_jobs.py)",
         "argv": ["{python}", "-c", code, "{rate}", "{seconds}", "{width}", "{gate}"],
         "params": [
             {"name": "rate", "kind": "float", "default": 100, "minimum": 0, "maximum": 1000000, "help": "lines/s"},
@@ -779,9 +779,9 @@ def define_steps_recipes(admin, address, shared):
     from launch.models import Cluster, Recipe
 
     Cluster.register({"name": RAY_CLUSTER, "address": address, "python": sys.executable,
-                      "description": "bench/launch.py's own local Ray head"}, admin)
+                      "description": "bench/launched_jobs.py's own local Ray head"}, admin)
     steps = {"description": "tests/launch/steps_script.py: 200 steps of 0.2 s, ends only at a signal "
-                            "(bench/launch.py)",
+                            "(bench/launched_jobs.py)",
              "argv": STEPS_ARGV, "devices": {"kind": "cpu", "count": 1}, "stop_grace_s": STEPS_GRACE_S}
     Recipe.define(STEPS_RAY, {**steps, "executor": "ray", "cluster": RAY_CLUSTER, "shared_dir": str(shared)}, admin)
     Recipe.define(STEPS_NODE, steps, admin)
