@@ -208,6 +208,8 @@ def recipe_choices(selected="", posted=None, errors=None):
         out.append({"name": recipe.name, "version": recipe.version, "description": definition.get("description", ""),
                     "framework": definition.get("framework", ""), "devices": devices_text(definition["devices"]),
                     "params": params, "uses_init_from": uses_init_from, "value": f"recipe:{recipe.name}",
+                    "init_from": posted.get("init_from", "") if mine else "",
+                    "init_error": (errors.get("init_from") or errors.get("init_step", "")) if mine else "",
                     "selected": mine, **_where_choice(definition, clusters, mine, posted, errors)})
     return out
 
@@ -243,6 +245,44 @@ def _where_choice(definition, clusters, mine, posted, errors):
     chosen = posted.get("cluster", "") if mine and "cluster" in posted else where["cluster"]
     return {**where, "recipe_cluster": where["cluster"], "cluster": chosen,
             "cluster_error": errors.get("cluster", "") if mine else ""}
+
+
+def again_fields(job):
+    """The Start form's fields as launched `job` was started, for its "Run again...": its recipe, the values it ran
+    with (those its recipe still takes), name, team, environment, budget, node, pool, stop-loss, cluster and the job it
+    continued; every one editable before the new start."""
+    launch = job.launch
+    fields = {"what": f"recipe:{launch.recipe_name}", "name": job.name, "team": job.team, "env": job.env,
+              "budget_usd": "" if job.budget_usd is None else f"{job.budget_usd.normalize():f}",
+              "node": job.node, "pool": job.pool,
+              "cluster": launch.cluster.name if launch.cluster_id else "",
+              "init_from": _shown(job.init_from_id), "init_step": _shown(job.init_step)}
+    fields.update({f"params.{name}": _shown(value) for name, value in launch.values.items()})
+    fields.update({f"stop_loss.{key}": _shown(int(value) if isinstance(value, float) and value.is_integer() else value)
+                   for key, value in (job.stop_loss or {}).items() if key != "from_step"})
+    return fields
+
+
+def continue_fields(job, recipe):
+    """The Start form's fields for a Continue of launched `job` with `recipe` (one that names {init_from}): the
+    recipe picked, `job` in "Continue from job", its team and environment, and its values for the parameters the
+    two recipes share (a continuation recipe takes its training one's)."""
+    launch = job.launch
+    takes = {spec["name"] for spec in recipe.definition["params"]}
+    fields = {"what": f"recipe:{recipe.name}", "team": job.team, "env": job.env, "init_from": str(job.pk),
+              "pool": job.pool}
+    fields.update({f"params.{name}": _shown(value) for name, value in launch.values.items() if name in takes})
+    return fields
+
+
+def continuations(job):
+    """The recipes a Continue of `job` can start (those that name {init_from}), its own recipe first; [] when the job
+    cannot be continued (Job.can_continue: ended, with a checkpoint)."""
+    if job.source != Source.LAUNCHED or not job.can_continue:
+        return []
+    own = job.launch.recipe_name
+    recipes = [r for r in Recipe.objects.order_by("name") if names_init_from(r.definition)]
+    return sorted(recipes, key=lambda r: r.name != own)
 
 
 def _getlist(data, key):

@@ -29,7 +29,9 @@ from dashboard.figures import sparkline
 from tracking import artifacts
 from tracking.ingest import DEFAULT_SCORE_KEYS, KNOWN_KEYS, STEP_MAX, score_key, unchartable
 from tracking.models import SCORE_KEY_TAG, Metric
-from trainer.models import Job, Sample, Step
+from trainer.inputs import status_filter
+from trainer.models import Job, Sample, Source, Status, Step
+from yardstick.inputs import InputError
 
 CENT = Decimal("0.01")
 FLEET_IPD_CACHE_S = 60  # attribution runs every minute: a fresher figure would not be newer
@@ -217,12 +219,47 @@ def node_health_events(node):
 # -- jobs --------------------------------------------------------------------------------------
 
 
-def jobs_table(status=None, limit=100):
-    """The newest `limit` jobs with progress, sparkline (and its points as JSON, for the page to extend),
-    cost and IPD."""
+# The Jobs list's filters, each a ?key= of its URL (so a recipe's or a cluster's page links to its runs), and the
+# Job field it matches: its status, its kind of run, the recipe and the cluster it was launched with, its team and
+# the user who started it.
+JOB_FILTERS = {"status": "status", "kind": "source", "recipe": "launch__recipe_name", "cluster": "launch__cluster__name",
+               "team": "team", "user": "created_by__username"}
+JOB_FILTER_MAX_CHARS = 200
+
+
+def jobs_filter(query):
+    """{key: value} of the Jobs list's filters given in `query` (a QueryDict or dict; empty ones dropped); InputError
+    naming a status or kind that does not exist, or a value too long to be a name."""
+    out = {}
+    for key in JOB_FILTERS:
+        value = (query.get(key) or "").strip()
+        if not value:
+            continue
+        if key == "status":
+            value = status_filter(value)
+        elif key == "kind" and value not in Source.values:
+            raise InputError("kind", f"kind must be one of {', '.join(Source.values)}, or empty for every kind; "
+                                     f"got {value!r}")
+        elif len(value) > JOB_FILTER_MAX_CHARS:
+            raise InputError(key, f"{key} must be a name of at most {JOB_FILTER_MAX_CHARS} characters, "
+                                  f"got {len(value)}")
+        out[key] = value
+    return out
+
+
+def jobs_filter_choices():
+    """{key: [the values a filter can take, from the jobs there are]} for the Jobs list's filter menus."""
+    jobs = Job.objects.order_by()
+    return {"status": list(Status.values), "kind": list(Source.values),
+            **{key: sorted(v for v in jobs.values_list(JOB_FILTERS[key], flat=True).distinct() if v)
+               for key in ("recipe", "cluster", "team", "user")}}
+
+
+def jobs_table(filters=None, limit=100):
+    """The newest `limit` jobs that match `filters` (jobs_filter's), with progress, sparkline (and its points as
+    JSON, for the page to extend), cost and IPD."""
     jobs = Job.objects.select_related("created_by", "campaign_run__campaign")  # its campaign, shown in its row
-    if status:
-        jobs = jobs.filter(status=status)
+    jobs = jobs.filter(**{JOB_FILTERS[key]: value for key, value in (filters or {}).items()})
     jobs = list(jobs[:limit])
     ids = [j.pk for j in jobs]
     # The same figures, by the same rule, as the job page, Compare and the live "costs" event.

@@ -28,11 +28,11 @@ from costs.intelligence import base_build, job_intelligence, score_cost_curve
 from dashboard import figures, fleetstate, health, launched, readings
 from dashboard.forms import FORM_CONFIG, PRESETS, STOP_LOSS_FIELDS, LaunchForm, StartForm, stop_loss_input
 from dashboard.timerange import RANGES, from_request
+from launch.models import Recipe
 from tracking import store as tracking_store
 from tracking.models import SCORE_KEY_TAG, TrackingError
 from trainer import stoploss
-from trainer.inputs import status_filter
-from trainer.models import CONTROLS, Job, Status, Step
+from trainer.models import CONTROLS, Job, Step
 from trainer.workers import live_workers
 from yardstick.auth import require_role, role_of
 from yardstick.http import bad_page, script_json, script_text
@@ -242,7 +242,7 @@ def set_node_owner(request, name):
 # -- jobs --------------------------------------------------------------------------------------------
 
 
-def _jobs_context(request, form=None, status=None, what=None):
+def _jobs_context(request, form=None, filters=None, what=None):
     """The Jobs page: its table and the Start form, as `form` left it (a StartForm, or a LaunchForm when a
     recipe was picked: `what` is then "recipe:<name>")."""
     from trainer.rl.envs import ENV_NAMES  # here, not at the top: trainer.rl loads torch, which no other page needs
@@ -261,7 +261,7 @@ def _jobs_context(request, form=None, status=None, what=None):
         "what": what, "recipes": recipes, "recipe_picked": what.startswith("recipe:"),
         "recipe_env": form.data.get("env", "") if launching else "",
         "builtin_errors": {} if launching else errors, "error_links": _error_links(errors, form),
-        "rows": readings.jobs_table(status=status), "status_filter": status, "statuses": Status.values,
+        "rows": readings.jobs_table(filters), "filters": filters or {}, "filter_choices": readings.jobs_filter_choices(),
         "form_values": values, "form_errors": errors, "presets": PRESETS, "envs": ENV_NAMES,
         "config_fields": [{"name": n, "kind": k, "label": label} for n, k, label in FORM_CONFIG],
         "stop_loss_fields": _stop_loss_fields(),
@@ -297,15 +297,47 @@ def _stop_loss_fields():
 @require_GET
 @require_role("viewer")
 def jobs_page(request):
+    """The Jobs list (filtered by ?status=, kind, recipe, cluster, team, user) and the Start form: opened with a
+    recipe picked (?what=recipe:<name>), or filled as a launched job was started (?again=<job>: "Run again...") or
+    for a Continue of one (?continue=<job>&what=recipe:<name>)."""
     try:
-        status = status_filter(request.GET.get("status"))
+        filters = readings.jobs_filter(request.GET)
+        form = _prefilled(request.GET)
     except InputError as err:
         return bad_page(request, err.field, err.message)
     what = request.GET.get("what", "")  # "recipe:<name>": the Start form opens with that recipe picked
-    if not what.startswith("recipe:"):
+    if form is not None or not what.startswith("recipe:"):
         what = None
-    return render(request, "dashboard/jobs.html", {**_jobs_context(request, status=status, what=what),
-                                                   "form_open": bool(what)})
+    return render(request, "dashboard/jobs.html", {**_jobs_context(request, form, filters=filters, what=what),
+                                                   "form_open": bool(what or form)})
+
+
+def _prefilled(query):
+    """The Start form filled for "Run again..." (?again=<launched job>) or a Continue (?continue=<launched job>
+    &what=recipe:<a recipe that names {init_from}>), unchecked until it is posted; None when neither is asked."""
+    key = "again" if query.get("again") else "continue" if query.get("continue") else None
+    if key is None:
+        return None
+    raw = query[key].strip()
+    job = Job.objects.filter(pk=int(raw), launch__isnull=False).select_related("launch").first() if (
+        raw.isdigit() and int(raw) < 2**31) else None
+    if job is None:
+        raise InputError(key, f"{key} must be the id of a launched job, got {raw!r}")
+    if key == "again":
+        if not Recipe.objects.filter(name=job.launch.recipe_name).exists():
+            raise InputError("again", f"job {job.pk}'s recipe {job.launch.recipe_name!r} is no longer defined, so it "
+                                      "cannot run again")
+        fields = launched.again_fields(job)
+    else:
+        name = query.get("what", "").removeprefix("recipe:")
+        recipe = next((r for r in launched.continuations(job) if r.name == name), None)
+        if recipe is None:
+            offered = ", ".join(r.name for r in launched.continuations(job)) or (
+                f"none: {job.continue_refusal() or 'no recipe names {init_from}'}")
+            raise InputError("what", f"what must be recipe:<a recipe that continues job {job.pk}>, got {name!r}; "
+                                     f"those that can: {offered}")
+        fields = launched.continue_fields(job, recipe)
+    return LaunchForm(fields, fields["what"].removeprefix("recipe:"))
 
 
 @require_POST

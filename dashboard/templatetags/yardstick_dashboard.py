@@ -91,3 +91,9 @@ def get_item(mapping, key):
 def restart_refusal(job):
     """Why a launched job that ended cannot resume (so its controls offer Restart), or ""."""
     return launched.restart_refusal(job)
+
+
+@register.filter
+def continuations(job):
+    """The recipes a Continue of launched `job` can start (dashboard.launched.continuations), or []."""
+    return launched.continuations(job)

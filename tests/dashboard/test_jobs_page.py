@@ -159,4 +159,4 @@ def test_a_status_filter_that_is_not_a_status_is_a_400_naming_the_accepted_ones(
     assert resp.context["field"] == "status"
     assert resp.context["message"] == ("status must be one of queued, running, stopping, stopped, completed, failed, "
                                        "budget_exhausted, or empty for all jobs; got 'garbage'")
-    assert viewer_client.get("/jobs/?status=running").context["status_filter"] == "running"
+    assert viewer_client.get("/jobs/?status=running").context["filters"] == {"status": "running"}
