@@ -4,14 +4,12 @@ The trainer owns validation (`Job.start`, which the API calls too), so the
 form never re-implements a rule: it turns the posted strings into the values
 the API would receive and hands them to `Job.start`. `Job.start` stops at the
 first bad field; to name *each* bad field, the form asks again with that field
-set back to a value known to be good, inside a transaction that is always
-rolled back, until the trainer accepts the rest (see `_all_errors`).
+set back to a value known to be good, checking only (nothing is created),
+until the trainer accepts the rest (see `_all_errors`).
 
 With a recipe picked instead of the built-in trainer, `LaunchForm` hands the
 recipe's typed parameters and the launch's fields to `launch.kind.start`.
 """
-
-from django.db import transaction
 
 from launch.kind import start as launch_start
 from launch.models import Recipe
@@ -149,10 +147,8 @@ def _all_errors(args, first):
         else:
             break  # nothing to put back (config as a whole): stop at what we know
         try:
-            with transaction.atomic():
-                # Rolled back whatever happens: a probe that passes creates nothing and enqueues nothing.
-                Job.start(**probe, enqueue=False)
-                transaction.set_rollback(True)
+            # Checked only: a probe that passes creates nothing (not even a job id used up) and enqueues nothing.
+            Job.start(**probe, check_only=True)
             break
         except InputError as err:
             if err.field in errors:

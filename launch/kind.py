@@ -26,7 +26,7 @@ from launch.models import Cluster, Launch, Recipe, names_init_from
 from launch.params import Param, ParamError
 from tracking import matching
 from tracking import store as tracking_store
-from tracking.models import TrackingError
+from tracking.models import Stage, TrackingError
 from trainer import inputs, stoploss
 from trainer.kinds import Kind
 from trainer.models import ACTIVE, ENV_MAX, NAME_MAX, TEAM_MAX, Job, Source, Status, Stint, Worker
@@ -80,6 +80,14 @@ class Launched(Kind):
             return (f"job {job.pk} has no checkpoint in its output directory: Restart starts it again from the "
                     "beginning")
         return ""
+
+    def status_note(self, job):
+        # A job on a cluster that does not answer runs (or ran) there as far as anyone knows: say so, and since when.
+        launch = _launch(job)
+        if launch is None or launch.unreachable_since is None or launch.cluster_id is None:
+            return ""
+        since = f"cluster {launch.cluster.name} not answering since {launch.unreachable_since:%Y-%m-%d %H:%M:%S} UTC"
+        return since if job.status in LIVE else f"{since}: its {launch.executor} job may still run there"
 
     def checkpoint_steps(self, job):
         launch = _launch(job)
@@ -261,6 +269,7 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
     target = _cluster(definition, cluster) if executor.remote else None
     if source is not None and not node and not executor.remote:
         node = source.launch.node  # {init_from} is a folder on the node the job it continues ran on
+    _check_experiment(env)  # before the job is created: a refusal after it would use up a job id
     with transaction.atomic():
         # One placement at a time: two launches must not be given the same free GPUs.
         Worker.objects.select_for_update().filter(name__startswith=QUEUE_PREFIX).exists()
@@ -277,10 +286,21 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
         try:
             tracking_store.attach_run(job, experiment=env, score_key=definition.get("score_key", ""),
                                       created_by=created_by)
-        except TrackingError as err:  # a deleted experiment of that name
+        except TrackingError as err:  # deleted since _check_experiment
             raise InputError("env", f"env: {err.message}") from None
         executor.dispatch(job, placement)
     return job
+
+
+def _check_experiment(env):
+    """InputError when the job's MLflow run could not go into experiment `env` (a deleted one of that name)."""
+    try:
+        found = tracking_store.get_experiment_by_name(env)
+    except TrackingError:
+        return  # none yet: attach_run makes it
+    if found.lifecycle_stage != Stage.ACTIVE:
+        raise InputError("env", f"env: the experiment {env!r} is {found.lifecycle_stage}: restore it, or give another "
+                                "env")
 
 
 def _cluster(definition, name):

@@ -124,3 +124,15 @@ def test_a_step_count_past_any_real_run_is_named_not_accepted(operator_client):
         assert resp.status_code == 400
         assert resp.context["form_errors"]["steps"].startswith("steps must be an integer from 1 to 100000, got ")
     assert not Job.objects.exists()
+
+
+def test_a_refused_form_uses_up_no_job_id(operator_client):
+    good = {"preset": "smoke", "name": "ok", "team": "research", "env": "arithmetic", "device": "cpu"}
+    operator_client.post("/jobs/start", good)
+    first = Job.objects.get()
+
+    refused = operator_client.post("/jobs/start", {**good, "steps": "0"})
+    operator_client.post("/jobs/start", good)
+
+    assert refused.status_code == 400 and set(refused.context["form_errors"]) == {"steps"}
+    assert list(Job.objects.order_by("pk").values_list("pk", flat=True)) == [first.pk, first.pk + 1]

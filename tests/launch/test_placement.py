@@ -44,3 +44,18 @@ def test_a_gpu_held_by_another_job_is_busy_and_worth_waiting_for(db, recipe, ope
 
     assert f"GPUs none free of 1, held: 0 (job {first.pk})" in refused.value.message
     assert refused.value.message.endswith("all are busy: wait for a job to end, or ask for fewer")
+
+
+def test_a_launch_refused_for_a_deleted_experiment_uses_up_no_job_id(db, recipe, operator):
+    from tracking import store
+
+    Worker.report("launch@laptop", "laptop", ["launch@laptop"], ["cpu"], cores=8)
+    recipe("script", [PY, "-c", "pass"])
+    store.set_experiment_stage(store.create_experiment("gone").pk, "deleted")
+    first = start(recipe="script", team="research", created_by=operator)
+
+    with pytest.raises(InputError, match="^env: the experiment 'gone' is deleted") as refused:
+        start(recipe="script", team="research", env="gone", created_by=operator)
+    second = start(recipe="script", team="research", created_by=operator)
+
+    assert refused.value.field == "env" and second.pk == first.pk + 1

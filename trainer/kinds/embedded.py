@@ -56,7 +56,8 @@ EMBEDDED = Embedded()
 
 
 def start(*, name, team, env, config=None, budget_usd=None, device="auto", devices=1, node="", pool="",
-          created_by=None, enqueue=True, runs_here=False, init_from=None, init_step=None, stop_loss=None):
+          created_by=None, enqueue=True, runs_here=False, init_from=None, init_step=None, stop_loss=None,
+          check_only=False):
     """Validate the input, create a queued job and (after commit) enqueue its task.
 
     Raise InputError naming the first bad field; nothing is created then.
@@ -67,6 +68,8 @@ def start(*, name, team, env, config=None, budget_usd=None, device="auto", devic
     what the jobs workers report. `devices`, `node` and `pool` say where it may run: it is
     placed on a jobs worker that has them all (trainer.workers.place), or refused.
     `stop_loss`: the rule that stops it once it stops buying intelligence (trainer/stoploss.py).
+    `check_only`: check every field and the placement, create nothing and return None (a created row rolled back
+    would still use up a job id).
     """
     # here: trainer.rl loads torch, which only this path needs
     from trainer.rl.config import ConfigError, TrainConfig
@@ -106,6 +109,8 @@ def start(*, name, team, env, config=None, budget_usd=None, device="auto", devic
     if source is not None and source.source != Source.EMBEDDED:
         raise InputError("init_from", f"init_from: job {source.pk} is a {source.source} run; its checkpoints are in "
                                       "its own framework's format, which the built-in trainer does not load")
+    if check_only:
+        return None
 
     with transaction.atomic():
         job = Job.open(
