@@ -24,6 +24,7 @@ class External(Kind):
     holds_policy = False  # its checkpoints are on the run's own disks, its score is what it logs
     worker_beats = False  # no worker beats: its logs write the heartbeat, and silence marks it stale
     binds_by_hand = True  # a run without the client package in its environment is matched to no GPU by itself
+    named_by_run = True  # nobody named it but its client: the job is called what its run is called
 
     def badge(self, job):
         said = f"; its tags or params say {job.framework}" if job.framework else ""

@@ -35,7 +35,8 @@ from tracking.models import (
     validate_key,
 )
 from tracking.protocol import exceeds_maximum_length, invalid_value, missing_value
-from trainer.models import Job
+from trainer.kinds import kind_of
+from trainer.models import NAME_MAX, Job
 
 # MLflow's log-batch limits (mlflow/utils/validation.py).
 MAX_METRICS_PER_BATCH = 1000
@@ -218,20 +219,27 @@ def update_run(run_id, status=None, end_time=None, run_name=None):
     if end_time not in (None, ""):
         run.end_time = _int64("end_time", end_time)
         fields.append("end_time")
-    if run_name:
-        if not isinstance(run_name, str) or len(run_name) > 250:
-            raise invalid(f"run_name must be a string of at most 250 characters, got {str(run_name)[:40]!r}")
-        run.run_name = run_name
-        fields.append("run_name")
+    if run_name and (not isinstance(run_name, str) or len(run_name) > 250):
+        raise invalid(f"run_name must be a string of at most 250 characters, got {str(run_name)[:40]!r}")
     with transaction.atomic():
         run.last_logged_at = timezone.now()
         run.save(update_fields=[*fields, "last_logged_at"])
         if run_name:
-            RunTag.objects.update_or_create(run=run, key=RUN_NAME_TAG, defaults={"value": run_name})
-            Job.objects.filter(pk=run.job_id).update(name=run_name[:200])
+            _rename(run, run_name)
         if "status" in fields:
             follow_run(run.job, status)
     return run
+
+
+def _rename(run, run_name):
+    """The run is now called `run_name` (its client renamed it: update_run, or the mlflow.runName tag), and so is
+    its job when the job's kind takes its name from its run (an outside run nobody else named); a job a person or
+    Yardstick named keeps its name (transformers names a launched job's run after its output directory)."""
+    Run.objects.filter(pk=run.pk).update(run_name=run_name)
+    run.run_name = run_name
+    RunTag.objects.update_or_create(run=run, key=RUN_NAME_TAG, defaults={"value": run_name})
+    if kind_of(run.job).named_by_run:
+        Job.objects.filter(pk=run.job_id).update(name=run_name[:NAME_MAX])
 
 
 def set_run_stage(run_id, stage):
@@ -281,9 +289,8 @@ def log_batch(run_id, metrics=(), params=(), tags=(), single=False):
         if job.status == "failed" and job.error.startswith("stale:"):
             revive_stale(job)
         _describe_job(run, dict(params), dict(tags))
-        if any(k == RUN_NAME_TAG for k, _ in tags):
-            run.run_name = dict(tags)[RUN_NAME_TAG]
-            run.save(update_fields=["run_name"])
+        if dict(tags).get(RUN_NAME_TAG):
+            _rename(run, dict(tags)[RUN_NAME_TAG])
         if rows:
             ingest.ingest(run, rows)
         else:

@@ -185,3 +185,43 @@ def test_text_it_cannot_store_and_deep_json_get_mlflows_invalid_parameter_value(
     assert resp.json()["error_code"] == "INVALID_PARAMETER_VALUE"
     assert says in resp.json()["message"]
     assert not Run.objects.exists()
+
+
+def _launched_job(name, created_by):
+    """A job Yardstick launched, named by the operator who started it, with the run its command reports into."""
+    from tracking.store import attach_run
+
+    job = Job.open(reason="launched", name=name, team="research", env="walk", config={}, source="launched",
+                   created_by=created_by)
+    attach_run(job, experiment="walk", created_by=created_by)
+    return job
+
+
+def test_a_launched_job_keeps_its_name_when_transformers_names_its_run(mlflow_as, operator, monkeypatch):
+    """transformers' MLflowCallback joins the job's run (MLFLOW_RUN_ID) with start_run(run_name=its output
+    directory's name), which renames the run (runs/update); TRL may set the mlflow.runName tag too."""
+    client = mlflow_as(operator)
+    job = _launched_job("walk trl", operator)
+    monkeypatch.setenv("MLFLOW_RUN_ID", job.run.run_id)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "walk")
+    with mlflow.start_run(run_name="job-1") as run:
+        mlflow.set_tag("mlflow.runName", "job-1")
+        mlflow.log_metric("train/reward", 0.5, step=1)
+    assert run.info.run_id == job.run.run_id
+    job.refresh_from_db()
+    assert job.name == "walk trl", "the name the operator typed"
+    assert Run.objects.get(pk=job.run.pk).run_name == "job-1", "the run's own name is the run's"
+    assert client.get_run(run.info.run_id).data.tags["mlflow.runName"] == "job-1"
+
+
+def test_an_outside_run_renamed_by_its_client_renames_its_job(mlflow_client):
+    """Nobody but its client named an external run's job: a new run name (either way MLflow sets one) is its name."""
+    exp = mlflow_client.create_experiment("renames")
+    rid = mlflow_client.create_run(exp, run_name="first").info.run_id
+    job = Run.objects.get(run_id=rid).job
+    mlflow_client.update_run(rid, name="second")
+    job.refresh_from_db()
+    assert job.name == "second"
+    mlflow_client.set_tag(rid, "mlflow.runName", "third")
+    job.refresh_from_db()
+    assert (job.name, Run.objects.get(run_id=rid).run_name) == ("third", "third")

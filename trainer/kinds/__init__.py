@@ -32,6 +32,9 @@ class Kind:
     worker_beats = False
     # Its processes are found by what they report, so an operator may bind it to devices by hand on its page.
     binds_by_hand = False
+    # Its MLflow run names it: a run renamed by its client (update_run, the mlflow.runName tag) renames the job.
+    # Otherwise the job keeps the name a person (or Yardstick) gave it, and the run's name stays the run's.
+    named_by_run = False
 
     def badge(self, job):
         """(text, title) of the badge the pages show beside the job's name, or None for no badge."""
@@ -53,6 +56,11 @@ class Kind:
 
     def resume_refusal(self, job):
         """Why a Resume from Yardstick can never help this kind of job, for people; empty when its state decides."""
+        return ""
+
+    def status_note(self, job):
+        """What a person must know that the job's status alone does not say, shown beside it in the Jobs list and
+        the job's header (a launched job's cluster not answering, and since when); "" for nothing."""
         return ""
 
     def continue_refusal(self, job):
