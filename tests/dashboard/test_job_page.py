@@ -117,3 +117,25 @@ def test_a_chart_with_nothing_to_draw_yet_carries_what_to_say_instead_of_axes(vi
     b.steps(trained, 2)
     figs = json.loads(viewer_client.get(f"/jobs/{trained.pk}").context["figures_json"])
     assert [k for k, f in figs.items() if "empty" in f] == []
+
+
+def test_a_failed_jobs_traceback_keeps_its_lines_with_the_exception_standing_out(viewer_client):
+    import html as htmllib
+    import re
+
+    from trainer.models import Job
+
+    error = ("exited with status 1: ValueError: the reward model is gone\nTraceback (most recent call last):\n"
+             '  File "train.py", line 3, in <module>\n    raise ValueError("the reward model is gone")\n'
+             "ValueError: the reward model is gone")
+    job = b.job(name="boom", status="failed")
+    Job.objects.filter(pk=job.pk).update(error=error)
+
+    page = viewer_client.get(f"/jobs/{job.pk}").content.decode()
+
+    summary = re.search(r'<div class="job-error"[^>]*>\s*<p class="error">(.*?)</p>', page, re.S)
+    quoted = re.search(r'<pre class="error-text">(.*?)</pre>', page, re.S)
+    assert htmllib.unescape(summary.group(1)) == "exited with status 1: ValueError: the reward model is gone"
+    assert htmllib.unescape(re.sub(r"<[^>]+>", "", quoted.group(1))).splitlines() == error.splitlines()[1:], (
+        "a line of the traceback a line")
+    assert re.search(r'<strong class="error-last">ValueError: the reward model is gone</strong></pre>', quoted.group(0))
