@@ -60,12 +60,17 @@ PRIVATE_ENV = ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "EMAIL_HOST_PASSWORD")
 PRIVATE_PREFIXES = ("YARDSTICK_", "MLFLOW_", "DJANGO_", "CELERY_", "CUDA_VISIBLE_DEVICES")
 
 
-# Where a launched run reports when YARDSTICK_URL is unset (`up` sets it for its launch worker): `make run`'s address.
-DEFAULT_URL = "http://127.0.0.1:8000"
-
-
 class LaunchError(Exception):
     """The command could not be started (no program, no checkpoint to resume from); says why, for people."""
+
+
+def control_plane_url():
+    """Where a launched run reports (its MLFLOW_TRACKING_URI): settings.YARDSTICK_URL, which `up` gives every part it
+    starts. LaunchError when it is unset: a guessed address would hand the run's token to whatever answers there."""
+    if not settings.YARDSTICK_URL:
+        raise LaunchError("YARDSTICK_URL is not set, so the run would not know where to report: set it to the control "
+                          "plane's address as the nodes reach it (`manage.py up` sets it for every part it starts)")
+    return settings.YARDSTICK_URL
 
 
 def output_cap_bytes():
@@ -103,7 +108,7 @@ def run_variables(job, launch, run, token, values):
     often to ask for a stop, and the recipe's own variables (rendered)."""
     env = {
         "PYTHONUNBUFFERED": "1",  # lines reach the page as they are printed, not when a buffer fills
-        "MLFLOW_TRACKING_URI": settings.YARDSTICK_URL or DEFAULT_URL,
+        "MLFLOW_TRACKING_URI": control_plane_url(),
         "MLFLOW_TRACKING_TOKEN": token,
         "MLFLOW_RUN_ID": run.run_id,
         "MLFLOW_EXPERIMENT_NAME": run.experiment.name,

@@ -74,6 +74,12 @@ def check_roles(settings, roles):
             f"--role {','.join(roles)} runs no web server, so it joins a control plane: set "
             f"{' and '.join(missing)} to the control plane's (its `up` prints its DATABASE_URL)"
         )
+    if {"jobs", "worker"} & set(roles) and not settings.YARDSTICK_URL:
+        # Its workers start runs that report to the control plane, whose address only the control plane's `up` knows.
+        raise RoleError(
+            f"--role {','.join(roles)} runs no web server, so the runs it starts report to the control plane's: "
+            "set YARDSTICK_URL to the control plane's address as this machine reaches it (http://host:port)"
+        )
 
 
 WEB_PROCESSES_MAX = 64
@@ -117,12 +123,11 @@ def children_for(settings, roles, host, port, web_processes=1, listen_fd=None):
                                "-n", own, "--concurrency", "1", "--prefetch-multiplier", "1",
                                "--loglevel", "INFO"]),
         # Recipes' commands (launch/): a thread each, as many at once as the node's free devices allow, under
-        # the node's name; they report to this control plane's address unless YARDSTICK_URL says another.
+        # the node's name.
         "launch": Child("launch", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", worker_name_of_launch,
                                    "-n", worker_name_of_launch, "--pool", "threads",
                                    "--concurrency", str(settings.LAUNCH_SLOTS), "--prefetch-multiplier", "1",
-                                   "--loglevel", "INFO"],
-                        env={} if settings.YARDSTICK_URL else {"YARDSTICK_URL": _own_url(host, port)}),
+                                   "--loglevel", "INFO"]),
         "beat": Child("beat", [py, "-m", "celery", "-A", "yardstick", "beat", "--loglevel", "INFO",
                                "-s", str(settings.DATA_DIR / "celerybeat-schedule")]),
         # Under the node name the stints of this machine's jobs carry.
@@ -136,11 +141,23 @@ def children_for(settings, roles, host, port, web_processes=1, listen_fd=None):
         webs = [Child(f"web{i}", web_argv(host, port, listen_fd), pass_fds=(listen_fd,))
                 for i in range(1, web_processes + 1)]
         out = webs + out[1:]
+    # Every part may hand a run the control plane's address (the launch worker on a node, the default worker's
+    # follower to Ray and Slurm, a campaign's loop): one value for all of them.
+    url = control_plane_url(settings, roles, host, port)
+    for child in out:
+        if url:
+            child.env["YARDSTICK_URL"] = url
     return out
 
 
-def _own_url(host, port):
-    """The address this `up`'s web server answers on, from this machine (a wildcard host: the loopback)."""
+def control_plane_url(settings, roles, host, port):
+    """The control plane's address that runs report to: YARDSTICK_URL when set, else, where this `up` runs the web
+    server, the address it answers on from this machine (a wildcard host: the loopback); None when neither
+    (check_roles refuses the roles that would need it)."""
+    if settings.YARDSTICK_URL:
+        return settings.YARDSTICK_URL
+    if "web" not in roles:
+        return None
     host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 

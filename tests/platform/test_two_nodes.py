@@ -47,11 +47,11 @@ def tiny_models(path):
              max_steps=30, batch_size=32, target_pass1=101.0, probe_every=1000, probe_size=4)
 
 
-def up(role_args, node, data_dir, log_path):
+def up(role_args, node, data_dir, log_path, **more_env):
     """`manage.py up` as `node`, joined to the test's servers, in a process group of its own."""
     env = {**{k: v for k, v in os.environ.items() if k not in SERVICE_VARS}, "PYTHONUNBUFFERED": "1",
            "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL, "YARDSTICK_DATA_DIR": str(data_dir),
-           "YARDSTICK_NODE": node}
+           "YARDSTICK_NODE": node, **more_env}
     with open(log_path, "w") as log:
         return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "up", *role_args], cwd=ROOT, env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -105,7 +105,7 @@ def test_a_job_asked_for_a_node_runs_there_names_it_and_is_charged_to_its_device
     port = free_port()
     plane_log, node_log = tmp_path / "plane.log", tmp_path / "node.log"
     procs = [up(["--port", str(port)], "plane", plane_dir, plane_log),
-             up(["--role", "jobs,collector"], "node-b", node_dir, node_log)]
+             up(["--role", "jobs,collector"], "node-b", node_dir, node_log, YARDSTICK_URL=f"http://127.0.0.1:{port}")]
     logs = [plane_log, node_log]
     try:
         token = api_token(operator)

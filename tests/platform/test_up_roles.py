@@ -42,7 +42,7 @@ def test_parse_roles_names_an_unknown_role_and_the_accepted_ones():
 
 
 def test_a_gpu_node_starts_a_jobs_worker_and_a_collector_under_its_node_name(settings):
-    settings.YARDSTICK_URL = ""  # unset: its launched runs report to this `up`'s own address
+    settings.YARDSTICK_URL = "http://plane.example:8000"  # the control plane's, which its launched runs report to
     settings.YARDSTICK_NODE = "gpu-node-7"
     settings.COLLECTOR_SOURCE = "nvml"
     children = children_for(settings, ("jobs", "collector"), "127.0.0.1", 8000)
@@ -56,7 +56,7 @@ def test_a_gpu_node_starts_a_jobs_worker_and_a_collector_under_its_node_name(set
     # Recipes' commands: a thread each, on the node's own launch queue, reporting to this control plane.
     assert launch.argv[launch.argv.index("-Q") + 1] == "launch@gpu-node-7"
     assert launch.argv[launch.argv.index("--pool") + 1] == "threads"
-    assert launch.env == {"YARDSTICK_URL": "http://127.0.0.1:8000"}
+    assert launch.env == {"YARDSTICK_URL": "http://plane.example:8000"}
 
     settings.YARDSTICK_POOL = "research"  # a team's pool: its own queue only, nothing from the shared one
     jobs = children_for(settings, ("jobs",), "127.0.0.1", 8000)[0]
@@ -83,7 +83,8 @@ def test_roles_without_the_web_server_need_both_urls_of_the_control_plane():
         check_roles(types.SimpleNamespace(EMBEDDED_DB=False, EMBEDDED_REDIS=True), ("jobs",))
 
     check_roles(embedded_both, ("web", "jobs"))  # the control plane itself: its embedded servers are fine
-    check_roles(types.SimpleNamespace(EMBEDDED_DB=False, EMBEDDED_REDIS=False), ("jobs", "collector"))
+    check_roles(types.SimpleNamespace(EMBEDDED_DB=False, EMBEDDED_REDIS=False, YARDSTICK_URL="http://plane:8000"),
+                ("jobs", "collector"))
 
 
 def test_up_refuses_a_gpu_node_without_urls_before_starting_anything(service_dir):
