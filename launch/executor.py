@@ -81,6 +81,11 @@ def job_dir(job):
     return Path(settings.DATA_DIR) / "launched" / f"job-{job.pk}"
 
 
+def models_dir():
+    """{models}: this node's folder of local models, which a recipe may fill on first use (trl-grpo-cpu)."""
+    return Path(settings.DATA_DIR) / "models"
+
+
 def found_checkpoints(folder, definition):
     """[(step, name)] of the checkpoint folders (or files) in `folder`, oldest first."""
     try:
@@ -127,7 +132,7 @@ def command(job, launch, folder, python):
     definition = launch.definition
     run = job.run
     values = {**launch.values, "job_dir": str(folder), "experiment": run.experiment.name, "python": python,
-              "yardstick": str(settings.BASE_DIR)}
+              "yardstick": str(settings.BASE_DIR), "models": str(models_dir())}
     if job.init_from_id:
         values["init_from"] = init_from_path(job)
     argv = render(definition["argv"], values)

@@ -188,6 +188,9 @@ def _where(raw, clean):
                                        f"'%', '$', '`' or backslashes, got {shared!r}")
     items = [*clean["argv"], *clean["resume_argv"], *clean["env"].values(), clean["workdir"]]
     uses_dir = any("job_dir" in placeholders(item, "argv") for item in items)
+    if any("models" in placeholders(item, "argv") for item in items):
+        raise InputError("argv", "{models} is a node's own folder (<data dir>/models on its launch worker); a recipe "
+                                 "on a cluster names its model by a path on storage the cluster's nodes share")
     if uses_dir and not shared:
         raise InputError("shared_dir", "this recipe names {job_dir}, which on a cluster must be on storage its "
                                        "nodes share: set shared_dir (e.g. /mnt/shared/yardstick)")

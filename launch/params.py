@@ -7,7 +7,7 @@ never reaches a shell, and `; rm -rf / $(id)` arrives as that one literal argume
 literal braces.
 
 Some placeholders are Yardstick's to fill, never a user's (RESERVED): the job's output directory, the
-checkpoint a Resume continues from, the one a Continue starts from.
+checkpoint a Resume continues from, the one a Continue starts from, the node's folders.
 
 Imports nothing from Django: a node's worker renders the argv it runs with it.
 """
@@ -25,6 +25,7 @@ RESERVED = {
     "experiment": "the job's MLflow experiment (its environment), which the run reports under",
     "python": "the Python interpreter that runs Yardstick's worker on the node",
     "yardstick": "the directory Yardstick is installed in on the node (its examples are under it)",
+    "models": "the node's folder of local models, <data dir>/models (trl-grpo-cpu makes its tiny model there)",
 }
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
 STRING_MAX = 1000

@@ -8,8 +8,10 @@ yardstick_mlflow's StopCallback ends training when an operator presses Stop, and
 at that step so a Resume (`--resume_from_checkpoint`) goes on from it with the step count it had.
 
 Nothing is fetched from a hub: the model and its tokenizer come from a local folder
-(`--model_name_or_path`), the prompts and the reward are made here (arithmetic_task.py). Needs only
-torch, transformers, trl, datasets, mlflow and yardstick_mlflow.
+(`--model_name_or_path`), the prompts and the reward are made here (arithmetic_task.py). With
+`--make_tiny_model` a folder that holds no model yet first gets the tiny one of tiny_model.py (the recipe
+`trl-grpo-cpu`: a first run on a laptop). Needs only torch, transformers, trl, datasets, mlflow and
+yardstick_mlflow.
 """
 
 import argparse
@@ -21,6 +23,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: a node ma
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import arithmetic_task  # noqa: E402 - beside this script; after the environment above is set
+import tiny_model  # noqa: E402 - beside this script too
 
 DATASET_SIZE = 2048  # prompts to draw from; TRL cycles through them when a run needs more
 EVAL_SIZE = 64  # held-out prompts per evaluation
@@ -31,6 +34,8 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model_name_or_path", required=True,
                     help="a local folder holding a causal LM and its tokenizer (save_pretrained of both)")
+    ap.add_argument("--make_tiny_model", action="store_true",
+                    help="when --model_name_or_path holds no model yet, make the tiny one there first (tiny_model.py)")
     ap.add_argument("--output_dir", required=True, help="where checkpoint-N folders are written")
     ap.add_argument("--max_steps", type=int, default=100, help="optimizer steps in all, a resumed run's included")
     ap.add_argument("--save_steps", type=int, default=50, help="write a checkpoint every this many steps")
@@ -115,6 +120,9 @@ def main(argv=None):
         sys.exit(f"--batch_size ({args.batch_size}) must be a multiple of --num_generations ({args.num_generations})")
     if args.resume_from_checkpoint and not Path(args.resume_from_checkpoint).is_dir():
         sys.exit(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no such checkpoint folder")
+    if args.make_tiny_model and tiny_model.ensure(args.model_name_or_path):
+        print(f"made the tiny model in {args.model_name_or_path} (first use: a random 2-layer GPT-2 and a character "
+              "tokenizer, nothing downloaded)", flush=True)
     trainer = build_trainer(args)
     where = f"from {args.resume_from_checkpoint}" if args.resume_from_checkpoint else "from the start"
     print(f"GRPO on arithmetic with {args.model_name_or_path}, {args.max_steps} steps, {where}", flush=True)

@@ -23,6 +23,7 @@ from launch.models import Recipe, clean_definition, import_all
 from launch.params import Param, render
 from tests.tracking.conftest import mlflow_as, mlflow_client, reporter  # noqa: F401 - fixtures
 from tests.waiting import wait_for
+from trainer.models import ENDED, Job
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "launch" / "examples" / "recipes.yaml"
@@ -54,8 +55,9 @@ def recipe_argv(name, job_dir, values=(), roots=(), resume=None, init_from=None)
 def test_every_example_recipe_is_a_valid_definition_and_imports_in_one_go(db):
     document = yaml.safe_load(RECIPES.read_text())
     by_name = {r["name"]: r for r in document["recipes"]}
-    assert set(by_name) == {"trl-grpo", "trl-grpo-continue", "verl-grpo", "verl-grpo-ray", "nemo-rl-grpo-math",
-                            "nemo-rl-grpo-math-slurm", "plain-script", "builtin-grpo", "eval-checkpoint"}
+    assert set(by_name) == {"trl-grpo", "trl-grpo-continue", "trl-grpo-cpu", "verl-grpo", "verl-grpo-ray",
+                            "nemo-rl-grpo-math", "nemo-rl-grpo-math-slurm", "plain-script", "builtin-grpo",
+                            "eval-checkpoint"}
     for name, raw in by_name.items():
         definition = clean_definition(raw)
         assert definition["framework"] and definition["score_key"] and definition["description"], name
@@ -169,6 +171,48 @@ def tiny_model(tmp_path_factory):
 
 # ---- (b) TRL: tests/launch/test_trl_launch_browser.py launches the trl-grpo recipe as shipped, from the Start
 # form through Stop and Resume, on the real launch path.
+
+
+@pytest.mark.slow
+def test_trl_grpo_cpu_as_shipped_makes_its_tiny_model_once_and_logs_steps_on_a_launch_worker(
+        launch_worker, admin_user, operator, launch_data_dir):
+    """The first run a laptop can make: the shipped recipe, imported unchanged, launched on the real launch worker
+    with no model anywhere; it makes the tiny model under <data dir>/models, downloads nothing and logs its steps.
+    A second launch uses the model the first made."""
+    from launch.kind import start
+    from trainer.models import Status
+
+    import_all({"recipes": [recipes()["trl-grpo-cpu"]]}, admin_user)
+    model = launch_data_dir / "models" / "tiny-arithmetic"
+    assert not model.exists()
+
+    def run(**params):
+        job = start(recipe="trl-grpo-cpu", params={"save_steps": 1000, "eval_steps": 2, **params}, team="research",
+                    name="first run", created_by=operator)
+        return wait_for(lambda: Job.objects.filter(pk=job.pk, status__in=ENDED).first(), 180,
+                        f"job {job.pk} to end", every_s=0.5)
+
+    first = run(max_steps=3)
+    text = output_of(first)
+    assert first.status == Status.COMPLETED, f"{first.error}\n{text[-3000:]}"
+    assert first.launch.argv[2:5] == ["--model_name_or_path", str(model), "--make_tiny_model"]
+    assert "HF_HUB_OFFLINE" in first.launch.env_names
+    assert f"made the tiny model in {model}" in text and (model / "config.json").is_file()
+    logged = sorted(first.steps.values_list("step", flat=True))
+    assert {1, 2, 3} <= set(logged) and logged[-1] == first.steps_done == 3, logged
+    assert first.steps.get(step=2).metrics["eval_reward"] >= 0, "its score, at eval_steps"
+    assert (Path(first.launch.job_dir) / "checkpoint-3").is_dir()
+
+    made_at = (model / "config.json").stat().st_mtime_ns
+    second = run(max_steps=1, eval_steps=0)
+    assert second.status == Status.COMPLETED and "made the tiny model" not in output_of(second)
+    assert (model / "config.json").stat().st_mtime_ns == made_at, "the model is made once, on first use"
+
+
+def output_of(job):
+    from launch.models import OutputLine
+
+    return "\n".join(OutputLine.objects.filter(job=job).order_by("seq").values_list("text", flat=True))
 
 
 # ---- (c) a plain script -----------------------------------------------------------------------------

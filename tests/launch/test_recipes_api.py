@@ -70,6 +70,7 @@ def test_only_admins_create_change_or_import_recipes(client, admin_user, operato
     ({"params": [{"name": "steps", "kind": "integer", "default": 0, "minimum": 1}]}, "params.steps.default", ">= 1"),
     ({"shell": True}, "shell", "a recipe has no field 'shell'"),
     ({"name": "Has Spaces"}, "name", "lower-case letters"),
+    ({"argv": ["trl", "{models}/tiny"], "executor": "ray"}, "argv", "{models} is a node's own folder"),
 ])
 def test_a_bad_definition_is_refused_naming_the_field_and_nothing_is_stored(client, admin_user, change, field, said):
     client.force_login(admin_user)
