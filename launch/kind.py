@@ -40,6 +40,9 @@ QUEUE_PREFIX = LAUNCH_PREFIX
 LIVE = (Status.QUEUED, *ACTIVE)
 # The checkpoint folders of the frameworks, newest = highest N: transformers and TRL, veRL, NeMo RL.
 CHECKPOINT_PATTERNS = (r"checkpoint-(\d+)", r"global_step_(\d+)", r"step_(\d+)")
+# A recipe parameter of one of these names is the run's total steps, its progress's "of N" from the start (the total
+# a run logs itself, tracking.store.STEPS_PARAMS, replaces it): transformers/TRL and NeMo RL, veRL, a plain script.
+STEPS_PARAMS = ("max_steps", "total_training_steps", "max_num_steps", "steps")
 
 
 def launch_workers(now=None):
@@ -276,7 +279,8 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
         placement = executor.place(definition, node=node, pool=pool, cluster=target)
         job = Job.open(
             reason=f"launched by {created_by}" if created_by else "launched",
-            name=name, team=team, env=env, config={}, budget_usd=budget, device=definition["devices"]["kind"],
+            name=name, team=team, env=env, config=steps_config(values), budget_usd=budget,
+            device=definition["devices"]["kind"],
             devices=definition["devices"]["count"], node=node, pool=pool, created_by=created_by,
             source=LAUNCHED.source, framework=definition.get("framework", ""), init_from=source, init_step=init_step,
             placed_on=placement.worker, stop_loss={**stop_rule, "from_step": 0} if stop_rule else {},
@@ -290,6 +294,16 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
             raise InputError("env", f"env: {err.message}") from None
         executor.dispatch(job, placement)
     return job
+
+
+def steps_config(values):
+    """The job's config from its parameter values: {"steps": N} when a parameter (STEPS_PARAMS) gives the run's total
+    steps, else {}."""
+    for name in STEPS_PARAMS:
+        value = values.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return {"steps": value}
+    return {}
 
 
 def _check_experiment(env):

@@ -44,6 +44,7 @@
       Y.sayEmpty(f);
     });
     text("steps-done", d.step);
+    stepsTotal(d.steps);
     const prog = document.getElementById("job-progress");
     if (prog) prog.value = d.step;
     if (m["train/reward_mean"] != null) text("reward-now", Number(m["train/reward_mean"]).toFixed(3));
@@ -51,6 +52,18 @@
     if (d.step === 0 && m["eval/pass1"] != null) text("baseline-pass1", num(m["eval/pass1"], 1));
     if (d.samples && d.samples.length) showSamples(d.step, d.samples);
   });
+  // The run's total steps (Job.steps_total), once known: "step 29 of 100" and the bar. A run may log it after the
+  // page was drawn (TRL's max_steps among its first params), so every event that carries it may show it.
+  function stepsTotal(n) {
+    if (!(n > 0)) return;
+    text("steps-total", n);
+    const of = document.getElementById("steps-of"), prog = document.getElementById("job-progress");
+    const unknown = document.getElementById("steps-unknown");
+    if (of) of.hidden = false;
+    if (prog) { prog.max = n; prog.hidden = false; }
+    if (unknown) unknown.hidden = true;
+  }
+  Y.on("progress", function (ev) { if (String(ev.data.id) === id) stepsTotal(ev.data.steps); });
   // An external run's generations (tracking/artifacts.py): the samples table follows the newest step.
   Y.on("rollouts", function (ev) { if (mine(ev)) showSamples(ev.data.step, ev.data.samples); });
   // Where the job runs: its stints, as Stint.to_dict gives them (the runner opens one; a status event ends it).
@@ -110,6 +123,7 @@
     if (box) box.innerHTML = Y.badge(d.status);
     Y.showControls(document, d);
     if (d.phase !== undefined) phase(ev);
+    stepsTotal(d.steps);
     if (d.change) addHistory(d.change);
     if (d.stints) showStints(d.stints);
     // A message announced a status ("Job 3 is stopping."): once the job has another, it is no longer true.

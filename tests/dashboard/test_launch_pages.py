@@ -284,3 +284,20 @@ def test_an_admin_creates_edits_and_imports_recipes_and_a_bad_definition_stores_
     resp = client.post("/recipes", {"action": "import", "file": upload}, follow=True)
     assert "Imported recipes.yml: updated count; unchanged echo." in resp.content.decode()
     assert Recipe.objects.get(name="count").version == 3
+
+
+def test_a_launched_jobs_progress_counts_to_its_max_steps_parameter(viewer_client, admin_user, launch_worker_row):
+    import re
+
+    Recipe.define("trl", {"argv": ["{python}", "train.py", "--max_steps", "{max_steps}"], "devices": {"kind": "cpu", "count": 1},
+                          "params": [{"name": "max_steps", "kind": "integer", "default": 100, "minimum": 1,
+                                      "help": "optimizer steps in all"}]}, admin_user)
+    job = kind.start(recipe="trl", params={"max_steps": 120}, team="research", created_by=admin_user)
+    Job.objects.filter(pk=job.pk).update(status=Status.RUNNING, steps_done=29)
+
+    html = viewer_client.get(f"/jobs/{job.pk}").content.decode()
+
+    assert Job.objects.get(pk=job.pk).steps_total == 120
+    assert re.search(r'step <span id="steps-done">29</span><span id="steps-of">\s*of <span id="steps-total">120</span>', html)
+    assert '<progress id="job-progress" max="120" value="29" aria-label="progress">' in html
+    assert re.search(r'<div class="hint" id="steps-unknown" hidden>', html)
