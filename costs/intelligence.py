@@ -207,8 +207,8 @@ def spent_by(job, instants, book=None):
 
 def base_build(job, metrics=None):
     """{seconds, usd, text} the job spent building its environment's base policy (the first job on an
-    environment does, on its own stint, so it is part of the job's cost), {building: True, text} while
-    it builds it, or None when it built none. `text` is what the page says beside the cost (the job
+    environment does, on its own stint, so it is part of the job's cost), {building: True, phase, text} while
+    it builds it (`phase`: how the job's phase begins meanwhile), or None when it built none. `text` is what the page says beside the cost (the job
     page, and the "costs" live event for it).
 
     The runner records the build's start and length with the baseline (step 0); its dollars are what
@@ -217,7 +217,7 @@ def base_build(job, metrics=None):
     """
     shared = f"(shared by later jobs on {job.env})"
     if job.phase.startswith(BUILD_PHASE):
-        return {"building": True, "text": f"includes the base-policy build now running {shared}"}
+        return {"building": True, "phase": BUILD_PHASE, "text": f"includes the base-policy build now running {shared}"}
     if metrics is None:  # else its step 0's metrics, read with other jobs' (costs.live)
         metrics = Step.objects.filter(job=job, step=0).values_list("metrics", flat=True).first()
     metrics = metrics or {}

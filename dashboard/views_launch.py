@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from costs.intelligence import base_build
 from dashboard import launched
 from launch import kind
 from launch.models import Launch, Recipe, import_all
@@ -182,7 +183,8 @@ def restart_job(request, job_id):
     return redirect("job", job_id=new.pk)
 
 
-PARTS = {"controls": "dashboard/_job_controls.html", "launch": "dashboard/_launch_card.html"}
+PARTS = {"controls": "dashboard/_job_controls.html", "launch": "dashboard/_launch_card.html",
+         "base_build": "dashboard/_base_build.html"}
 
 
 @never_cache
@@ -190,7 +192,8 @@ PARTS = {"controls": "dashboard/_job_controls.html", "launch": "dashboard/_launc
 @require_role("viewer")
 def job_part(request, job_id, part):
     """A part of the job pages as the server renders it now: a live page swaps it in when the job's status
-    changes (its controls, Restart included; a launched job's argv, devices and exit once it starts or ends)."""
+    changes (its controls, Restart included; a launched job's argv, devices and exit once it starts or ends; what
+    the cost says of the base-policy build once the build is no longer running)."""
     if part not in PARTS:
         raise Http404(f"no part {part!r}")
     job = get_object_or_404(Job.objects.select_related("created_by"), pk=job_id)
@@ -200,5 +203,5 @@ def job_part(request, job_id, part):
     nxt = request.GET.get("next", "")
     return render(request, PARTS[part], {
         "job": job, "next": nxt if nxt.startswith("/") and not nxt.startswith("//") else f"/jobs/{job.pk}",
-        "launched": launch,
+        "launched": launch, "base_build": base_build(job) if part == "base_build" else None,
     })

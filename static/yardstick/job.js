@@ -98,6 +98,9 @@
     text("pp-gain", p.gain_points === null ? "—" : num(p.gain_points, 2));
     const state = document.getElementById("pp-state");
     if (state) { state.textContent = p.state; state.hidden = p.state === "ok"; }
+    text("pp-held", num(p.held_s, 0));
+    const held = document.getElementById("pp-held-hint");
+    if (held) held.hidden = !p.phases.length;
     const body = document.getElementById("pp-phases-body");
     if (!body) return;
     body.replaceChildren();
@@ -124,6 +127,7 @@
     Y.showControls(document, d);
     if (d.phase !== undefined) phase(ev);
     stepsTotal(d.steps);
+    baseBuild(d);
     if (d.change) addHistory(d.change);
     if (d.stints) showStints(d.stints);
     // A message announced a status ("Job 3 is stopping."): once the job has another, it is no longer true.
@@ -141,6 +145,15 @@
     el.textContent = d.phase || "";
     el.hidden = !d.phase;
     Object.values(figs).forEach(function (f) { if (f.live && !f.drawn) Y.sayEmpty(f); });
+    baseBuild(d);
+  }
+  // "includes the base-policy build now running" holds while the job's phase is the build's (data-while-phase):
+  // once it is not (trained on, stopped, failed), the server says what holds now.
+  function baseBuild(d) {
+    const el = document.getElementById("job-base-build");
+    if (String(d.id) !== id || !el || !el.dataset.whilePhase || d.phase === undefined) return;
+    if ((d.phase || "").startsWith(el.dataset.whilePhase)) return;
+    Y.swapPart("#job-base-build", "/jobs/" + id + "/part/base_build");
   }
   Y.on("phase", phase);
 

@@ -139,3 +139,28 @@ def test_a_failed_jobs_traceback_keeps_its_lines_with_the_exception_standing_out
     assert htmllib.unescape(re.sub(r"<[^>]+>", "", quoted.group(1))).splitlines() == error.splitlines()[1:], (
         "a line of the traceback a line")
     assert re.search(r'<strong class="error-last">ValueError: the reward model is gone</strong></pre>', quoted.group(0))
+
+
+def test_the_base_build_in_the_cost_is_said_running_only_while_the_job_builds_it(viewer_client):
+    from trainer.models import Job
+
+    job = b.job(name="first on arithmetic", status="running")
+    Job.objects.filter(pk=job.pk).update(phase="building the base policy for arithmetic: step 120 of at most 1500")
+
+    page = viewer_client.get(f"/jobs/{job.pk}").content.decode()
+    assert ('<div class="hint" id="job-base-build" data-while-phase="building the base policy">includes the base-policy '
+            "build now running") in page
+
+    job.refresh_from_db()
+    job.finish("stopped", "stopped while building the base policy (no checkpoint yet)")
+    part = viewer_client.get(f"/jobs/{job.pk}/part/base_build")
+    assert part.status_code == 200
+    assert part.content.decode().strip().endswith('<div class="hint" id="job-base-build"></div>')
+
+
+def test_the_held_seconds_sentence_shows_only_beside_a_split_it_explains(viewer_client):
+    job = b.job(name="no steps yet", status="running")
+
+    page = viewer_client.get(f"/jobs/{job.pk}").content.decode()
+
+    assert '<p class="hint" id="pp-held-hint" hidden>Each phase\'s share of the <span id="pp-held"' in page

@@ -559,3 +559,29 @@ def test_the_node_page_grows_its_nvlink_total_power_limit_and_clock_reasons_time
         assert ends[1] - ends[0] == 3_600_000 and ends[1] >= newest > ends[1] - 60_000, key
     assert page.evaluate(LOADED_AT) == loaded
     shot(page, output_dir, request, "live")
+
+
+def test_a_job_stopped_while_building_its_base_policy_stops_saying_the_build_is_running(  # noqa: F811
+        live_web, page, django_user_model):
+    from trainer.models import Job
+
+    job = b.job(name="first on its env", status="running")
+    building = "building the base policy for arithmetic (first job on it here; until pass@1 reaches 30%)"
+    Job.objects.filter(pk=job.pk).update(phase=building)
+    user_in_role(django_user_model, "ben", "viewer", subprocess=True)
+    log_in(page, live_web.url, "ben", f"/jobs/{job.pk}")
+    loaded = open_live(page, live_web.url, f"/jobs/{job.pk}")
+    assert page.inner_text("#job-base-build").startswith("includes the base-policy build now running")
+
+    later = building + ": step 120 of at most 1500, pass@1 12%"
+    Job.objects.filter(pk=job.pk).update(phase=later)  # still building: still true
+    assert in_thread(send_now, "jobs", "phase", {"id": job.pk, "phase": later})
+    text_is(page, "#job-phase", later)
+    assert page.inner_text("#job-base-build").startswith("includes the base-policy build now running")
+
+    Job.objects.filter(pk=job.pk).update(status="stopped", phase="")  # what finish writes, then announces
+    assert in_thread(send_now, "jobs", "status", {"id": job.pk, "status": "stopped", "phase": "", "steps_done": 0,
+                                                  "steps": 100})
+    text_is(page, "#job-base-build", "")
+    assert page.get_attribute("#job-base-build", "data-while-phase") is None
+    assert page.evaluate(LOADED_AT) == loaded
