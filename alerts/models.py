@@ -70,6 +70,13 @@ KINDS = {
                         ("team", "job"), 5),
 }
 KINDS_ACCEPTED = ", ".join(KINDS)
+# The rules a fresh install starts with (`up` makes them on its first run, beside the admin user), so a failed job
+# or a cluster that stopped answering shows on the Alerts page before anyone thought to ask; the whole fleet, no
+# channel. An admin changes, disables or deletes them like any other rule.
+DEFAULT_RULES = (
+    {"name": "Job failed", "kind": "job_failed"},
+    {"name": "Cluster unreachable", "kind": "cluster_unreachable"},  # after KINDS' default duration, 5 minutes
+)
 
 
 def _iso(dt):
@@ -200,6 +207,12 @@ class AlertRule(models.Model):
             rule.save()
             rule.channels.set(channels)
         return rule
+
+    @classmethod
+    def create_defaults(cls):
+        """Create each of DEFAULT_RULES that no rule of its kind for the whole fleet stands for; return those made."""
+        return [cls.create(fields) for fields in DEFAULT_RULES
+                if not cls.objects.filter(kind=fields["kind"], scope="").exists()]
 
     def change(self, fields):
         """Change the rule from raw input (any of FIELDS); InputError naming the first bad field, nothing stored.

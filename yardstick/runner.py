@@ -417,10 +417,13 @@ class Runner:
         return None if code is None else f"exited with code {code}"
 
     def prepare_database(self):
-        """Migrate and create the admin user on first run; return its password when it was just made."""
+        """Migrate, and on first run create the admin user and the default alert rules; return the admin's password
+        when it was just made."""
         from django.contrib.auth import get_user_model
         from django.contrib.auth.models import Group
         from django.core.management import call_command
+
+        from alerts.models import AlertRule  # a model: importable once Django is set up, as those above
 
         self.say("up", "applying migrations")
         call_command("migrate", interactive=False, verbosity=0)
@@ -430,6 +433,7 @@ class Runner:
         password = secrets.token_urlsafe(12)
         user = User.objects.create_superuser("admin", email="", password=password)
         user.groups.add(Group.objects.get_or_create(name="admin")[0])
+        AlertRule.create_defaults()
         path = self.settings.DATA_DIR / "admin-password"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
