@@ -39,7 +39,7 @@ from yardstick.inputs import InputError
 PHASES = ("generation", "training", "evaluation", "other", "waiting")
 PHASE_LABELS = {"generation": "generation (rollouts)", "training": "training (updates)",
                 "evaluation": "evaluation", "other": "rest of the steps (scoring, checkpoints)",
-                "waiting": "waiting (outside steps: loading, idle)"}
+                "waiting": "waiting (outside steps: loading, a base-policy build, idle)"}
 NO_SPLIT = "no time per phase logged (generation, training): the run's dollars are not split"
 ESTIMATE = "estimate"
 MIXED = "mixed"  # a job charged on more than one device model
@@ -187,8 +187,11 @@ def _per_million(usd, tokens):
 
 
 def shares(f):
-    """{phase: Decimal share of the job's held time} of PHASES (adding up to 1), or None without a split (no step
-    logged its generation time)."""
+    """{phase: Decimal share of the job's held time} of PHASES (adding up to 1), or None without a split (its steps
+    logged no generation time). A job that held devices and logged no step at all (stopped while loading, or while
+    building its base policy) spent all of it outside steps: waiting."""
+    if not f.steps and f.held_s > 0:
+        return {**{p: Decimal(0) for p in PHASES}, "waiting": Decimal(1)}
     if not f.timed_steps:
         return None
     inside = {p: _dec(f.phase_s.get(p, 0.0)) for p in ("generation", "training", "evaluation")}

@@ -99,3 +99,24 @@ def test_a_person_sees_cheap_costs_drawn_and_grouped_by_job_the_legend_names_job
     assert sorted(legend) == [f"#{alpha.pk} alpha", f"#{beta.pk} beta", "idle (infra)"]
     assert all(h > 0 for h in page.evaluate(heights))
     shot(page, output_dir, request, "by-job")
+
+
+def test_a_job_stopped_before_its_first_step_counts_as_waiting_not_as_no_split(viewer_client):
+    from decimal import Decimal
+
+    now = datetime.now(UTC)
+    start = b.floor_minute(now) - timedelta(minutes=20)
+    b.prices(per_hour="6.00", per_kwh="0", pue="1")
+    gpu = b.device(b.node("gpu-a", team="infra"), 0)
+    b.minutes(gpu, start, 10)
+    job = b.job(name="first on arithmetic", status="stopped")  # stopped while building its base policy: no step
+    b.stint(job, gpu, start, start + timedelta(minutes=10))
+    b.attribute(now)
+
+    resp = viewer_client.get("/costs/?group=job")
+
+    phases = {p["key"]: p for p in resp.context["phases"]}
+    attributed = Decimal(resp.context["totals"]["attributed_exact_usd"])
+    assert attributed > 0
+    assert phases["waiting"]["usd"] == attributed and phases["waiting"]["share"] == "100.0 %"
+    assert phases["no_split"]["usd"] == 0
