@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from dashboard import launched
-from launch import kind
+from launch import kind, remote
 from launch.models import CLUSTER_KINDS, HEADER_NAME, Cluster, Launch
 from launch.views import cluster_detail
 from yardstick.auth import has_role, require_role
@@ -139,14 +139,21 @@ def cluster_page(request, name):
 @require_POST
 @require_role("admin")
 def forget_cluster(request, name):
-    """Forget a cluster (as DELETE /api/clusters/<name>): refused while a job launched on it is live, since its
-    follower needs the address; the ended jobs keep their history and lose the link to it."""
+    """Forget a cluster (as DELETE /api/clusters/<name>, through launch.remote.forget): one that answers is refused
+    while a job launched on it is live, since its follower needs the address; one that does not answer is forgotten
+    with its live jobs, each ended saying its job may still run there. The ended jobs keep their history."""
     cluster = get_object_or_404(Cluster, name=name)
-    live = cluster.forget()
-    if live:
+    forgotten, live, ended = remote.forget(cluster, by=request.user)
+    if not forgotten:
         jobs = ", ".join(f"#{j}" for j in live)
         messages.error(request, f"Cluster {name} is not forgotten: it runs job{'s' if len(live) > 1 else ''} {jobs}, "
                                 "which Yardstick follows there. Stop them first.")
         return redirect("cluster", name=name)
-    messages.success(request, f"Cluster {name} forgotten: its ended jobs keep their history.")
+    said = f"Cluster {name} forgotten: its ended jobs keep their history."
+    if ended:
+        jobs = ", ".join(f"#{j}" for j in ended)
+        said += (f" It did not answer, so its live job{'s' if len(ended) > 1 else ''} {jobs} ended here (failed, or "
+                 "stopped if stopping; a queued one cancelled): they may still run on the cluster, and Yardstick no "
+                 "longer follows them.")
+    messages.success(request, said)
     return redirect("clusters")

@@ -8,17 +8,22 @@ address, e.g. http://ray-head:8265): the scheduler calls of launch/remote.py's R
   between SIGTERM and SIGKILL on a stop), the recipe's `working_dir`, `entrypoint_num_gpus` / `entrypoint_num_cpus`
   from its devices, and metadata naming the Yardstick job;
 - state: `get_job_info` (its status and message; a 404 is a job the cluster does not know);
-- log: `get_job_logs`; cancel: `stop_job`; nodes: the state API's node list.
+- log: the driver's log file through the log API (as written: a progress bar's carriage returns kept), else
+  `get_job_logs`; cancel: `stop_job`; nodes: the state API's node list.
 
 Every call is bounded (REQUEST_TIMEOUT_S): a cluster that hangs is unreachable, not a follower stuck.
 """
 
 import threading
 
+from launch.executor import signal_name
 from launch.remote import Refused, RemoteExecutor, RemoteNode, RemoteState, Unreachable
 
 REQUEST_TIMEOUT_S = 10
+# Ray's error_type of a job whose entrypoint exited non-zero (or was killed): the run's own failure.
+ENTRYPOINT_FAILED = "JOB_ENTRYPOINT_COMMAND_ERROR"
 _clients = {}
+_driver_nodes = {}  # submission id -> the id of the Ray node its driver runs on (it never moves)
 _lock = threading.Lock()
 
 
@@ -97,15 +102,56 @@ class RayExecutor(RemoteExecutor):
                 return None
             raise Unreachable(_short(err)) from None
         status = getattr(info.status, "value", str(info.status))
-        return RemoteState(status=status, message=info.message or "", exit_code=getattr(info, "driver_exit_code", None))
+        if getattr(info, "driver_node_id", None):
+            _driver_nodes[remote_id] = info.driver_node_id
+        code = getattr(info, "driver_exit_code", None)
+        message = info.message or ""
+        if status == "FAILED" and code is not None and str(getattr(info, "error_type", "")) == ENTRYPOINT_FAILED:
+            # Ray's message is a preamble before the log's last lines, which the job's output has already: say how
+            # the run ended as a node's job does, and the follower quotes the log (launch/remote.py, Follower.end).
+            message = (f"exited with status {code}" if code >= 0
+                       else f"killed by {signal_name(-code)} (signal {-code})")
+        return RemoteState(status=status, message=message, exit_code=code)
 
     def log(self, cluster, remote_id, job_dir=""):
+        """The driver's log file as it was written, from the log API of the node the driver runs on (carriage
+        returns kept, so a progress bar is one line at its last state, as on a node). `get_job_logs` reads it as
+        text, which turns every carriage return into a line break: only where the log API does not give it."""
+        node_id = _driver_nodes.get(remote_id)  # (`state` has just read it, on a follower's pass)
+        if node_id is None:
+            try:
+                node_id = getattr(self._call(cluster, "get_job_info", remote_id), "driver_node_id", None)
+            except RuntimeError as err:
+                if "status code 404" in str(err):
+                    return ""
+                raise Unreachable(_short(err)) from None
+        if node_id:
+            raw = self._raw_log(cluster, node_id, remote_id)
+            if raw is not None:
+                return raw
         try:
             return self._call(cluster, "get_job_logs", remote_id)
         except RuntimeError as err:
             if "status code 404" in str(err):
                 return ""
             raise Unreachable(_short(err)) from None
+
+    def _raw_log(self, cluster, node_id, remote_id):
+        """The bytes of the driver's log file as text, or None when the log API does not give them."""
+        import requests
+
+        try:
+            response = requests.get(f"{cluster.address}/api/v0/logs/file", headers=dict(cluster.headers),
+                                    params={"node_id": node_id, "submission_id": remote_id, "lines": -1,
+                                            "media_type": "file", "timeout": REQUEST_TIMEOUT_S},
+                                    timeout=REQUEST_TIMEOUT_S)
+        except requests.RequestException as err:
+            raise Unreachable(_short(err)) from None
+        if response.status_code in (502, 503, 504):
+            raise Unreachable(f"the log API answered {response.status_code}")
+        if response.status_code != 200:
+            return None
+        return response.content.decode("utf-8", errors="replace")
 
     def cancel(self, cluster, remote_id):
         try:

@@ -104,3 +104,12 @@ class OutputLog:
     def tail(self, stream, n):
         """The last `n` lines of `stream`: what a failed job's error quotes of its stderr."""
         return [text for s, text, _size in self._lines if s == stream][-n:]
+
+
+def failure(how, tail, own_exit=True):
+    """(first line, error) of a failed run, the same on every executor: `how` it ended ("exited with status 1"), and
+    when the run exited by itself (`own_exit`: not a signal, not its scheduler's limit) its last line after a colon;
+    the error quotes `tail` (its last lines: a node's stderr, a scheduler's merged log) below the first line."""
+    first = f"{how}: {tail[-1].strip()}" if own_exit and tail else how
+    quoted = "\n".join(tail)
+    return first, f"{first}\n{quoted}".strip() if quoted else first

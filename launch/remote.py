@@ -26,12 +26,11 @@ scheduler took but whose transaction was lost is found again, not repeated.
 import logging
 import shlex
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
 from pathlib import PurePosixPath
 
 from celery import current_app
 from django.db import transaction
-from django.db.models import Value
+from django.db.models import Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -40,7 +39,7 @@ from launch.executor import LaunchError, OutputWriter, command, env_names, found
 from launch.executors import Executor, executor_named, executors
 from launch.kind import LIVE, LaunchPlacement, checkpoint_names
 from launch.models import Cluster, Launch
-from launch.output import LineSplitter
+from launch.output import LineSplitter, failure
 from launch.params import render
 from trainer.models import Job, Status
 from trainer.runner import tell_run_ended
@@ -55,6 +54,11 @@ FOLLOW = "launch.tasks.follow_remote"
 # keeps its own word in RemoteState.said).
 PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
 ENDED = (SUCCEEDED, FAILED, STOPPED)
+# The stop step of a job whose cancel its cluster could not be asked for (it did not answer): Launch.stop_step.
+NO_ANSWER = "no-answer"
+# The lines of a failed run's log its error quotes (as a node's quotes its stderr's: launch/executor.py).
+QUOTED = 10
+MAX_TAIL_CHARS = 256 * 2**10  # how much of a log's end those lines are looked for in
 
 
 class Unreachable(Exception):
@@ -167,8 +171,11 @@ def remote_names():
 
 
 def follow_all():
-    """One pass over every live launch on a cluster; return how many were followed."""
-    ids = list(Launch.objects.filter(executor__in=remote_names(), job__status__in=LIVE).values_list("pk", flat=True))
+    """One pass over every live launch on a cluster, and every ended one whose cluster had not answered when it ended
+    (its scheduler's word on it is still to be taken); return how many were followed."""
+    ids = list(Launch.objects.filter(executor__in=remote_names()).filter(
+        Q(job__status__in=LIVE) | Q(unreachable_since__isnull=False, cluster__isnull=False))
+        .values_list("pk", flat=True))
     for job_id in ids:
         try:
             follow(job_id)
@@ -183,11 +190,15 @@ def follow(job_id):
     with transaction.atomic():
         launch = (Launch.objects.select_for_update(skip_locked=True, of=("self",))
                   .select_related("job", "job__created_by", "cluster").filter(pk=job_id).first())
-        if (launch is None or launch.job.status not in LIVE or launch.cluster is None
-                or launch.executor not in remote_names()):
+        if launch is None or launch.cluster is None or launch.executor not in remote_names():
+            return None
+        live = launch.job.status in LIVE
+        if not live and launch.unreachable_since is None:
             return None
         follower = Follower(launch, executor_named(launch.executor))
-        if launch.job.status == Status.QUEUED:
+        if not live:
+            follower.settle()
+        elif launch.job.status == Status.QUEUED:
             follower.submit()
         else:
             follower.follow()
@@ -280,6 +291,7 @@ class Follower:
             text = self.executor.log(self.cluster, launch.remote_id, launch.job_dir) if state is not None else ""
         except Unreachable as err:
             self.unreachable(err)
+            self.stop_if_asked(answering=False)  # a Stop must end even while the cluster cannot be asked
             return
         self.answered()
         if state is None:
@@ -301,11 +313,14 @@ class Follower:
             publish(f"job.{job.pk}", "launch", {"job": job.pk, "remote_status": state.word})
         self.scan_checkpoints()
         if final:
-            self.end(state)
+            self.end(state, text)
             return
-        row = Job.objects.filter(pk=job.pk).values("status", "budget_stop_requested").first()
+        self.stop_if_asked()
+
+    def stop_if_asked(self, answering=True):
+        row = Job.objects.filter(pk=self.job.pk).values("status", "budget_stop_requested").first()
         if row["status"] == Status.STOPPING or row["budget_stop_requested"]:
-            self.stop_steps(stopping=row["status"] == Status.STOPPING)
+            self.stop_steps(stopping=row["status"] == Status.STOPPING, answering=answering)
 
     def take(self, text, final):
         """Keep the lines `text` (the scheduler's whole log) has beyond what is kept: whole lines, and the last
@@ -320,9 +335,15 @@ class Follower:
         self.out.flush()
         self.save(log_offset=self.launch.log_offset + upto)  # (the writer keeps output_seq)
 
-    def stop_steps(self, stopping):
+    def stop_steps(self, stopping, answering=True):
+        """The stop's steps that are due: the run's stop flag; after the first grace the scheduler's cancel (SIGTERM);
+        after the second its kill, where the scheduler needs one. Each step writes a line saying what it did. While
+        the cluster does not answer (`answering` False, or a cancel it did not take), the job ends once both graces
+        are over, saying that its scheduler's job may still run there (`abandon`); the follower cancels it if the
+        cluster answers later (`settle`)."""
         now = timezone.now()
         first, second = self.launch.stop_grace_s
+        name = self.executor.name
         if self.launch.stop_flag_at is None:
             # The run read its flag from the Stop on (it asks the tracking API): the grace counts from the Stop (the
             # job's newest change to stopping, this start's), not from this pass, and a pass of its own comes when
@@ -331,30 +352,47 @@ class Follower:
                      .values_list("at", flat=True).first() if stopping else None)
             flag_at = min(asked or now, now)
             self.save(stop_flag_at=flag_at, stop_step="flag")
-            self.out.say(f"stop requested: the run's stop flag is set; {self.executor.name} stops it in {first} s if "
-                         "it runs on")
-            wait_s, job_id = max(0.0, first - (now - flag_at).total_seconds()), self.job.pk
-            transaction.on_commit(lambda: current_app.send_task(FOLLOW, args=[job_id], countdown=wait_s))
-        if self.launch.stop_step == "flag" and now - self.launch.stop_flag_at >= timedelta(seconds=first):
+            self.out.say(f"stop requested: the run's stop flag is set; {name} stops it in {first} s if it runs on"
+                         + ("" if answering else f" (cluster {self.cluster.name} does not answer now: if it still "
+                                                 f"does not in {first + second} s, the job ends here without it)"))
+            self.follow_again(max(0.0, first - (now - flag_at).total_seconds()))
+        elapsed = (now - self.launch.stop_flag_at).total_seconds()
+        if self.launch.stop_step in ("flag", NO_ANSWER) and elapsed >= first and answering:
             try:
                 self.executor.cancel(self.cluster, self.launch.remote_id)
             except Unreachable as err:
                 self.unreachable(err)
-                return
-            self.save(stop_step="SIGTERM")
-            self.out.say(f"the run ran on {first} s after its stop flag: {self.executor.name} stops its job (SIGTERM, "
-                         f"SIGKILL {second} s later)")
-            wait_s, job_id = float(second), self.job.pk
-            transaction.on_commit(lambda: current_app.send_task(FOLLOW, args=[job_id], countdown=wait_s))
-        elif self.launch.stop_step == "SIGTERM" and now - self.launch.stop_flag_at >= timedelta(seconds=first + second):
+                answering = False
+            else:
+                self.save(stop_step="SIGTERM")
+                self.out.say(f"the run ran on {first} s after its stop flag: {name} stops its job (SIGTERM, SIGKILL "
+                             f"{second} s later)")
+                self.follow_again(float(second))
+        elif self.launch.stop_step == "SIGTERM" and elapsed >= first + second and answering:
             try:
                 killed = self.executor.kill(self.cluster, self.launch.remote_id)
             except Unreachable as err:
                 self.unreachable(err)
-                return
-            if killed:
-                self.save(stop_step="cancel")
-                self.out.say(f"the run ran on {second} s after SIGTERM: {self.executor.name} cancels its job")
+                answering = False
+            else:
+                if killed:
+                    self.save(stop_step="cancel")
+                    self.out.say(f"the run ran on {second} s after SIGTERM: {name} cancels its job")
+        if answering:
+            return
+        if self.launch.stop_step == "flag" and elapsed >= first:
+            self.save(stop_step=NO_ANSWER)
+            self.out.say(f"the run ran on {first} s after its stop flag, and cluster {self.cluster.name} does not "
+                         f"answer, so {name} cannot be asked to stop its job; Yardstick asks again every pass and "
+                         f"ends the job here in {second} s if the cluster still does not answer")
+            self.follow_again(float(second))
+        if elapsed >= first + second:
+            self.abandon()
+
+    def follow_again(self, countdown):
+        """A pass of its own for this job `countdown` seconds after this one commits (a stop step falls due)."""
+        job_id = self.job.pk
+        transaction.on_commit(lambda: current_app.send_task(FOLLOW, args=[job_id], countdown=countdown))
 
     def scan_checkpoints(self):
         """The checkpoints in the job's output directory, where this machine mounts the shared storage too."""
@@ -389,7 +427,7 @@ class Follower:
 
     # -- the end --------------------------------------------------------------------------------
 
-    def end(self, state):
+    def end(self, state, text=""):
         job = Job.objects.get(pk=self.job.pk)
         stopped = self.launch.stop_flag_at is not None
         at = f"at step {job.steps_done}"
@@ -405,12 +443,90 @@ class Follower:
             to, reason, error = (Status.STOPPED, f"its {self.executor.name} job was stopped on the cluster, not from "
                                                  f"Yardstick ({at})", "")
         else:
-            first = state.message.splitlines()[0] if state.message else f"its {self.executor.name} job failed"
-            to, reason, error = Status.FAILED, first, (state.message or first)[:4000]
+            # As on a node: how it ended, then (when the run itself exited non-zero) its log's last line, and the
+            # last lines quoted below.
+            how = state.message.splitlines()[0] if state.message else f"its {self.executor.name} job failed"
+            tail = last_lines(text, QUOTED)
+            reason, error = failure(how, tail, own_exit=bool(state.exit_code and state.exit_code > 0))
+            to = Status.FAILED
         self.save(exit_code=state.exit_code)
         self.out.say(f"ended {to}: {reason}" if to != Status.FAILED else f"ended failed: {reason}")
         self.revoke()
-        if job.finish(to, reason, error=error):
+        if job.finish(to, reason, error=error[:4000]):
+            job.refresh_from_db()
+            self.ended = job
+
+    def abandon(self):
+        """End the stopping job whose cluster has not answered through both of its stop graces: stopped (or budget
+        exhausted), saying that its scheduler's job may still run there; its token revoked and its stints closed
+        now. Its Launch keeps unreachable_since, so the follower takes the cluster's word once it answers."""
+        job = Job.objects.get(pk=self.job.pk)
+        launch, name = self.launch, self.executor.name
+        to = Status.BUDGET_EXHAUSTED if job.budget_stop_requested else Status.STOPPED
+        who = f"{job.stop_reason}; " if job.stop_reason else ""
+        since = launch.unreachable_since or timezone.now()
+        asked = ("it was asked to stop its job (SIGTERM) but cannot confirm it ended" if launch.stop_step != NO_ANSWER
+                 else f"its job {launch.remote_id} could not be stopped there")
+        reason = (f"{who}{name} cluster {self.cluster.name} has not answered since {since:%Y-%m-%d %H:%M:%S} UTC, so "
+                  f"{asked}: it may still run there; Yardstick cancels it if the cluster answers again (at step "
+                  f"{job.steps_done}, {sum(launch.stop_grace_s)} s after its stop flag)")
+        self.out.say(f"ended {to}: {reason}")
+        self.revoke()
+        for stint in job.stints.filter(ended_at__isnull=True):
+            stint.end(to, job.steps_done)
+        if job.finish(to, reason):
+            job.refresh_from_db()
+            self.ended = job
+
+    def settle(self):
+        """A pass over a job that ended while its cluster did not answer: once the cluster answers, take its word.
+        Its scheduler's job still running is cancelled (SIGTERM, and killed where the scheduler needs that: the job
+        ended here long ago); one that ended is recorded as it ended there. The job's own status stays."""
+        launch, name = self.launch, self.executor.name
+        try:
+            state = self.executor.state(self.cluster, launch.remote_id)
+            text = self.executor.log(self.cluster, launch.remote_id, launch.job_dir) if state is not None else ""
+            if state is not None and state.status not in ENDED:
+                self.executor.cancel(self.cluster, launch.remote_id)
+                self.executor.kill(self.cluster, launch.remote_id)
+        except Unreachable as err:
+            self.unreachable(err)
+            return
+        self.answered()
+        if state is None:
+            self.out.say(f"its {name} job {launch.remote_id} is gone from cluster {self.cluster.name}: how it ended "
+                         "there is not known")
+            return
+        self.take(text, final=state.status in ENDED)
+        self.save(remote_status=state.word, remote_message=state.message[:4000], exit_code=state.exit_code)
+        if state.status in ENDED:
+            self.out.say(f"{name} says its job ended {state.word} there" + (f": {state.message.splitlines()[0]}"
+                                                                           if state.message else ""))
+        else:
+            self.out.say(f"{name} says its job still ran ({state.word}) after it ended here: {name} stops it now "
+                         f"(SIGTERM, then SIGKILL)")
+        publish(f"job.{self.job.pk}", "launch", {"job": self.job.pk, "remote_status": state.word})
+
+    def orphan(self, by=None):
+        """End the live job because its cluster is forgotten while it does not answer: a queued one is cancelled, a
+        running one fails (a stopping one stops), saying its scheduler's job may still run there."""
+        job = Job.objects.get(pk=self.job.pk)
+        who = f" by {by}" if by else ""
+        since = self.cluster.unreachable_since or timezone.now()
+        said = (f"{self.executor.name} cluster {self.cluster.name} was forgotten{who} after it had not answered since "
+                f"{since:%Y-%m-%d %H:%M:%S} UTC")
+        if job.status == Status.QUEUED:
+            if job.transition([Status.QUEUED], Status.STOPPED, f"cancelled before it started: {said}",
+                              finished_at=timezone.now()):
+                self.out.say(f"ended stopped: {said}")
+            return
+        to = Status.STOPPED if job.status == Status.STOPPING else Status.FAILED
+        reason = f"{said}: Yardstick no longer follows its job {self.launch.remote_id}, which may still run there"
+        self.out.say(f"ended {to}: {reason}")
+        self.revoke()
+        for stint in job.stints.filter(ended_at__isnull=True):
+            stint.end(to, job.steps_done)
+        if job.finish(to, reason, error=reason if to == Status.FAILED else ""):
             job.refresh_from_db()
             self.ended = job
 
@@ -424,6 +540,34 @@ class Follower:
     def revoke(self, token=None):
         ids = [pk for pk in (self.launch.token_id, token and token.pk) if pk]
         ApiToken.objects.filter(pk__in=ids).update(revoked=True)
+
+
+def forget(cluster, by=None):
+    """Forget `cluster` (launch.models.Cluster.forget). A cluster that answers is refused while a job launched on it
+    is live (its follower needs the address); one that does not answer is forgotten with them, each ended saying so
+    (Follower.orphan). Return (forgotten, the ids of the live jobs that keep it, the ids of the jobs ended)."""
+    ended = []
+    if cluster.unreachable_since is not None:
+        for job_id in sorted(cluster.live_jobs()):
+            with transaction.atomic():
+                launch = (Launch.objects.select_for_update(of=("self",)).select_related("job", "cluster")
+                          .filter(pk=job_id, cluster=cluster).first())
+                if launch is None or launch.job.status not in LIVE:
+                    continue
+                follower = Follower(launch, executor_named(launch.executor))
+                follower.orphan(by)
+            ended.append(job_id)
+            if follower.ended is not None:
+                tell_run_ended(follower.ended)
+    live = cluster.forget()
+    return not live, live, ended
+
+
+def last_lines(text, n):
+    """The last `n` lines of a scheduler's log `text` that are not blank, clean as a node's (launch/output.py)."""
+    splitter = LineSplitter()
+    lines = [*splitter.feed(text[-MAX_TAIL_CHARS:].encode()), *splitter.close()]
+    return [line for line in lines if line.strip()][-n:]
 
 
 def tie(remote_nodes):

@@ -177,14 +177,15 @@ def _cluster(request, name):
 
 @require_role("admin")
 def _unregister(request, name):
-    """Forget a cluster; refused while a job launched on it is live (its follower needs the address)."""
+    """Forget a cluster (launch.remote.forget): refused while a job launched on it is live and it answers (its
+    follower needs the address); one that does not answer is forgotten with its live jobs, which end ("ended")."""
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
         return JsonResponse({"error": f"no cluster {name!r}"}, status=404)
-    live = cluster.forget()
-    if live:
+    forgotten, live, ended = remote.forget(cluster, by=request.user)
+    if not forgotten:
         return bad("name", f"cluster {name!r} runs job(s) {', '.join(map(str, live))}: stop them first")
-    return JsonResponse({"deleted": name})
+    return JsonResponse({"deleted": name, "ended": ended})
 
 
 cluster_api = methods(GET=_cluster, DELETE=_unregister)

@@ -400,6 +400,12 @@ class Job(models.Model):
         """(text, title) of the badge beside the job's name, as its kind words it, or None."""
         return kind_of(self).badge(self)
 
+    @property
+    def status_note(self):
+        """What the job's status alone does not say, as its kind words it ("" for nothing): the pages show it beside
+        the status."""
+        return kind_of(self).status_note(self)
+
     # The one rule for which controls a job offers: the pages, the API and the live events ask these.
 
     @property

@@ -174,5 +174,5 @@ def test_a_cluster_running_a_live_job_cannot_be_forgotten(client, admin_user):
     refused = client.delete("/api/clusters/research")
     assert refused.status_code == 400 and f"runs job(s) {job.pk}: stop them first" in refused.json()["error"]
     job.request_stop()
-    assert client.delete("/api/clusters/research").json() == {"deleted": "research"}
+    assert client.delete("/api/clusters/research").json() == {"deleted": "research", "ended": []}
     assert Launch.objects.get(pk=job.pk).cluster is None and not Cluster.objects.exists()

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from launch.models import Cluster, Launch
+from launch.models import Cluster, Launch, OutputLine
 from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard.browser_helpers import in_thread, log_in, record_events, shot, user_in_role, wait_subscribed
 from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
@@ -45,19 +45,28 @@ def ray_recipe(recipe, tmp_path):
     return cluster_recipe(recipe, tmp_path, "ray", "local")
 
 
-def test_a_launch_on_ray_is_submitted_with_its_run_variables_and_a_crash_fails_it_with_rays_message(
+def test_a_launch_on_ray_is_submitted_with_its_run_variables_and_a_crash_fails_it_as_on_a_node(
         cluster, ray_recipe, reporting, follower, admin_user, ray_head):
-    ray_recipe("crashes", [PY, "-c", "import os, sys; print('job', os.environ['YARDSTICK_JOB_ID']); "
-                                     "print('bad config: lr < 0', file=sys.stderr); sys.exit(3)", "{job_dir}"])
+    # A progress bar on stderr (carriage returns) between lines on stdout, then an exception: as a node shows them.
+    ray_recipe("crashes", [PY, "-c", "import os, sys, time; print('job', os.environ['YARDSTICK_JOB_ID'], flush=True)\n"
+                                     "for i in range(1, 38):\n"
+                                     "    sys.stderr.write('\\r%3d%%|bar| %d/37' % (i * 100 // 37, i)); sys.stderr.flush()\n"
+                                     "    time.sleep(0.01)\n"
+                                     "sys.stderr.write('\\n'); print('saving', flush=True)\n"
+                                     "raise ValueError('bad config: lr < 0')", "{job_dir}"])
     job = launch("crashes", admin_user)
     assert (job.status, job.launch.executor, job.launch.cluster_id) == (Status.QUEUED, "ray", cluster.pk)
     wait_for(lambda: job_of(job).status == Status.FAILED, 60, "the crashing Ray job to fail")
     job = job_of(job)
     launch_row = job.launch
     assert launch_row.remote_id == f"yardstick-job-{job.pk}-1" and launch_row.remote_status == "FAILED"
-    assert job.error.startswith("Job entrypoint command failed with exit code 3"), job.error
-    assert "bad config: lr < 0" in job.error, "Ray's message quotes the run's last lines"
-    assert f"job {job.pk}" in output(job) and "bad config: lr < 0" in output(job)
+    first, *quoted = job.error.splitlines()
+    assert first == "exited with status 1: ValueError: bad config: lr < 0", job.error
+    assert quoted[0] != "" and quoted[-1] == "ValueError: bad config: lr < 0" and len(quoted) <= 10, quoted
+    assert job.status_changes.last().reason == first and launch_row.exit_code == 1
+    lines = list(OutputLine.objects.filter(job=job, stream="stdout").values_list("text", flat=True))
+    assert f"job {job.pk}" in lines and "saving" in lines
+    assert [t for t in lines if t.endswith("/37")] == ["100%|bar| 37/37"], "the bar at its last state, one line"
     assert launch_row.token.revoked, "its token dies with its Ray job"
     # What Ray was given: the argv as one safely quoted line, the run's variables, the stop wait, whose job it is.
     info = ray_head.client().get_job_info(launch_row.remote_id)
@@ -66,7 +75,7 @@ def test_a_launch_on_ray_is_submitted_with_its_run_variables_and_a_crash_fails_i
     assert variables["RAY_JOB_STOP_WAIT_TIME_S"] == "3" and variables["MLFLOW_TRACKING_URI"] == reporting.url
     assert "DATABASE_URL" not in variables and "REDIS_URL" not in variables
     assert info.metadata["yardstick_job"] == str(job.pk)
-    assert info.entrypoint.startswith(f"{PY} -c 'import os, sys;")
+    assert info.entrypoint.startswith(f"{PY} -c 'import os, sys, time;")
     assert launch_row.job_dir == f"{cluster.launches.get().definition['shared_dir']}/job-{job.pk}"
 
 
@@ -218,6 +227,36 @@ def test_a_cluster_that_stops_answering_leaves_its_job_running_raises_an_alert_a
         assert Alert.objects.get(pk=alert.pk).resolved_at is not None
         wait_for(lambda: job_of(job).status == Status.COMPLETED, 60, "the job to complete")
         assert job_of(job).steps_done == 30
+    finally:
+        relay.close()
+
+
+def test_a_stop_ends_a_job_whose_cluster_stopped_answering_and_its_ray_job_is_stopped_once_it_answers(
+        ray_head, ray_recipe, reporting, follower, admin_user, client):
+    relay = Relay(socket.AF_INET, ("127.0.0.1", ray_head.dashboard_port)).restore()
+    try:
+        Cluster.register({"name": "local", "address": f"http://127.0.0.1:{relay.port}", "python": PY}, admin_user)
+        ray_recipe("ignores", [PY, STEPS, "--out", "{job_dir}", "--steps", "400", "--sleep", "0.3", "--ignore-stop"])
+        job = launch("ignores", admin_user)
+        wait_for(lambda: job_of(job).steps_done >= 1, 60, "the first step")
+        remote_id = job_of(job).launch.remote_id
+        relay.cut()
+        wait_for(lambda: job_of(job).launch.unreachable_since is not None, 30, "the job to be marked unreachable")
+        client.force_login(admin_user)
+        assert "cluster local not answering since" in client.get("/jobs/").content.decode()
+        job.request_stop(by="ada")
+        wait_for(lambda: job_of(job).status == Status.STOPPED, 30, "the Stop to end the job after its graces (2 + 3 s)")
+        job = job_of(job)
+        assert "it may still run there" in job.status_changes.last().reason
+        said = output(job)
+        assert "stop requested: the run's stop flag is set" in said and "cannot be asked to stop its job" in said
+        assert not Stint.objects.filter(job=job, ended_at__isnull=True).exists()
+        assert ray_head.client().get_job_status(remote_id) == "RUNNING", "it ran on there, unstopped"
+        relay.restore()
+        wait_for(lambda: job_of(job).launch.unreachable_since is None, 30, "the cluster's word to be taken")
+        assert "ray says its job still ran (RUNNING) after it ended here: ray stops it now" in output(job)
+        wait_for(lambda: ray_head.client().get_job_status(remote_id) == "STOPPED", 30, "Ray to stop it")
+        assert job_of(job).status == Status.STOPPED, "the job's own end stays"
     finally:
         relay.close()
 

@@ -70,7 +70,9 @@ def test_a_batch_job_gets_its_options_and_variables_quoted_whole_and_a_crash_fai
     job = job_of(job)
     row = job.launch
     assert row.remote_id.isdigit() and row.remote_status == "FAILED" and row.exit_code == 3
-    assert job.error == "FAILED: its batch script ended with exit code 3", job.error
+    # As on a node: how it ended, the run's last line, and its last lines quoted below.
+    assert job.error.splitlines()[0] == "FAILED: its batch script ended with exit code 3: bad config: lr < 0", job.error
+    assert job.error.splitlines()[-1] == "bad config: lr < 0"
     said = output(job)
     assert f"job {job.pk} argv [{note!r}]" in said, "the value arrives as one argument, as typed"
     assert "clean env" in said and "bad config: lr < 0" in said
@@ -191,7 +193,8 @@ def test_a_launch_waits_with_slurms_reason_while_another_holds_every_cpu_which_i
     wait_for(lambda: job_of(first).status == Status.FAILED, 150, "the first to end at its time limit", every_s=1)
     first = job_of(first)
     assert first.launch.remote_status == "TIMEOUT"
-    assert first.error == "TIMEOUT: it ran past its time limit (00:01:00) and Slurm ended it", first.error
+    assert first.error.splitlines()[0] == "TIMEOUT: it ran past its time limit (00:01:00) and Slurm ended it", \
+        "Slurm ended it, not the run: its last line is quoted below, not after a colon"
     assert "holding every CPU" in output(first)
     page.wait_for_selector("#launch-remote:has-text('Slurm says RUNNING')", timeout=60_000)
     assert page.locator("#launch-remote-message").count() == 0, "no reason once it runs"
