@@ -361,7 +361,6 @@ def _ratio(num, den):
 def _hardware_row(env, model, fs):
     cost = sum((f.cost for f in fs), Decimal(0))
     device_s = sum((f.device_s for f in fs), Decimal(0))
-    energy = sum((f.energy_j for f in fs), Decimal(0))
     tokens = sum(f.gen_tokens for f in fs)
     split = [(f, phase_dollars(f)) for f in fs]
     split = [(f, p) for f, p in split if p is not None]
@@ -378,14 +377,21 @@ def _hardware_row(env, model, fs):
     def per_run(fn):
         return _spread([fn(f) for f in fs])
 
+    # Rollout tokens per second or joule are of the runs that logged rollout tokens: a run that logs none (TRL) has
+    # no such figure, which is not a figure of 0.
+    counted = [f for f in fs if f.gen_tokens]
+    counted_s = sum((f.device_s for f in counted), Decimal(0))
+    counted_j = sum((f.energy_j for f in counted), Decimal(0))
+
     prices = sorted(set().union(*(f.by_model.get(model, {}).get("prices", set()) for f in fs)) - {""})
     return {
         "env": env, "model": model, "runs": len(fs),
         "device_hours": float(device_s / 3600),
-        "tokens_per_device_s": _float(_ratio(Decimal(tokens), device_s)),
-        "tokens_per_device_s_spread": per_run(lambda f: _float(_ratio(Decimal(f.gen_tokens), f.device_s))),
-        "tokens_per_joule": _float(_ratio(Decimal(tokens), energy)),
-        "tokens_per_joule_spread": per_run(lambda f: _float(_ratio(Decimal(f.gen_tokens), f.energy_j))),
+        "token_runs": len(counted),
+        "tokens_per_device_s": _float(_ratio(Decimal(tokens), counted_s)) if counted else None,
+        "tokens_per_device_s_spread": _spread([_float(_ratio(Decimal(f.gen_tokens), f.device_s)) for f in counted]),
+        "tokens_per_joule": _float(_ratio(Decimal(tokens), counted_j)) if counted else None,
+        "tokens_per_joule_spread": _spread([_float(_ratio(Decimal(f.gen_tokens), f.energy_j)) for f in counted]),
         "generation_usd_per_million_tokens": exact_usd(_per_million(gen_usd, gen_tokens) if split else None),
         "generation_runs": len(split),
         "generation_spread": _spread([_float(_per_million(p["generation"], f.gen_tokens)) for f, p in split]),

@@ -110,8 +110,8 @@ def _cells(r):
         return {"text": text, "title": title, "runs": runs, "spread": f"{lo}–{hi}" if lo else "", "varies": lo != hi}
 
     return [
-        cell(tokens.ratio_text(r["tokens_per_device_s"]), r["runs"], r["tokens_per_device_s_spread"]),
-        cell(tokens.ratio_text(r["tokens_per_joule"]), r["runs"], r["tokens_per_joule_spread"]),
+        cell(tokens.ratio_text(r["tokens_per_device_s"]), r["token_runs"], r["tokens_per_device_s_spread"]),
+        cell(tokens.ratio_text(r["tokens_per_joule"]), r["token_runs"], r["tokens_per_joule_spread"]),
         cell(d["generation"], r["generation_runs"], r["generation_spread"], fmt=usd_text,
              title=usd_title(r["generation_usd_per_million_tokens"])),
         cell(d["all_in"], r["runs"], r["usd_per_million_tokens_spread"], fmt=usd_text,

@@ -166,3 +166,13 @@ def test_no_value_of_a_filter_breaks_the_page(viewer_client, param):
     for value in ("", " ", "0001-01-01", "9999-12-31T23:59:59", "2025-02-30", "1" + "0" * 5000, "=1+2", "é" * 300):
         resp = viewer_client.get("/hardware", {param: value, "format": "csv"} if param != "format" else {param: value})
         assert resp.status_code in (200, 400), (param, value[:20], resp.status_code)
+
+
+def test_a_run_that_logs_no_rollout_tokens_shows_no_figure_of_them_not_zero(viewer_client, scene):  # noqa: F811
+    Step.objects.filter(job=scene["t1"]).update(gen_tokens=0)  # TRL logs none
+
+    t = tables(viewer_client.get("/hardware").content.decode())["tool-use"][HOPPER]
+
+    assert t["tokens_per_s"] == "— 0 runs" and t["tokens_per_j"] == "— 0 runs"
+    assert t["all_in"].startswith("—") and t["mtok_per_point"].startswith("—")
+    assert t["per_point"] == "$0.06 1 run", "its dollars per point do not need its tokens"
