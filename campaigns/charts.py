@@ -11,8 +11,8 @@ def scores(campaign, s):
     """Each env's retention pass@1 against the campaign's cumulative dollars, run boundaries marked, and the
     projection drawn dashed with its interval, named as a projection."""
     if s["start"] is None and not any(r["after"] for r in s["runs"]):
-        return {"empty": "No retention eval yet: the starting policy is evaluated on the jobs queue when the "
-                         "campaign is created.", "data": [], "layout": layout("Retention pass@1 against cumulative $")}
+        return {"empty": f"No retention eval yet. {s['start_unscored']}", "data": [],
+                "layout": layout("Retention pass@1 against cumulative $")}
     data = []
     for i, env in enumerate(campaign.envs):
         xs, ys = [], []

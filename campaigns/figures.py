@@ -61,8 +61,10 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
     total = Decimal(0)
     runs = []
     for n, job in enumerate(jobs, 1):
-        # A run's dollars include those of the evaluation jobs that scored it (a campaign of launched runs).
-        eval_usd = sum((Decimal(money[e.pk]["cost_usd"]) for e in evaluations.get(job.pk, [])), Decimal(0))
+        # A run's dollars include those of the evaluation jobs that scored it (a campaign of launched runs), run 1's
+        # those that scored the start it is measured against: the campaign's dollars stay its runs'.
+        scorers = evaluations.get(job.pk, []) + (evaluations.get(None, []) if n == 1 else [])
+        eval_usd = sum((Decimal(money[e.pk]["cost_usd"]) for e in scorers), Decimal(0))
         usd = Decimal(money[job.pk]["cost_usd"]) + eval_usd
         start_usd = total
         total += usd
@@ -80,7 +82,7 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
             "n": n, "job_id": job.pk, "name": job.name, "env": job.env, "status": job.status, "source": job.source,
             "init_from": job.init_from_id, "init_step": job.init_step,
             "cost_usd": exact_usd(usd), "cost_display": usd_text(usd), "eval_usd": exact_usd(eval_usd),
-            "eval_jobs": [e.pk for e in evaluations.get(job.pk, [])],
+            "eval_jobs": [e.pk for e in scorers],
             "start_usd": exact_usd(start_usd), "cumulative_usd": exact_usd(total),
             "finished_at": job.finished_at.isoformat() if job.finished_at else None,
             "before": before, "after": after,
@@ -104,6 +106,8 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
         "campaign": campaign.pk,
         "envs": campaign.envs,
         "start": start,
+        "start_unscored": campaign.start_unscored(),
+        "start_scorers": [e.pk for e in evaluations.get(None, [])],
         "latest": latest,
         "runs": runs,
         "cost_usd": exact_usd(total), "cost_display": usd_text(total),

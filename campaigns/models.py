@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from costs.intelligence import jobs_money
 from launch import kind as launch_kind
-from launch.models import Recipe, names_init_from
+from launch.models import Launch, Recipe, continues_training, names_init_from
 from tracking.store import jobs_tagged
 from trainer import inputs, runner
 from trainer.kinds import kind_of
@@ -85,6 +85,9 @@ class Campaign(models.Model):
     continue_recipe = models.CharField(max_length=100, blank=True, default="")
     run_params = models.JSONField(default=dict, blank=True)
     eval_recipes = models.JSONField(default=dict, blank=True, help_text="{env: evaluation recipe}")
+    # Why the starting policy of a loop of launched runs has no evaluation job, for people (its evaluation recipes
+    # score the folder run 1 started from once run 1 has run: launch_evals); empty while it has one or will.
+    start_note = models.TextField(blank=True, default="")
 
     class Meta:
         ordering = ["-id"]
@@ -170,7 +173,7 @@ class Campaign(models.Model):
         run_params = {} if run_params is None else run_params
         eval_recipes = {} if eval_recipes is None else eval_recipes
         _recipe("run_recipe", run_recipe, init_from=False, params=run_params)
-        _recipe("continue_recipe", continue_recipe, init_from=True, params=run_params)
+        _recipe("continue_recipe", continue_recipe, init_from=True, params=run_params, trains=True)
         if not isinstance(eval_recipes, dict) or set(eval_recipes) - set(envs):
             raise InputError("eval_recipes", f"eval_recipes must be {{env: evaluation recipe}} for envs of the "
                                              f"campaign ({', '.join(envs)}), got {eval_recipes!r}")
@@ -228,7 +231,7 @@ class Campaign(models.Model):
         return Job.objects.filter(campaign_run__campaign=self, campaign_run__role="train").order_by("created_at", "id")
 
     def eval_jobs(self):
-        """{run's job id: [the evaluation jobs that scored it]}."""
+        """{run's job id: [the evaluation jobs that scored it]}; under None, those that scored the starting policy."""
         out = {}
         for job in Job.objects.filter(campaign_run__campaign=self, campaign_run__role="eval").order_by("id"):
             out.setdefault(job.init_from_id, []).append(job)
@@ -292,6 +295,33 @@ class Campaign(models.Model):
         publish(f"campaign.{self.pk}", "retention", {"campaign": self.pk, "after_job": after and after.pk,
                                                      "evals": [r.to_dict() for r in rows]})
         return rows
+
+    def start_unscored(self):
+        """Why the campaign shows no retention eval of its starting policy, for people, said once where it applies;
+        empty when it has them."""
+        if self.retention_evals.filter(after_job__isnull=True).exists():
+            return ""
+        if not self.launches:
+            policy = (f"job {self.start_from_id} at step {self.start_step}" if self.start_from_id else
+                      f"the base policy of {self.schedule[0]}, built first if this data dir has none yet: a minute or "
+                      "more on a CPU")
+            return f"The starting policy ({policy}) is being evaluated on the jobs queue; its evals appear here when done."
+        if not self.eval_recipes:
+            return ("No evaluation recipe scores this campaign's policy, at the start or after a run: each run's gain "
+                    "is its own score's (its recipe's score key).")
+        scorers = self.eval_jobs().get(None, [])
+        live = [j for j in scorers if j.status not in ENDED]
+        if live:
+            return "The starting policy is being scored by " + ", ".join(f"job {j.pk} on {j.env}" for j in live) + "."
+        if scorers:
+            return ("The starting policy is unmeasured: " + ", ".join(f"job {j.pk} on {j.env} ended {j.status}"
+                                                                     for j in scorers)
+                    + " without a score, so run 1 has no gain.")
+        if self.start_note:
+            return self.start_note
+        recipes = ", ".join(sorted(set(self.eval_recipes.values())))
+        return (f"The starting policy (the model run 1 starts from) is scored by {recipes} once run 1 has run, on "
+                "run 1's node.")
 
     # -- the loop ------------------------------------------------------------------
 
@@ -519,8 +549,9 @@ def _schedule(envs, schedule):
 # -- launched runs -------------------------------------------------------------------
 
 
-def _recipe(field, name, init_from, params):
-    """Check that recipe `name` exists, takes `params`, and names {init_from} as its place in the loop needs."""
+def _recipe(field, name, init_from, params, trains=False):
+    """Check that recipe `name` exists, takes `params`, and names {init_from} as its place in the loop needs (with
+    `trains`: one that trains on, no evaluation recipe)."""
     if not isinstance(name, str) or not name:
         raise InputError(field, f"{field} is required: the name of a recipe")
     recipe = Recipe.objects.filter(name=name).first()
@@ -530,15 +561,21 @@ def _recipe(field, name, init_from, params):
         raise InputError(field, f"{field}: recipe {name!r} {'names no' if init_from else 'names'} {{init_from}}; "
                                 + ("it must start from the run it continues or scores" if init_from
                                    else "the first run starts from the recipe's own model"))
+    if trains and not continues_training(recipe.definition):
+        raise InputError(field, f"{field}: recipe {name!r} is an evaluation recipe (it scores {{init_from}} and trains "
+                                "nothing); the next run needs one that trains on from it")
     launch_kind.parameter_values(recipe.definition, params)
 
 
 def launch_evals(campaign, job):
-    """Launch the campaign's evaluation recipes on `job`'s final checkpoint, one job per env; a run that kept no
-    checkpoint, or an env whose evaluation cannot start, is logged and skipped (its retention stays unmeasured)."""
-    if job.status not in ENDED or not job.kept_checkpoint_steps():
+    """Launch the campaign's evaluation recipes on `job`'s final checkpoint, one job per env (after run 1, on the
+    starting policy too: launch_start_evals); a run that kept no checkpoint, or an env whose evaluation cannot start,
+    is logged and skipped (its retention stays unmeasured)."""
+    if job.status not in ENDED:
         return []
-    started = []
+    started = launch_start_evals(campaign, job)
+    if not job.kept_checkpoint_steps():
+        return started
     for env, recipe in campaign.eval_recipes.items():
         try:
             evaluation = launch_kind.start(recipe=recipe, name=f"{campaign.name} · eval of job {job.pk} on {env}",
@@ -553,19 +590,83 @@ def launch_evals(campaign, job):
     return started
 
 
+def start_model(first, following, argv):
+    """The folder run 1 started from: the item of its `argv` (as it ran, recipe definition `first`) at the place
+    where the next runs' recipe (definition `following`) puts {init_from}, found by the same flag before it
+    (`--model_name_or_path {init_from}`) or the same text around it (`model.path={init_from}`); None when the two
+    recipes do not line up so."""
+    items = first["argv"]
+    if len(argv) < len(items):
+        return None
+    for i, item in enumerate(following["argv"]):
+        before, found, after = item.partition("{init_from}")
+        if not found:
+            continue
+        if before or after:
+            at = [j for j, x in enumerate(items) if "{" in x and x.startswith(before) and x.endswith(after)]
+            value = argv[at[0]] if len(at) == 1 else ""
+            if value.startswith(before) and value.endswith(after) and len(value) > len(before) + len(after):
+                return value[len(before):len(value) - len(after)]
+        elif i > 0:
+            at = [j + 1 for j, x in enumerate(items[:-1]) if x == following["argv"][i - 1]]
+            if len(at) == 1:
+                return argv[at[0]]
+    return None
+
+
+def launch_start_evals(campaign, first):
+    """After run 1 (`first`) has run: launch the campaign's evaluation recipes on the folder it started from
+    (start_model), on its node, one job per env, whose scores are the start's retention evals (and whose dollars
+    are run 1's). Once: nothing when `first` is not run 1 or the start has evaluation jobs already; a start that
+    cannot be scored says why in `start_note`."""
+    if not campaign.eval_recipes or campaign.eval_jobs().get(None) or campaign.jobs().first() != first:
+        return []
+    launch = Launch.objects.filter(job=first).first()
+    if launch is None:  # run 1 was added by hand, not launched: nothing says what it started from
+        return []
+    following = Recipe.objects.filter(name=campaign.continue_recipe).first()
+    path = start_model(launch.definition, following.definition, launch.argv) if following and launch.argv else None
+    if not path:
+        note = (f"The starting policy is unmeasured, so run 1 has no gain: recipe {launch.recipe_name} does not say "
+                f"which folder run 1 started from (no argv item at the place {campaign.continue_recipe} puts "
+                "{init_from}, after the same flag or with the same text around it).")
+        Campaign.objects.filter(pk=campaign.pk).update(start_note=note)
+        return []
+    started, refused = [], []
+    node = launch.node if launch.executor == launch_kind.NODE.name else ""
+    for env, recipe in campaign.eval_recipes.items():
+        try:
+            evaluation = launch_kind.start(recipe=recipe, name=f"{campaign.name} · eval of the start on {env}",
+                                           team=campaign.team, env=env, created_by=campaign.created_by,
+                                           init_path=path, node=node)
+        except InputError as err:
+            log.warning("campaign %s: evaluation of the start on %s not started: %s", campaign.pk, env, err.message)
+            refused.append(f"on {env}: {err.message}")
+            continue
+        campaign.add_run(evaluation, role="eval")
+        started.append(evaluation)
+    if refused:
+        Campaign.objects.filter(pk=campaign.pk).update(
+            start_note=f"The starting policy ({path}) could not be scored " + "; ".join(refused) + ".")
+    return started
+
+
 def record_eval(campaign, evaluation):
     """The retention eval an evaluation job measured: its score (the recipe's score key) on its env, for the run
-    whose checkpoint it scored. A job that ended without a score records nothing."""
+    whose checkpoint it scored, or for the start (a job that scored the folder run 1 started from). A job that
+    ended without a score records nothing."""
     run = evaluation.init_from
-    if run is None or evaluation.status != Status.COMPLETED or evaluation.latest_pass1 is None:
+    if evaluation.status != Status.COMPLETED or evaluation.latest_pass1 is None:
         log.warning("campaign %s: evaluation job %s ended %s without a score", campaign.pk, evaluation.pk,
                     evaluation.status)
         return None
+    launch = evaluation.launch
+    scored = (f"job {run.pk} at step {evaluation.init_step}" if run is not None
+              else f"the starting model {launch.values.get('init_from', '')}")
     row, _ = RetentionEval.objects.update_or_create(
         campaign=campaign, after_job=run, env=evaluation.env,
         defaults={"pass1": evaluation.latest_pass1, "eval_size": 0, "at": timezone.now(),
-                  "policy": f"job {run.pk} at step {evaluation.init_step}, scored by job {evaluation.pk} "
-                            f"({evaluation.launch.recipe_name})"})
-    publish(f"campaign.{campaign.pk}", "retention", {"campaign": campaign.pk, "after_job": run.pk,
+                  "policy": f"{scored}, scored by job {evaluation.pk} ({launch.recipe_name})"[:200]})
+    publish(f"campaign.{campaign.pk}", "retention", {"campaign": campaign.pk, "after_job": run and run.pk,
                                                      "evals": [row.to_dict()]})
     return row

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from campaigns import charts, figures
 from campaigns.models import Campaign
-from launch.models import Recipe, names_init_from
+from launch.models import Recipe, evaluates, names_init_from
 from trainer.models import Job
 from yardstick.auth import require_role
 from yardstick.http import bad, bad_page, int_param, methods, script_json
@@ -182,10 +182,13 @@ def campaigns_page(request):
     from trainer.rl.envs import ENV_NAMES
 
     rows = [(c, figures.summary(c)) for c in Campaign.objects.select_related("created_by")[:200]]
-    # The recipes a loop can start from (no {init_from}) and those that continue or score a run (they name it).
-    recipes = {"first": [], "more": []}
+    # The recipes a loop can start from (no {init_from}), those that train on from a run (they name it) and the
+    # evaluation recipes that score one (they name it too, and train nothing).
+    recipes = {"first": [], "more": [], "scorers": []}
     for recipe in Recipe.objects.all():
-        recipes["more" if names_init_from(recipe.definition) else "first"].append(recipe)
+        place = ("first" if not names_init_from(recipe.definition) else "scorers" if evaluates(recipe.definition)
+                 else "more")
+        recipes[place].append(recipe)
     return render(request, "campaigns/campaigns.html", {"rows": rows, "envs": ENV_NAMES, "recipes": recipes})
 
 

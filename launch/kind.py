@@ -240,14 +240,15 @@ def parameter_values(recipe_definition, given):
 
 
 def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=None, node="", pool="", created_by=None,
-          init_from=None, init_step=None, stop_loss=None, cluster=None):
+          init_from=None, init_step=None, stop_loss=None, cluster=None, init_path=None):
     """Validate the launch, place it, create the queued job, its Launch and its MLflow run, and (after commit) send
     it to the chosen launch worker; return the job. InputError names the first bad field; nothing is created then.
 
     `recipe`: its name; `params`: values for its parameters; `env`: the job's environment (its MLflow experiment,
     what IPD compares; default the recipe's name); `init_from`: a launched job whose final checkpoint fills
-    {init_from} (a Continue); `cluster`: the registered cluster a recipe that runs on one is submitted to (default
-    the recipe's own, or the only one of its kind)."""
+    {init_from} (a Continue); `init_path`: instead, the folder {init_from} names (a campaign's starting model,
+    scored by its evaluation recipe; kept among the launch's values as `init_from`); `cluster`: the registered
+    cluster a recipe that runs on one is submitted to (default the recipe's own, or the only one of its kind)."""
     if not isinstance(recipe, str) or not recipe:
         raise InputError("recipe", "recipe is required: the name of one of the admins' recipes")
     row = Recipe.objects.filter(name=recipe).first()
@@ -262,7 +263,9 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
     budget = inputs.budget(budget_usd)
     stop_rule = stoploss.parse(stop_loss)
     node, pool = inputs.name_field("node", node, 255), inputs.name_field("pool", pool, TEAM_MAX)
-    source, init_step = _init_from(definition, init_from, init_step)
+    source, init_step = _init_from(definition, init_from, init_step, init_path)
+    if init_path:
+        values["init_from"] = init_path
     executor = executor_named(definition.get("executor"))
     if cluster not in (None, "") and not isinstance(cluster, str):
         raise InputError("cluster", f"cluster must be the name of a registered cluster, got {cluster!r}")
@@ -335,10 +338,17 @@ def _cluster(definition, name):
     return row
 
 
-def _init_from(definition, init_from, init_step):
+def _init_from(definition, init_from, init_step, init_path=None):
     """(the launched job a Continue starts from, its checkpoint step) or (None, None); InputError when the recipe
-    cannot take one or the job has no checkpoint."""
+    cannot take one or the job has no checkpoint, or `init_path` (a folder given instead) is no absolute path."""
     uses = names_init_from(definition)
+    if init_path not in (None, ""):
+        if init_from not in (None, "") or not uses:
+            raise InputError("init_from", "init_from is a job or a folder, for a recipe that names {init_from}; got "
+                                          f"both or a recipe without it (folder {init_path!r})")
+        if not isinstance(init_path, str) or not init_path.startswith("/") or len(init_path) > 1000:
+            raise InputError("init_from", f"init_from's folder must be an absolute path, got {init_path!r}")
+        return None, None
     if init_from in (None, ""):
         if uses:
             raise InputError("init_from", "this recipe starts from another job's checkpoint ({init_from}): give "
@@ -365,10 +375,12 @@ def restart(job, by=None):
     """A new launched job with `job`'s recipe (its current version), parameter values, team and environment; for a
     job that cannot resume (no checkpoint). InputError as for start."""
     launch = job.launch
-    return start(recipe=launch.recipe_name, params=launch.values, name=job.name, team=job.team, env=job.env,
+    values = dict(launch.values)
+    init_path = values.pop("init_from", None)  # a folder it was started on, not a parameter
+    return start(recipe=launch.recipe_name, params=values, name=job.name, team=job.team, env=job.env,
                  budget_usd=job.budget_usd, node=job.node, pool=job.pool, created_by=by,
                  init_from=job.init_from_id, init_step=job.init_step, stop_loss=job.stop_loss or None,
-                 cluster=launch.cluster.name if launch.cluster_id else None)
+                 cluster=launch.cluster.name if launch.cluster_id else None, init_path=init_path)
 
 
 def revoke_ended_tokens(now=None):

@@ -26,7 +26,7 @@ ARGV_MAX, PARAMS_MAX, ENV_MAX = 200, 50, 100
 GRACE_MAX_S = 3600
 DEFAULT_GRACE_S = (60, 30)  # the stop flag's, then SIGTERM's, before the next step
 FIELDS = ("description", "argv", "params", "env", "workdir", "devices", "framework", "score_key", "stop_grace_s",
-          "resume_argv", "checkpoint_pattern", "executor", "cluster", "shared_dir", "working_dir", "slurm")
+          "resume_argv", "checkpoint_pattern", "evaluates", "executor", "cluster", "shared_dir", "working_dir", "slurm")
 # Where a recipe runs: "node" (a GPU node's launch worker, launch/executor.py) or a scheduler Yardstick submits it
 # to and follows (launch/remote.py): "ray" (a registered Ray cluster's Jobs API, launch/on_ray.py), "slurm" (a
 # batch job on a registered Slurm cluster, launch/on_slurm.py).
@@ -152,6 +152,15 @@ def clean_definition(raw):
     }
     if pattern:  # only when given: the definitions stored before the field existed stay equal to their exports
         out["checkpoint_pattern"] = pattern
+    evaluates = raw.get("evaluates", False)
+    if not isinstance(evaluates, bool):
+        raise InputError("evaluates", f"evaluates must be true (an evaluation recipe: it scores {{init_from}} and "
+                                      f"trains nothing) or false, got {evaluates!r}")
+    if evaluates and not any("init_from" in placeholders(item, "argv") for item in [*out["argv"], *out["env"].values()]):
+        raise InputError("evaluates", "an evaluation recipe scores another job's checkpoint: its argv must name "
+                                      "{init_from}")
+    if evaluates:  # only when true, as checkpoint_pattern
+        out["evaluates"] = True
     out.update(_where(raw, out))
     return out
 
@@ -268,6 +277,18 @@ def names_init_from(definition):
     (a Continue's recipe, a campaign's next run, an evaluation recipe)."""
     items = [*definition["argv"], *definition["env"].values()]
     return any("init_from" in placeholders(item, "argv") for item in items)
+
+
+def evaluates(definition):
+    """Whether a (clean) recipe definition is an evaluation recipe: it scores {init_from} and trains nothing (a
+    campaign's scorer, never a run's continuation)."""
+    return bool(definition.get("evaluates"))
+
+
+def continues_training(definition):
+    """Whether a (clean) recipe definition trains on from another job's checkpoint: it names {init_from} and is no
+    evaluation recipe (a Continue's training, a campaign's next run)."""
+    return names_init_from(definition) and not evaluates(definition)
 
 
 def clean_name(name, field="name"):
