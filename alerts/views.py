@@ -179,6 +179,7 @@ def alerts_page(request):
     context = {
         "alerts": listing(), "deliveries": recent_deliveries(), "rules": list(_rules_of()),
         "channels": list(Channel.objects.all()) if admin else [], "kinds": KINDS,
+        "has_channels": Channel.objects.exists(),  # whether alerts reach anyone but this page's readers
         "channel_kinds": Channel.Kind.choices, "silence_max": SILENCE_MAX_MIN,
     }
     template = "alerts/_body.html" if request.GET.get("part") == "body" else "alerts/alerts.html"

@@ -544,4 +544,5 @@ def costs_page(request):
                                                "group": group, "format": "csv"}),
         "figures_json": script_json({"by_day": figures.costs_by_day(stacks)}),
         "generated_at": timezone.now(),
+        "no_telemetry": not Node.objects.exists(),  # no collector ever reported: its empty table says to start one
     })

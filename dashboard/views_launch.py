@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from costs.intelligence import base_build
 from dashboard import launched
 from launch import kind
-from launch.models import Launch, Recipe, import_all
+from launch.models import FIRST_RUN, Launch, Recipe, import_all, import_examples
 from trainer.models import Job
 from yardstick.auth import has_role, require_role
 from yardstick.http import bad_page
@@ -34,10 +34,13 @@ def _format(value, default="yaml"):
 
 @require_http_methods(["GET", "POST"])
 def recipes_page(request):
-    """GET: the recipes, for everyone; POST (admins): create one from the YAML or JSON in the textarea, or
-    (action=import) define every recipe of an uploaded export."""
+    """GET: the recipes, for everyone; POST (admins): create one from the YAML or JSON in the textarea,
+    (action=import) define every recipe of an uploaded export, or (action=examples) the shipped examples."""
     if request.method == "POST":
-        return _import(request) if request.POST.get("action") == "import" else _create(request)
+        action = request.POST.get("action")
+        if action == "examples":
+            return _examples(request)
+        return _import(request) if action == "import" else _create(request)
     return _list(request)
 
 
@@ -60,6 +63,7 @@ def _list_page(request, status=200, **form):
         "recipes": recipes, "text": form.get("text", ""), "example": example, "fmt": fmt,
         "formats": launched.FORMATS, "error": form.get("error"), "import_error": form.get("import_error"),
         "can_edit": has_role(request.user, "admin"),
+        "first_run": next((r.name for r in recipes if r.name == FIRST_RUN), None),
     }, status=status)
 
 
@@ -100,6 +104,17 @@ def _import(request):
         return _list_page(request, status=400, import_error=err)
     said = "; ".join(f"{what} {', '.join(names)}" for what, names in outcome.items() if names) or "it held no recipe"
     messages.success(request, f"Imported {upload.name}: {said}.")
+    return redirect("recipes")
+
+
+@require_POST
+@require_role("admin")
+def _examples(request):
+    """Define the example recipes shipped with Yardstick (launch/examples/recipes.yaml) in one click."""
+    outcome = import_examples(request.user)
+    said = "; ".join(f"{what} {', '.join(names)}" for what, names in outcome.items() if names)
+    messages.success(request, f"Imported the example recipes: {said}. Edit their model roots, data paths and devices "
+                              f"to your nodes; {FIRST_RUN} runs as it is, on this machine's CPU.")
     return redirect("recipes")
 
 

@@ -8,7 +8,9 @@ Recipes travel as YAML or JSON (`export_all`, `import_all`) so a team keeps them
 """
 
 import re
+from pathlib import Path
 
+import yaml
 from django.conf import settings
 from django.db import models, transaction
 
@@ -390,6 +392,17 @@ def import_all(document, user=None):
                 raise InputError(f"recipes[{i}].{err.field}", f"recipes[{i}]: {err.message}") from None
             outcome[what].append(recipe.name)
     return outcome
+
+
+# The example recipes shipped with Yardstick (docs/launching.md, "The example recipes"): what a first start imports
+# in one click, trl-grpo-cpu among them.
+EXAMPLES = Path(__file__).resolve().parent / "examples" / "recipes.yaml"
+FIRST_RUN = "trl-grpo-cpu"  # the example a laptop runs as it is, on its CPU: the first run the pages point to
+
+
+def import_examples(user=None):
+    """Define the example recipes (EXAMPLES) as import_all does: created, or a new version where one differs."""
+    return import_all(yaml.safe_load(EXAMPLES.read_text()), user)
 
 
 CLUSTER_FIELDS = ("name", "kind", "address", "headers", "python", "description")

@@ -36,7 +36,7 @@ def test_an_admin_creates_and_edits_a_recipe_and_a_bad_definition_changes_nothin
     user_in_role(django_user_model, "ada", "admin")
     log_in(page, live_server.url, "ada", "/recipes")
     assert page.locator('nav a[aria-current="page"]').inner_text() == "Recipes"
-    assert "No recipes yet. Define one below." in page.inner_text("#recipes-table")
+    assert "No recipes yet. Yardstick ships examples" in page.inner_text("#recipes-table")
     assert editor(page).input_value() == "" and editor(page).get_attribute("placeholder").startswith("name: my-recipe\n")
 
     editor(page).fill(COUNTDOWN)
