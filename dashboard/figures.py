@@ -451,7 +451,8 @@ def compare(jobs, xmode):
 
 
 def costs_by_day(stacks):
-    """Stacked bars: `stacks` is [(name, idle, {day: usd})], idle stacks last; one bar per day.
+    """Stacked bars: `stacks` is [(name, idle, {day: usd})], idle stacks last; one bar per day; `empty` (what the
+    page says instead) when no day has a cost.
 
     Heights are the unrounded dollars (rounding each to the cent drew nothing for a day of cheap
     jobs while the table showed money); the hover writes them as the pages do (costs.money)."""
@@ -465,8 +466,13 @@ def costs_by_day(stacks):
                      "hovertemplate": "%{customdata}",
                      "marker": {"color": "#9a9a94" if idle else colour(i),
                                 "pattern": {"shape": "x" if idle else patterns[i % len(patterns)]}}})
-    return {"data": data, "layout": layout("Cost by day", None, "USD", height=340, barmode="stack",
-                                           xaxis={"type": "category", "title": {"text": "day (UTC)"}})}
+    # The legend names the stacks even when there is one (Plotly hides a lone trace's); with nothing charged the
+    # chart says so instead of drawing bare axes (dashboard.js sayEmpty).
+    fig = {"data": data, "layout": layout("Cost by day", None, "USD", height=340, barmode="stack", showlegend=True,
+                                          xaxis={"type": "category", "title": {"text": "day (UTC)"}})}
+    if not days:
+        fig["empty"] = "No costs in this period"
+    return fig
 
 
 def sparkline(values, width=120, height=28, xs=None):

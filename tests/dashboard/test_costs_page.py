@@ -120,3 +120,23 @@ def test_a_job_stopped_before_its_first_step_counts_as_waiting_not_as_no_split(v
     assert attributed > 0
     assert phases["waiting"]["usd"] == attributed and phases["waiting"]["share"] == "100.0 %"
     assert phases["no_split"]["usd"] == 0
+
+
+def test_a_period_without_costs_says_so_in_the_charts_place_and_its_stacks_keep_a_legend(viewer_client):
+    empty = json.loads(viewer_client.get("/costs/?group=team").context["figures_json"])["by_day"]
+    assert empty["empty"] == "No costs in this period" and empty["data"] == []
+
+    b.charged_fleet()
+    fig = json.loads(viewer_client.get("/costs/?group=node").context["figures_json"])["by_day"]
+    assert "empty" not in fig and [t["name"] for t in fig["data"]] == ["gpu-a", "idle (gpu-a)"]
+    assert fig["layout"]["showlegend"] is True, "Plotly would hide the legend of a lone stack"
+
+
+def test_a_person_sees_a_period_without_costs_said_where_the_chart_would_be(  # noqa: F811
+        live_server, page, transactional_db, django_user_model):
+    user_in_role(django_user_model, "cy", "viewer")
+    log_in(page, live_server.url, "cy", "/costs/")
+
+    page.wait_for_selector('.chart[data-fig="by_day"][data-drawn="empty"]')
+    assert page.inner_text('[data-fig="by_day"] .chart-empty p') == "No costs in this period"
+    assert page.locator('[data-fig="by_day"] .main-svg').count() == 0, "no bare axes"
