@@ -11,8 +11,9 @@ a person needs of it (warnings, errors, Yardstick's own events; every line with 
 and start-up ends with the URL and the login. A child that dies is reported (with its last lines
 when it exited by itself) and restarted with back-off, and so is an embedded server this runner
 started (on the same data; the children reconnect to it by themselves, so they
-keep running); Ctrl-C or SIGTERM stops them all and the embedded servers,
-leaving no process behind. A lock on the data dir turns a
+keep running); Ctrl-C, SIGTERM or SIGHUP stops them all and the embedded servers,
+leaving no process behind, whether or not the terminal still reads what it writes; a watchdog process
+(yardstick/watchdog.py) does it should this runner be killed. A lock on the data dir turns a
 second `up` away instead of letting two fight over one PostgreSQL.
 """
 
@@ -103,8 +104,9 @@ def listening_socket(host, port):
 
 
 def children_for(settings, roles, host, port, web_processes=1, listen_fd=None):
-    """The children `up` starts for `roles`, in start order (none is started here). With `web_processes` > 1,
-    that many web children (web1, web2, ...) share the listening socket `listen_fd`."""
+    """The children `up` starts for `roles`, in start order (none is started here). Given the listening socket
+    `listen_fd`, the web server accepts on it (with `web_processes` > 1, that many web children, web1, web2, ...,
+    share it); without it, it binds host:port itself."""
     # here: trainer.workers needs Django's apps loaded, and manage.py imports this module before that
     from trainer.workers import LAUNCH_PREFIX, jobs_queue, worker_name
 
@@ -114,7 +116,7 @@ def children_for(settings, roles, host, port, web_processes=1, listen_fd=None):
     worker_name_of_launch = f"{LAUNCH_PREFIX}{settings.YARDSTICK_NODE}"
     jobs_queues = [own] if settings.YARDSTICK_POOL else [jobs_queue(), own]
     children = {
-        "web": Child("web", web_argv(host, port)),
+        "web": Child("web", web_argv(host, port, listen_fd), pass_fds=() if listen_fd is None else (listen_fd,)),
         "worker": Child("worker", [py, "-m", "celery", "-A", "yardstick", "worker", "-Q", "default",
                                    "-n", "default@%h", "--concurrency", "1", "--loglevel", "INFO"]),
         # Training: one task per slot, fetched one at a time, acknowledged when done. Named after the node;
@@ -258,12 +260,14 @@ class Runner:
         self.redis = embedded.EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
         self.servers = []  # the embedded servers this runner started, supervised like the children
         self.web_processes = web_processes
-        self.listener = None  # the web processes' shared socket, bound in run() when there are several
+        self.listener = None  # the web server's listening socket, bound by run() before anything starts
         self.children = children_for(settings, roles, host, port)
         self.verbose = verbose
         self.log_dir = settings.DATA_DIR / "log"
         self.own_packages = own_packages(settings)
         self.up_log = None  # the runner's own lines, once it holds the data dir (one writer to each file)
+        self.terminal_lost = False  # set when a write to `out` failed: the runner goes on without it
+        self.watchdog = None  # stops every part if this process ends without doing so (yardstick/watchdog.py)
 
     # -- output ------------------------------------------------------------
 
@@ -275,8 +279,25 @@ class Runner:
 
     def _print(self, name, line):
         with self.print_lock:
-            self.out.write(f"{name:>9} | {line}\n")
-            self.out.flush()
+            if self.terminal_lost:
+                return
+            try:
+                self.out.write(f"{name:>9} | {line}\n")
+                self.out.flush()
+            except (OSError, ValueError) as err:  # ValueError: a closed stream
+                self._lose_terminal(err)
+
+    def _lose_terminal(self, err):
+        """The terminal is gone (`make run | tee` with tee ended by Ctrl-C: EPIPE): go on without it. Nothing may
+        stop the shutdown, so stdout and stderr now lead nowhere (a later write, a final flush, a traceback) and
+        the runner's lines go on into up.log."""
+        self.terminal_lost = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        if self.up_log is not None:
+            self.up_log.write(f"{'up':>9} | the terminal is gone ({err}); going on, writing here only")
 
     def _read(self, child, stream, shows):
         """Copy `stream` (one of `child`'s outputs) into its log file until it closes; print the lines
@@ -334,8 +355,21 @@ class Runner:
             self.say("up", str(err))
             return 1
         self.up_log = logs.PartLog(self.log_dir / "up.log")
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, lambda *_: self.stopping.set())
+        if "web" in self.roles:
+            # Bound here, before anything starts, and inherited by the web processes: a port another server holds
+            # (an `up` left running) is said at once, and /healthz can only be this `up`'s own.
+            try:
+                self.listener = listening_socket(self.host, self.port)
+            except OSError as err:
+                self.say("up", f"cannot listen on {self.host}:{self.port}: {os.strerror(err.errno) if err.errno else err}; another server "
+                               "holds it (an `up` still running?): stop it, or choose another --port")
+                self.lock.release()
+                return 1
+            self.children = children_for(self.settings, self.roles, self.host, self.port, self.web_processes,
+                                         self.listener.fileno())
+        self.start_watchdog()
         try:
             self.start_services()
             if self.stopping.is_set():
@@ -343,10 +377,6 @@ class Runner:
             # The control plane migrates and owns the admin user; a node that joins it
             # (no web role) must not migrate a database it shares, perhaps from older code.
             password = self.prepare_database() if "web" in self.roles else None
-            if "web" in self.roles and self.web_processes > 1:
-                self.listener = listening_socket(self.host, self.port)
-                self.children = children_for(self.settings, self.roles, self.host, self.port, self.web_processes,
-                                             self.listener.fileno())
             for child in self.children:
                 self.start_child(child)
             if "web" in self.roles:
@@ -361,7 +391,52 @@ class Runner:
             self.stop_all()
             if self.listener is not None:
                 self.listener.close()
+            self.dismiss_watchdog()
             self.lock.release()
+
+    # -- the watchdog ---------------------------------------------------------
+
+    def start_watchdog(self):
+        """Start the process that stops every part should this one end without doing so (yardstick/watchdog.py):
+        in a session of its own (Ctrl-C is for this runner), holding the data dir's lock until it is done."""
+        log = open(self.log_dir / "watchdog.log", "ab")
+        self.watchdog = subprocess.Popen(
+            [sys.executable, "-I", str(Path(__file__).with_name("watchdog.py"))], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=log, pass_fds=(self.lock.fd,), start_new_session=True,
+        )
+        log.close()
+
+    def tell_watchdog(self):
+        """Tell the watchdog what runs now: every child's process group and the embedded servers."""
+        parts = {"groups": [c.process.pid for c in self.children if c.process is not None],
+                 "redis": self.redis.process.pid if self.redis is not None and self.redis.process else None,
+                 "postgres": str(self.pg.pgdata) if self.pg is not None else None}
+        self._to_watchdog(json.dumps(parts))
+
+    def dismiss_watchdog(self):
+        """Everything is stopped: the watchdog ends without touching anything (and lets go of the lock)."""
+        self._to_watchdog("done")
+        if self.watchdog is not None:
+            self.watchdog.stdin.close()
+            try:
+                self.watchdog.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.watchdog.kill()
+                self.watchdog.wait()
+
+    def _to_watchdog(self, line):
+        if self.watchdog is None:
+            return
+        try:
+            self.watchdog.stdin.write(line.encode() + b"\n")
+            self.watchdog.stdin.flush()
+        except OSError as err:
+            # It died (killed by someone): then nothing stops the parts should this runner be killed too.
+            self.say("up", f"the watchdog is gone ({err}); starting another")
+            self.start_watchdog()
+            if line != "done":
+                self.watchdog.stdin.write(line.encode() + b"\n")
+                self.watchdog.stdin.flush()
 
     def start_services(self):
         if self.pg is not None:
@@ -399,6 +474,7 @@ class Runner:
         if child.server is self.redis:
             self.redis.start(daemonize=False)
             child.process = self.redis.process
+            self.tell_watchdog()
             # Its banner and notices are for its file; `up` reports its start, exit and restart.
             self._start_readers(child, [(child.process.stdout, logs.show_nothing)])
             pid = child.process.pid
@@ -454,6 +530,7 @@ class Runner:
         )
         child.started_at = time.monotonic()
         child.restart_at = None
+        self.tell_watchdog()
         self.say("up", f"started {child.name} (pid {child.process.pid})")  # before any line of its own
         self._start_readers(child, [(child.process.stdout, self._for_people()),
                                     (child.process.stderr, self._for_people())])
