@@ -2,6 +2,7 @@
 
 import argparse
 import logging
+import re
 import signal
 import socket
 import sys
@@ -13,6 +14,18 @@ from .spool import Spool, SpoolInUse
 
 log = logging.getLogger("collector.agent")
 
+SPOOL_ROOT = "var/collector-spool"  # `manage.py collect`: <data dir>/collector-spool
+
+
+def spool_dir(opts, root=SPOOL_ROOT):
+    """The agent's spool directory: --spool-dir, else one of its own under `root` named by its source and node, so
+    agents on one machine (`up`'s collector, a simulated fleet beside it) never share one. Two agents of one source
+    and node still would, and the spool's lock refuses the second."""
+    if opts.get("spool_dir"):
+        return opts["spool_dir"]
+    node = opts.get("node") or socket.gethostname()
+    return f"{root}/{opts['source']}-{re.sub(r'[^A-Za-z0-9._-]', '_', node)}"
+
 
 def add_arguments(parser, dsn_required=True):
     if dsn_required:
@@ -23,7 +36,9 @@ def add_arguments(parser, dsn_required=True):
     parser.add_argument(
         "--label", action="append", default=[], type=parse_label, metavar="KEY=VALUE", help="node label, e.g. team=rl (repeatable)"
     )
-    parser.add_argument("--spool-dir", default="var/collector-spool", help="where batches wait while the database is away")
+    parser.add_argument("--spool-dir", default=None,
+                        help="where batches wait while the database is away (default: a folder of this agent's own, "
+                             f"<spool root>/<source>-<node>, the root {SPOOL_ROOT} here)")
     parser.add_argument("--spool-max-mb", type=_positive_float, default=512.0, help="spool size cap in MiB (default 512)")
     parser.add_argument(
         "--db-timeout", type=_positive_float, default=DB_TIMEOUT_S,
@@ -69,10 +84,11 @@ def parse_label(text):
     return key.strip(), value.strip()
 
 
-def run(options, dsn, out=None):
-    """Run the agent until SIGTERM/SIGINT (or --ticks); return the process exit status."""
+def run(options, dsn, out=None, spool_root=SPOOL_ROOT):
+    """Run the agent until SIGTERM/SIGINT (or --ticks); return the process exit status. `spool_root`: where its
+    spool directory is when --spool-dir does not say (spool_dir)."""
     opts = options if isinstance(options, dict) else vars(options)
-    spool = Spool(opts["spool_dir"], max_bytes=int(opts["spool_max_mb"] * 2**20))
+    spool = Spool(spool_dir(opts, spool_root), max_bytes=int(opts["spool_max_mb"] * 2**20))
     try:
         spool.claim()
         source = make_source(opts["source"], opts)

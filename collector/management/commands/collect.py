@@ -30,11 +30,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         cli.add_arguments(parser, dsn_required=False)
-        # Inside Yardstick the spool lives with the rest of its data.
-        parser.set_defaults(spool_dir=str(settings.DATA_DIR / "collector-spool"))
 
     def handle(self, *args, **opts):
         cli.configure_logging(self.stdout._out if hasattr(self.stdout, "_out") else sys.stdout)
-        status = cli.run(opts, settings_dsn(connection.settings_dict))
+        # Inside Yardstick the spools live with the rest of its data, each agent's in a folder of its own.
+        status = cli.run(opts, settings_dsn(connection.settings_dict), spool_root=str(settings.DATA_DIR / "collector-spool"))
         if status:
             sys.exit(status)
