@@ -22,6 +22,9 @@ class Node(models.Model):
     labels = models.JSONField(default=dict)
     # The agent's tick; the node is stale when its newest sample is older than STALE_INTERVALS of it.
     interval_s = models.FloatField(default=1.0)
+    # The IP addresses of its machine, as its agent reports them (nvml and host sources; [] for none): a cluster's
+    # scheduler may name the node by one (launch.remote.tie).
+    addresses = ArrayField(models.TextField(), default=list, blank=True)
     first_seen = models.DateTimeField()
     registered_at = models.DateTimeField()
 

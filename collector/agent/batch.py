@@ -77,6 +77,9 @@ class Batch:
     labels: dict = field(default_factory=dict)  # node labels, e.g. {"team": "rl"}
     interval_s: float = 1.0
     events: list = field(default_factory=list)  # [(uuid, ts, kind, code, detail, critical)]
+    # The IP addresses of the machine the batch's node is (sources.base.machine_addresses); [] where the source
+    # reads another machine or none (dcgm, sim), which leaves a node's stored addresses as they are.
+    addresses: list = field(default_factory=list)
 
     def __post_init__(self):
         # Rows made with the first fields only (an import, a benchmark): the rest are None.
@@ -93,6 +96,7 @@ class Batch:
             "labels": self.labels,
             "interval_s": self.interval_s,
             "events": [[u, _to_us(ts), *rest] for u, ts, *rest in self.events],
+            "addresses": list(self.addresses),
         }
 
     @classmethod
@@ -104,6 +108,7 @@ class Batch:
             labels=data.get("labels", {}),
             interval_s=data.get("interval_s", 1.0),
             events=[(e[0], _from_us(e[1]), *e[2:]) for e in data.get("events", [])],  # none in an older spool
+            addresses=data.get("addresses", []),  # none in an older spool
         )
 
 

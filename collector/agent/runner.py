@@ -76,6 +76,7 @@ class Agent:
         # None: tick every interval from the first tick on (a benchmark, a test)
         self.offset_s = None if phase_key is None else tick_offset(phase_key, interval_s)
         self.labels = dict(labels or {})
+        self.addresses = list(getattr(source, "addresses", ()))  # the node's, where the source reads this machine
         self.connect_timeout_s = connect_timeout_s
         self.db_timeout_s = db_timeout_s
         self.conn = None
@@ -142,6 +143,7 @@ class Agent:
             holders=[(r.device.uuid, ts, h) for r in readings for h in r.holders],
             labels=self.labels,
             interval_s=self.interval_s,
+            addresses=self.addresses,
             events=[(r.device.uuid, ts, *e) for r in readings for e in r.events]
             + [(info.uuid, ts, *e) for info, events in orphans for e in events],
         )

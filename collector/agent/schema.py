@@ -8,7 +8,8 @@ plain psycopg and the control plane agree on every column.
 
 Tables:
 
-- `collector_node`, `collector_device`: who reports (registered by the agent);
+- `collector_node`, `collector_device`: who reports (registered by the agent,
+  with the node's IP addresses where its source reads this machine);
   `collector_layout_generation` (`LAYOUT_SQL`, one row) moves on whenever
   what the fleet page lays out of them changes.
 - `telemetry_sample`: raw samples, partitioned by UTC day, primary key
@@ -376,9 +377,15 @@ DROP FUNCTION IF EXISTS collector_layout_changed();
 DROP TABLE IF EXISTS collector_layout_generation;
 """
 
+# Collector migration 0009: the IP addresses of each node's machine, as its agent reports them (a source that reads
+# this machine: nvml, host), so a node a scheduler names by address (Ray's are named by IP) is tied to the agent's
+# node of another name (launch.remote.tie). Empty where no agent reported any.
+ADDRESSES_SQL = _add_columns("collector_node", (("addresses", "text[] NOT NULL DEFAULT '{}'"),))
+ADDRESSES_DROP_SQL = "ALTER TABLE collector_node DROP COLUMN IF EXISTS addresses;"
+
 # The whole schema, for a database made without Django's migrations (tests, benchmarks).
 SCHEMA_SQL = (CREATE_SQL + WATERMARK_SQL + LINEAGE_SQL + EXTENDED_SQL + HEALTH_SQL + REASONS_SQL + WRITTEN_SQL
-              + LAYOUT_SQL)
+              + LAYOUT_SQL + ADDRESSES_SQL)
 
 DROP_SQL = """
 DROP TABLE IF EXISTS telemetry_device_event;

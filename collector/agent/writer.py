@@ -127,11 +127,15 @@ _INSERT_EVENTS = (
     "ON CONFLICT DO NOTHING"
 )
 # Every node of a batch's new devices in one statement (a simulated fleet has hundreds).
+# A batch without addresses (a source that reads another machine, an older spool) leaves the node's as they are.
 _UPSERT_NODES = (
-    "INSERT INTO collector_node (name, labels, interval_s) "
-    "SELECT n, %(labels)s::jsonb, coalesce(%(interval)s::float8, 1) FROM unnest(%(names)s::text[]) AS n "
+    "INSERT INTO collector_node (name, labels, interval_s, addresses) "
+    "SELECT n, %(labels)s::jsonb, coalesce(%(interval)s::float8, 1), %(addresses)s::text[] "
+    "FROM unnest(%(names)s::text[]) AS n "
     "ON CONFLICT (name) DO UPDATE SET labels = collector_node.labels || excluded.labels, "
-    "interval_s = coalesce(%(interval)s::float8, collector_node.interval_s), registered_at = now() "
+    "interval_s = coalesce(%(interval)s::float8, collector_node.interval_s), registered_at = now(), "
+    "addresses = CASE WHEN cardinality(excluded.addresses) > 0 THEN excluded.addresses "
+    "ELSE collector_node.addresses END "
     "RETURNING name, id"
 )
 _UPSERT_DEVICES = (
@@ -164,7 +168,7 @@ class Writer:
 
     def __init__(self, conn):
         self.conn = conn
-        self._nodes = {}  # (name, labels json, interval_s) -> node id
+        self._nodes = {}  # (name, labels json, interval_s, addresses) -> node id
         self._devices = {}  # DeviceInfo -> device id
         self._last = None  # (the last batch's devices, their {uuid: id})
         self._have_latest = set()  # device ids whose telemetry_latest row a write of ours committed
@@ -303,12 +307,14 @@ class Writer:
     def _node_ids(self, cur, names, batch):
         """The ids of nodes `names` (registering those not seen with these labels and interval), in order."""
         labels = json.dumps(batch.labels, sort_keys=True)
-        keys = [(name, labels, batch.interval_s) for name in names]
+        addresses = tuple(batch.addresses)
+        keys = [(name, labels, batch.interval_s, addresses) for name in names]
         missing = sorted({key[0] for key in keys if key not in self._nodes})
         if missing:
-            cur.execute(_UPSERT_NODES, {"names": missing, "labels": labels, "interval": batch.interval_s})
+            cur.execute(_UPSERT_NODES, {"names": missing, "labels": labels, "interval": batch.interval_s,
+                                        "addresses": list(addresses)})
             for name, node_id in cur.fetchall():
-                self._nodes[(name, labels, batch.interval_s)] = node_id
+                self._nodes[(name, labels, batch.interval_s, addresses)] = node_id
         return [self._nodes[key] for key in keys]
 
     def _insert_new(self, cur, rows):

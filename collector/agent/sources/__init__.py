@@ -6,6 +6,9 @@ Interface (duck-typed, one small module each):
     source.read(ts)             -> [Reading]; a device that fails this tick is
                                    left out (with one log message), the rest go on
     source.close()
+    source.addresses            -> [IP address text] of the machine it reads,
+                                   where that is this one (nvml, host); a source
+                                   without it reports none (dcgm, sim)
 
 Constructors raise SourceError with a message for a person when the source
 cannot start at all (no NVIDIA driver, exporter URL missing).

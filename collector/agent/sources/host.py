@@ -21,6 +21,7 @@ import psutil
 
 from ..batch import DeviceInfo, Reading
 from ..lineage import Lineages
+from .base import machine_addresses
 
 # A server CPU draws roughly this share of its TDP when idle (an estimate).
 IDLE_SHARE = 0.3
@@ -44,6 +45,7 @@ class HostSource:
 
     def __init__(self, node, cpu_tdp_w=None, clock=time.monotonic, holders_every_s=HOLDERS_EVERY_S):
         self.node = node
+        self.addresses = machine_addresses()  # this machine's: a scheduler may name the node by one
         self.tdp_w = float(cpu_tdp_w) if cpu_tdp_w else default_tdp_w()
         if self.tdp_w <= 0:
             raise ValueError(f"cpu_tdp_w must be > 0, got {cpu_tdp_w}")

@@ -30,7 +30,7 @@ import logging
 
 from ..batch import DeviceInfo, Reading
 from ..lineage import Lineages
-from .base import CRITICAL_XIDS, SourceError
+from .base import CRITICAL_XIDS, SourceError, machine_addresses
 
 log = logging.getLogger("collector.agent")
 
@@ -83,6 +83,7 @@ class NvmlSource:
                 ) from None
         self.nv = nv = nvml
         self.node = node
+        self.addresses = machine_addresses()  # this machine's: a scheduler may name the node by one
         try:
             nv.nvmlInit()
         except nv.NVMLError_LibraryNotFound:
