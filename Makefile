@@ -16,7 +16,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint venv dev-venv browser prometheus slurm bench clean-test which-python
+.PHONY: run test lint venv dev-venv examples browser prometheus slurm bench clean-test which-python
 
 run: $(STAMP)
 	$(PY) manage.py up $(ARGS)
@@ -47,7 +47,17 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
-$(DEV_STAMP): $(STAMP) requirements-dev.txt client/pyproject.toml Makefile
+# What the example recipes' scripts import (TRL, transformers, MLflow's client, yardstick_mlflow): `make run` does
+# not install them; `make examples` does, on a machine whose launch worker runs them (trl-grpo-cpu on a laptop).
+EXAMPLES_STAMP := $(VENV)/.installed-examples
+examples: $(EXAMPLES_STAMP)
+
+$(EXAMPLES_STAMP): $(STAMP) requirements-examples.txt client/pyproject.toml
+	$(PY) -m pip install --quiet -r requirements-examples.txt
+	$(PY) -m pip install --quiet -e ./client
+	touch $(EXAMPLES_STAMP)
+
+$(DEV_STAMP): $(STAMP) requirements-dev.txt requirements-examples.txt client/pyproject.toml Makefile
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 # The client package (client/): the tests run real MLflow clients with it installed.
 	$(PY) -m pip install --quiet -e ./client

@@ -114,8 +114,22 @@ def build_trainer(args):
     )
 
 
+NEEDS = ("torch", "transformers", "trl", "datasets", "mlflow", "yardstick_mlflow")
+
+
+def missing_packages():
+    """The packages of NEEDS this Python cannot import (`make run` installs none but torch; `make examples` the rest)."""
+    import importlib.util
+
+    return [name for name in NEEDS if importlib.util.find_spec(name) is None]
+
+
 def main(argv=None):
     args = parse_args(argv)
+    missing = missing_packages()
+    if missing:
+        sys.exit(f"trl_grpo.py needs {', '.join(missing)} in the launch worker's Python ({sys.executable}): on that "
+                 "machine run `make examples` (pip install -r requirements-examples.txt and ./client), then Start again")
     if args.batch_size % args.num_generations:
         sys.exit(f"--batch_size ({args.batch_size}) must be a multiple of --num_generations ({args.num_generations})")
     if args.resume_from_checkpoint and not Path(args.resume_from_checkpoint).is_dir():

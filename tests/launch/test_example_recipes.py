@@ -198,6 +198,7 @@ def test_trl_grpo_cpu_as_shipped_makes_its_tiny_model_once_and_logs_steps_on_a_l
     assert first.launch.argv[2:5] == ["--model_name_or_path", str(model), "--make_tiny_model"]
     assert "HF_HUB_OFFLINE" in first.launch.env_names
     assert f"made the tiny model in {model}" in text and (model / "config.json").is_file()
+    assert "FutureWarning" not in text, "a first run's output is its steps, not transformers' notices"
     logged = sorted(first.steps.values_list("step", flat=True))
     assert {1, 2, 3} <= set(logged) and logged[-1] == first.steps_done == 3, logged
     assert first.steps.get(step=2).metrics["eval_reward"] >= 0, "its score, at eval_steps"
@@ -207,6 +208,16 @@ def test_trl_grpo_cpu_as_shipped_makes_its_tiny_model_once_and_logs_steps_on_a_l
     second = run(max_steps=1, eval_steps=0)
     assert second.status == Status.COMPLETED and "made the tiny model" not in output_of(second)
     assert (model / "config.json").stat().st_mtime_ns == made_at, "the model is made once, on first use"
+
+
+def test_trl_grpo_says_what_a_worker_without_trl_must_install():
+    """`make run` installs no TRL: on a worker without it the job fails saying how to get it, not with a traceback.
+    (-S: a Python with no site-packages, as a fresh `make run` venv has none of them.)"""
+    proc = subprocess.run([sys.executable, "-S", str(ROOT / "launch/examples/trl_grpo.py"), "--model_name_or_path", "m",
+                           "--output_dir", "o"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stderr.startswith(
+        "trl_grpo.py needs torch, transformers, trl, datasets, mlflow, yardstick_mlflow in the launch worker's Python")
+    assert "run `make examples` (pip install -r requirements-examples.txt and ./client), then Start again" in proc.stderr
 
 
 def output_of(job):
