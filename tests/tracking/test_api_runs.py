@@ -197,10 +197,10 @@ def _launched_job(name, created_by):
     return job
 
 
-def test_a_launched_job_keeps_its_name_when_transformers_names_its_run(mlflow_as, operator, monkeypatch):
+def test_a_launched_job_keeps_its_name_when_transformers_names_its_run(mlflow_as, operator, monkeypatch, client):
     """transformers' MLflowCallback joins the job's run (MLFLOW_RUN_ID) with start_run(run_name=its output
     directory's name), which renames the run (runs/update); TRL may set the mlflow.runName tag too."""
-    client = mlflow_as(operator)
+    mlflow_client = mlflow_as(operator)
     job = _launched_job("walk trl", operator)
     monkeypatch.setenv("MLFLOW_RUN_ID", job.run.run_id)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "walk")
@@ -211,7 +211,11 @@ def test_a_launched_job_keeps_its_name_when_transformers_names_its_run(mlflow_as
     job.refresh_from_db()
     assert job.name == "walk trl", "the name the operator typed"
     assert Run.objects.get(pk=job.run.pk).run_name == "job-1", "the run's own name is the run's"
-    assert client.get_run(run.info.run_id).data.tags["mlflow.runName"] == "job-1"
+    assert mlflow_client.get_run(run.info.run_id).data.tags["mlflow.runName"] == "job-1"
+    client.force_login(operator)
+    page = " ".join(client.get(f"/jobs/{job.pk}").content.decode().split())
+    assert "<h1" in page and "walk trl" in page.split("<h1", 1)[1].split("</h1>", 1)[0]
+    assert '<th scope="row">run name</th><td>job-1</td>' in page, "the run's own name, shown as its MLflow run name"
 
 
 def test_an_outside_run_renamed_by_its_client_renames_its_job(mlflow_client):
