@@ -622,10 +622,10 @@ def launch_start_evals(campaign, first):
     if not campaign.eval_recipes or campaign.eval_jobs().get(None) or campaign.jobs().first() != first:
         return []
     launch = Launch.objects.filter(job=first).first()
-    if launch is None:  # run 1 was added by hand, not launched: nothing says what it started from
+    if launch is None or not launch.argv:  # added by hand, or it never started: nothing says what it started from
         return []
     following = Recipe.objects.filter(name=campaign.continue_recipe).first()
-    path = start_model(launch.definition, following.definition, launch.argv) if following and launch.argv else None
+    path = start_model(launch.definition, following.definition, launch.argv) if following else None
     if not path:
         note = (f"The starting policy is unmeasured, so run 1 has no gain: recipe {launch.recipe_name} does not say "
                 f"which folder run 1 started from (no argv item at the place {campaign.continue_recipe} puts "
