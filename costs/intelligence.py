@@ -6,7 +6,9 @@ score before the period's end minus the last score before its start (the
 baseline when the job had none yet), so the gains of consecutive periods add
 up to the job's whole gain. States instead of divisions by zero:
 "no eval yet" (no score to compare), "no cost yet" (nothing charged), "no
-gain yet" (gain <= 0: IPD shown, dollars per point not).
+gain yet" (gain <= 0: IPD shown, dollars per point not), and "not measured"
+(nothing charged, and it ran where no agent measures: its kind says so,
+`unmeasured`), whose cost is no figure at all, never $0.00.
 """
 
 from bisect import bisect_left
@@ -21,12 +23,14 @@ from costs.ledger import usage
 from costs.models import Allocation
 from costs.money import DISPLAY_KEYS, displays, exact_usd, usd_text
 from costs.prices import PriceBook, cost_usd, model_key
+from trainer.kinds import kinds
 from trainer.models import Step
 from trainer.runner import BUILD_PHASE
 
 NO_EVAL = "no eval yet"
 NO_COST = "no cost yet"
 NO_GAIN = "no gain yet"
+NOT_MEASURED = "not measured"
 OK = "ok"
 
 
@@ -88,7 +92,7 @@ def job_intelligence(job, book=None):
     cost = sum((u.total_usd for u in rows), Decimal(0))
     energy_j = sum((u.energy_j for u in rows), Decimal(0))
     scores = Scores([job.pk])
-    money = _money(cost, scores, job.pk)
+    money = _money(cost, scores, job.pk, unmeasured([job.pk]).get(job.pk, ""))
     tokens = Step.objects.filter(job=job, step__gt=0).aggregate(n=Sum("gen_tokens"))["n"] or 0
     return {
         "job_id": job.pk,
@@ -134,8 +138,18 @@ def jobs_money(job_ids, book=None, rows=None, scores=None):
     tokens = dict(Step.objects.filter(job_id__in=job_ids, step__gt=0).values("job_id")
                   .annotate(n=Sum("gen_tokens")).values_list("job_id", "n"))
     scores = scores or Scores(job_ids)
-    return {job_id: {**_money(cost, scores, job_id), **token_figures(cost, tokens.get(job_id) or 0, energy[job_id])}
+    blind = unmeasured(job_ids)
+    return {job_id: {**_money(cost, scores, job_id, blind.get(job_id, "")),
+                     **token_figures(cost, tokens.get(job_id) or 0, energy[job_id])}
             for job_id, cost in costs.items()}
+
+
+def unmeasured(job_ids):
+    """{job id: why} of those of `job_ids` that ran where no agent measures, as their kinds say (Kind.unmeasured)."""
+    out = {}
+    for kind in kinds():
+        out.update(kind.unmeasured(job_ids))
+    return out
 
 
 # What _money gives of a job, as the JSON API's job detail carries it.
@@ -148,21 +162,30 @@ def job_money(job):
     return {k: money[k] for k in MONEY_KEYS}
 
 
-def _money(cost, scores, job_id):
+def _money(cost, scores, job_id, unmeasured=""):
     """A job's cost (unrounded Decimal dollars) and IPD: the gain (newest score over the baseline) over the
     unrounded cost, never over a cost rounded to the cent (a $0.0039 job is not free, nor a $0.0051 one
     $0.01). Money as exact strings to the micro-dollar, IPD as a float to 6 places, and the display
-    strings (costs.money) every page and live update shows."""
+    strings (costs.money) every page and live update shows.
+
+    `unmeasured`: why the job ran where no agent measures ("" when it did not). Then nothing charged is no
+    figure (cost None, "not measured", why on hover), and a cost charged elsewhere is a part (said on hover)."""
     latest = scores.latest(job_id)
     gain = None if latest is None else latest - scores.baseline(job_id)
+    if unmeasured and not cost:
+        return {"cost_usd": None, "points_per_usd": None, "usd_per_point": None, "state": NOT_MEASURED,
+                "gain_points": gain, **displays(), "cost_display": NOT_MEASURED, "cost_title": unmeasured}
     points_per_usd, usd_per_point, state = ipd(gain, cost)
+    shown = displays(cost, points_per_usd, usd_per_point)
+    if unmeasured:
+        shown["cost_title"] = " ".join(filter(None, [shown["cost_title"], f"only what was measured: {unmeasured}"]))
     return {
         "cost_usd": exact_usd(cost),
         "points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
         "usd_per_point": exact_usd(usd_per_point),
         "state": state,
         "gain_points": gain,
-        **displays(cost, points_per_usd, usd_per_point),
+        **shown,
     }
 
 

@@ -29,7 +29,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from collector.models import Device
-from costs.intelligence import Scores
+from costs.intelligence import NOT_MEASURED, Scores, unmeasured
 from costs.ledger import usage
 from costs.money import MICRO, exact_usd, ipd_text, usd_text, usd_title
 from costs.prices import PriceBook, burn_usd_per_h, cost_usd
@@ -108,6 +108,7 @@ class Facts:
     gain: float | None = None
     simulated: bool = False
     example_prices: bool = False
+    unmeasured: str = ""  # why it ran where no agent measures (costs.intelligence.unmeasured); "" when it did not
 
     @property
     def model(self):
@@ -149,9 +150,11 @@ def job_facts(job_ids, book=None, scores=None, rows=None):
     for job_id, intervals in spans.items():
         facts[job_id].held_s = held_seconds(intervals)
     scores = scores or Scores(job_ids)
+    blind = unmeasured(job_ids)
     for job_id, f in facts.items():
         latest = scores.latest(job_id)
         f.gain = None if latest is None else latest - scores.baseline(job_id)
+        f.unmeasured = blind.get(job_id, "")
     return facts
 
 
@@ -269,7 +272,7 @@ def decomposition(f):
         **{f"{k}_title": usd_title(v) for k, v in (("usd_per_million_tokens", all_in), ("usd_per_point", usd_per_point),
                                                     ("generation_usd_per_million_tokens", gen_per_m),
                                                     ("training_usd_per_million_trained_tokens", train_per_m))},
-        "cost_display": usd_text(f.cost),
+        "cost_display": usd_text(f.cost), "cost_title": usd_title(f.cost),
         "usd_per_million_tokens_display": usd_text(all_in),
         "million_tokens_per_point_display": ratio_text(mtok_per_point),
         "usd_per_point_display": usd_text(usd_per_point),
@@ -277,6 +280,8 @@ def decomposition(f):
         "training_usd_per_million_trained_tokens_display": usd_text(train_per_m),
         "state": _state(f, tokens, gain),
     })
+    if f.unmeasured and f.cost <= 0:  # as the job's cost says it (costs.intelligence._money): no figure, never $0.00
+        out.update({"cost_usd": None, "cost_display": NOT_MEASURED, "cost_title": f.unmeasured, "state": NOT_MEASURED})
     return out
 
 

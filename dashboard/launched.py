@@ -101,7 +101,8 @@ def allocation_view(job, launch, now=None):
     start = datetime.fromisoformat(a["start"])
     end = datetime.fromisoformat(a["end"]) if a.get("end") else now
     seconds = Decimal(max(0, int((end - start).total_seconds())))
-    hosts = set(a.get("hosts") or [a["nodes"]])
+    # Its nodes as the agents name them (tied by the follower: launch.remote.measured_where), and as the scheduler does.
+    hosts = set(a.get("hosts") or [a["nodes"]]) | {n for n in a.get("yardstick_nodes") or () if n}
     rows = [u for u in usage(start=start.replace(second=0, microsecond=0), job_ids=[job.pk]) if u.model != "cpu"]
     there = [u for u in rows if u.node in hosts]
     measured = sum((u.device_s for u in there), Decimal(0))

@@ -269,7 +269,8 @@ def jobs_table(filters=None, limit=100):
     for job in jobs:
         m = money[job.pk]
         points = sparks.get(job.pk, [])
-        rows.append({"job": job, "cost_usd": m["cost_usd"], "ipd": m["points_per_usd"],
+        rows.append({"job": job, "cost_usd": m["cost_usd"], "cost_display": m["cost_display"],
+                     "cost_title": m["cost_title"], "ipd": m["points_per_usd"],
                      "usd_per_point": m["usd_per_point"], "ipd_state": m["state"], "spark": sparkline([v for _, v in points], xs=[s for s, _ in points]),
                      "spark_points": json.dumps([[s, v if v is None or math.isfinite(v) else None] for s, v in points],
                                                  separators=(",", ":")),

@@ -92,6 +92,23 @@ class Launched(Kind):
         since = f"cluster {launch.cluster.name} not answering since {launch.unreachable_since:%Y-%m-%d %H:%M:%S} UTC"
         return since if job.status in LIVE else f"{since}: its {launch.executor} job may still run there"
 
+    def unmeasured(self, job_ids):
+        """Those of `job_ids` launched on a cluster whose allocation names a node no agent measures (the follower
+        ties them: launch.remote.measured_where), with the nodes."""
+        out = {}
+        rows = Launch.objects.filter(pk__in=list(job_ids), allocation__isnull=False)
+        for job_id, executor, allocation, status in rows.values_list("pk", "executor", "allocation", "job__status"):
+            hosts = allocation.get("hosts") or [allocation.get("nodes", "")]
+            tied = allocation.get("yardstick_nodes")
+            if tied is None:  # recorded before the follower tied nodes: not known
+                continue
+            blind = [host for host, node in zip(hosts, tied) if node is None]
+            if blind:
+                out[job_id] = (f"no Yardstick agent reports from {executor} node{'s' if len(blind) > 1 else ''} "
+                               f"{', '.join(blind)}, where it {'runs' if status in LIVE else 'ran'}: start one there "
+                               "(manage.py collect, or up --role collector) to measure what its jobs cost")
+        return out
+
     def checkpoint_steps(self, job):
         launch = _launch(job)
         return sorted({step for step, _name in checkpoint_names(launch.checkpoints, launch.definition)}) \

@@ -7,7 +7,10 @@ address, e.g. http://ray-head:8265): the scheduler calls of launch/remote.py's R
   the job's GPU holders by YARDSTICK_JOB_ID) and RAY_JOB_STOP_WAIT_TIME_S (the recipe's second grace: Ray's time
   between SIGTERM and SIGKILL on a stop), the recipe's `working_dir`, `entrypoint_num_gpus` / `entrypoint_num_cpus`
   from its devices, and metadata naming the Yardstick job;
-- state: `get_job_info` (its status and message; a 404 is a job the cluster does not know);
+- state: `get_job_info` (its status and message; a 404 is a job the cluster does not know), and where it runs: its
+  driver's node (`driver_node_id`, named and addressed by the state API's node list, read once per node) as the
+  allocation, with the entrypoint's GPUs and CPUs, its start and end, which the follower ties to the Yardstick
+  node an agent measures there (launch/remote.py);
 - log: the driver's log file through the log API (as written: a progress bar's carriage returns kept), else
   `get_job_logs`; cancel: `stop_job`; nodes: the state API's node list.
 
@@ -15,6 +18,8 @@ Every call is bounded (REQUEST_TIMEOUT_S): a cluster that hangs is unreachable, 
 """
 
 import threading
+from datetime import datetime, timezone
+from urllib.parse import urlsplit
 
 from launch.executor import signal_name
 from launch.remote import Refused, RemoteExecutor, RemoteNode, RemoteState, Unreachable
@@ -24,6 +29,7 @@ REQUEST_TIMEOUT_S = 10
 ENTRYPOINT_FAILED = "JOB_ENTRYPOINT_COMMAND_ERROR"
 _clients = {}
 _driver_nodes = {}  # submission id -> the id of the Ray node its driver runs on (it never moves)
+_node_names = {}  # Ray node id -> (its name, its IP), as the state API listed it (a node keeps both)
 _lock = threading.Lock()
 
 
@@ -111,7 +117,31 @@ class RayExecutor(RemoteExecutor):
             # the run ended as a node's job does, and the follower quotes the log (launch/remote.py, Follower.end).
             message = (f"exited with status {code}" if code >= 0
                        else f"killed by {signal_name(-code)} (signal {-code})")
-        return RemoteState(status=status, message=message, exit_code=code)
+        return RemoteState(status=status, message=message, exit_code=code,
+                           allocation=self._allocation(cluster, info, final=status in ("SUCCEEDED", "FAILED", "STOPPED")))
+
+    def _allocation(self, cluster, info, final):
+        """Where the job runs, in Launch.allocation's terms: its driver's node (Ray places the entrypoint on one node;
+        workers it starts elsewhere are found by the agents there, by the job's YARDSTICK_JOB_ID), the entrypoint's
+        GPUs and CPUs, its start and (once ended) its end; None before a node runs it."""
+        node_id = getattr(info, "driver_node_id", None)
+        if not node_id or not getattr(info, "start_time", None):
+            return None
+        if node_id not in _node_names:
+            try:
+                listed = self._listed_nodes(cluster)
+            except Unreachable:
+                listed = []
+            for row in listed:
+                _node_names[row.get("node_id")] = (row.get("node_name") or row.get("node_ip") or "",
+                                                   row.get("node_ip") or "")
+        # The node's IP is also in the address of the agent that runs the driver, where the list did not have it.
+        name, address = _node_names.get(node_id) or ("", urlsplit(info.driver_agent_http_address or "").hostname or "")
+        host = name or address or node_id
+        return {"nodes": host, "hosts": [host], "addresses": [address] if address else [], "node_count": 1,
+                "ray_node_id": node_id, "gpus": _count(info.entrypoint_num_gpus),
+                "cpus": _count(info.entrypoint_num_cpus), "start": _iso(info.start_time),
+                "end": _iso(info.end_time) if final and info.end_time else None}
 
     def log(self, cluster, remote_id, job_dir=""):
         """The driver's log file as it was written, from the log API of the node the driver runs on (carriage
@@ -159,7 +189,8 @@ class RayExecutor(RemoteExecutor):
         except RuntimeError as err:
             raise Unreachable(_short(err)) from None
 
-    def nodes(self, cluster):
+    def _listed_nodes(self, cluster):
+        """The state API's rows of the cluster's nodes, as dicts."""
         from ray.util.state.api import StateApiClient
         from ray.util.state.common import ListApiOptions, StateResource
 
@@ -170,15 +201,28 @@ class RayExecutor(RemoteExecutor):
                                raise_on_missing_output=False)
         except Exception as err:  # noqa: BLE001 - the state API raises its own kinds for a cluster that is down
             raise Unreachable(_short(err)) from None
+        return [row if isinstance(row, dict) else vars(row) for row in rows]
+
+    def nodes(self, cluster):
         out = []
-        for row in rows:
-            row = row if isinstance(row, dict) else vars(row)
+        for row in self._listed_nodes(cluster):
             total = row.get("resources_total") or {}
             out.append(RemoteNode(name=row.get("node_name") or row.get("node_ip") or row.get("node_id", ""),
                                   address=row.get("node_ip") or "", alive=row.get("state") == "ALIVE",
                                   head=bool(row.get("is_head_node")), gpus=float(total.get("GPU", 0)),
                                   cpus=float(total.get("CPU", 0))))
         return sorted(out, key=lambda n: (not n.head, n.name))
+
+
+def _count(value):
+    """Ray's count of a resource (a float: 0.5 GPU is one) as a whole number where it is one."""
+    value = float(value or 0)
+    return int(value) if value.is_integer() else value
+
+
+def _iso(ms):
+    """A Ray time (ms since the epoch) as ISO 8601 in UTC."""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat()
 
 
 def _short(err):

@@ -14,6 +14,10 @@ A `RemoteExecutor` speaks to one kind of scheduler with five calls: `submit` a s
 - a stop goes in the same steps as on a node: the run's stop flag, then after the recipe's first grace the
   scheduler's cancel (SIGTERM, and SIGKILL after the second grace: Ray's stop carries that wait itself; Slurm's
   executor signals first, and the follower cancels the job once the second grace is over);
+- where it runs: the scheduler's allocation (Slurm's nodes, the node Ray runs its driver on), each of its nodes tied
+  to the Yardstick node an agent measures there, by name or by address (`measured_where`, `node_finder`): a cpu
+  recipe's job holds the host device of those nodes (`Follower.hold`), a GPU recipe's GPUs are its processes' that
+  the agents there find; a node no agent measures makes the job's cost "not measured" (launch.kind, `unmeasured`);
 - the end follows the scheduler's: SUCCEEDED completed, FAILED failed with the scheduler's message, STOPPED stopped.
   The scheduler's own word for it (Slurm's TIMEOUT, OUT_OF_MEMORY, ...) is what the job page shows, with its reason
   (a pending Slurm job's Resources, Priority, ...).
@@ -26,12 +30,13 @@ scheduler took but whose transaction was lost is found again, not repeated.
 import logging
 import shlex
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import PurePosixPath
 
 from celery import current_app
 from django.db import transaction
 from django.db.models import Q, Value
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from collector.models import Node
@@ -41,7 +46,8 @@ from launch.kind import LIVE, LaunchPlacement, checkpoint_names
 from launch.models import Cluster, Launch
 from launch.output import LineSplitter, failure
 from launch.params import render
-from trainer.models import Job, Status
+from tracking import matching
+from trainer.models import Job, Status, Stint
 from trainer.runner import tell_run_ended
 from yardstick.inputs import InputError
 from yardstick.live import publish
@@ -306,9 +312,12 @@ class Follower:
             self.save(remote_status=state.word, remote_message=state.message[:4000])
             if not final:  # (the end says it in its own words)
                 self.out.say(f"{self.executor.name} says {state.word}" + (f": {state.message}" if state.message else ""))
-        if state.allocation is not None and state.allocation != launch.allocation:
-            self.save(allocation=state.allocation)
+        allocation = measured_where(state.allocation)
+        if allocation is not None and allocation != launch.allocation:
+            self.save(allocation=allocation)
             changed = True
+        if allocation is not None:
+            self.hold(allocation, final)
         if changed:  # the job page's launch card shows it without a reload (the job's own status may not change)
             publish(f"job.{job.pk}", "launch", {"job": job.pk, "remote_status": state.word})
         self.scan_checkpoints()
@@ -316,6 +325,34 @@ class Follower:
             self.end(state, text)
             return
         self.stop_if_asked()
+
+    def hold(self, allocation, final):
+        """A cpu recipe's job holds the host device of each node it runs on that an agent measures, as a node's launch
+        worker gives its job one: a stint there from the allocation's start, ended at its end. (Which of a node's
+        GPUs a scheduler gave a GPU recipe it does not say: the agents there find them by the job's
+        YARDSTICK_JOB_ID, launch.kind.match_other_nodes.) Its pid is matching.BOUND_PID: holder matching leaves it
+        be and adds no second stint of the device beside it."""
+        if self.launch.definition["devices"]["kind"] == "cuda" or not allocation.get("start"):
+            return
+        now = timezone.now()
+        start = min(datetime.fromisoformat(allocation["start"]), now)
+        end = min(datetime.fromisoformat(allocation["end"]), now) if final and allocation.get("end") else now
+        steps = Job.objects.filter(pk=self.job.pk).values_list("steps_done", flat=True).first() or 0
+        created = False
+        for node in dict.fromkeys(n for n in allocation.get("yardstick_nodes") or () if n):
+            mine = list(self.job.stints.filter(node=node, device="cpu", pid=matching.BOUND_PID, started_at__gte=start))
+            if not mine:
+                Stint.objects.create(job=self.job, node=node, device="cpu", device_name="cpu", pid=matching.BOUND_PID,
+                                     started_at=start, ended_at=max(end, start) if final else None,
+                                     end_reason=f"{self.executor.name} job ended" if final else "", first_step=0,
+                                     last_step=steps if final else None)
+                created = True
+            elif final:
+                Stint.objects.filter(pk__in=[s.pk for s in mine], ended_at__isnull=True).update(
+                    ended_at=Greatest(Value(end), "started_at"), end_reason=f"{self.executor.name} job ended",
+                    last_step=steps)
+        if created:
+            transaction.on_commit(self.job.announce_stints)
 
     def stop_if_asked(self, answering=True):
         row = Job.objects.filter(pk=self.job.pk).values("status", "budget_stop_requested").first()
@@ -533,6 +570,8 @@ class Follower:
     def fail(self, error, token=None):
         self.out.say(f"ended failed: {error.splitlines()[0]}")
         self.revoke(token)
+        for stint in self.job.stints.filter(ended_at__isnull=True):
+            stint.end(Status.FAILED, self.job.steps_done)
         if self.job.finish(Status.FAILED, error=error[:4000]):
             self.job.refresh_from_db()
             self.ended = self.job
@@ -570,12 +609,41 @@ def last_lines(text, n):
     return [line for line in lines if line.strip()][-n:]
 
 
-def tie(remote_nodes):
-    """`remote_nodes` with yardstick_node filled: the Yardstick node whose name is the remote node's name or address,
-    or whose `address` label is its address."""
-    by_key = {}
-    for name, labels in Node.objects.values_list("name", "labels"):
-        by_key.setdefault(name, name)
+def node_finder():
+    """A function (name, address) -> the Yardstick node a cluster's node is (None: no agent measures it): the node of
+    that name, or named by that address; else one whose agent reports the address (collector Node.addresses: Ray
+    names a node by its IP, the agent by its host name) or whose `address` label is it; else one whose short host
+    name is the name's (Slurm's gpu-01 for the agent's gpu-01.cluster.local)."""
+    by_name, by_address, by_short = {}, {}, {}
+    for name, labels, addresses in Node.objects.values_list("name", "labels", "addresses"):
+        by_name[name] = name
+        by_short.setdefault(name.split(".")[0], name)
+        for address in addresses or ():
+            by_address.setdefault(address, name)
         if isinstance(labels, dict) and labels.get("address"):
-            by_key.setdefault(str(labels["address"]), name)
-    return [replace(n, yardstick_node=by_key.get(n.name) or by_key.get(n.address)) for n in remote_nodes]
+            by_address.setdefault(str(labels["address"]), name)
+
+    def find(name, address=""):
+        return (by_name.get(name) or by_name.get(address) or by_address.get(address) or by_address.get(name)
+                or by_short.get(name.split(".")[0]))
+
+    return find
+
+
+def tie(remote_nodes):
+    """`remote_nodes` with yardstick_node filled (node_finder's)."""
+    find = node_finder()
+    return [replace(n, yardstick_node=find(n.name, n.address)) for n in remote_nodes]
+
+
+def measured_where(allocation):
+    """A scheduler's `allocation` (RemoteState.allocation) with `yardstick_nodes`: for each of its hosts (beside its
+    address, where the scheduler gives one), the Yardstick node an agent measures there, None where none does (what
+    the job costs there cannot be measured: launch.kind's `unmeasured`). None stays None."""
+    if allocation is None:
+        return None
+    find = node_finder()
+    hosts = allocation.get("hosts") or [allocation.get("nodes", "")]
+    addresses = list(allocation.get("addresses") or [])
+    addresses += [""] * (len(hosts) - len(addresses))
+    return {**allocation, "yardstick_nodes": [find(host, address) for host, address in zip(hosts, addresses)]}

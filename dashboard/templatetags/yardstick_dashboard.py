@@ -36,6 +36,13 @@ def usd(value):
 
 
 @register.filter
+def job_cost(figures):
+    """A job's cost as its money figures write it (costs.intelligence: `cost_display`, and on hover the exact figure,
+    or why it is not measured)."""
+    return _with_title(figures["cost_display"], figures.get("cost_title", ""))
+
+
+@register.filter
 def ipd(value):
     """Points per dollar as every page writes them (costs.money.ipd_text), the unrounded figure on hover."""
     return _with_title(money.ipd_text(value), money.ipd_title(value))

@@ -73,6 +73,12 @@ class Kind:
         and checkpoints decide."""
         return ""
 
+    def unmeasured(self, job_ids):
+        """{job id: why, for people} of those of `job_ids` that are this kind's and ran where no agent measures (a
+        launched job on a cluster's node no agent reports from): what they cost there cannot be known, so their cost
+        reads "not measured", never $0.00 (costs.intelligence asks every kind). {} for none."""
+        return {}
+
     def checkpoint_steps(self, job):
         """Steps of the checkpoints `job` keeps, oldest first, that a Continue may start from."""
         return []
