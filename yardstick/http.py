@@ -7,12 +7,32 @@ A JSON API error is `{"error": message}`, plus `"field"` naming the input at fau
 import json
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import JsonResponse
+from django.http import Http404, HttpResponsePermanentRedirect, JsonResponse
 from django.shortcuts import render
+from django.urls import Resolver404, resolve
 from django.utils.safestring import mark_safe
 from django.views.decorators.cache import never_cache
 
 from yardstick.inputs import InputError
+
+API_PREFIXES = ("api/", "ajax-api/")  # the JSON APIs answer at their own paths only
+
+
+def without_trailing_slash(request, path):
+    """A page asked for with a trailing slash (`/jobs/`, `/recipes/`): a permanent redirect to its one address,
+    without it, with the query string (308 for a method other than GET and HEAD, which a browser must repeat as
+    it was); 404 when there is no such page or the path is an API's. Page URLs have no trailing slash."""
+    if path.startswith(API_PREFIXES):
+        raise Http404(f"no API at /{path}/")
+    try:
+        resolve(f"/{path}")
+    except Resolver404:
+        raise Http404(f"no page at /{path}/") from None
+    query = request.META.get("QUERY_STRING", "")
+    resp = HttpResponsePermanentRedirect(f"/{path}" + (f"?{query}" if query else ""))
+    if request.method not in ("GET", "HEAD"):
+        resp.status_code = 308
+    return resp
 
 
 def methods(**views):

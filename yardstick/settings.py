@@ -326,6 +326,8 @@ AUTH_PASSWORD_VALIDATORS = [
 # Database sessions (Django's), read with a plain SELECT (yardstick/sessions.py says why).
 SESSION_ENGINE = "yardstick.sessions"
 LOGIN_URL = "login"
+# Page URLs have no trailing slash; yardstick.http.without_trailing_slash redirects the form with one.
+APPEND_SLASH = False
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 

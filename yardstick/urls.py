@@ -1,10 +1,11 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
-from django.urls import include, path
+from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
 from yardstick.auth import has_role
+from yardstick.http import without_trailing_slash
 
 # The Django admin is for the admin role (prices, nodes, users), not for is_staff.
 admin.site.has_permission = lambda request: request.user.is_active and has_role(request.user, "admin")
@@ -26,4 +27,6 @@ urlpatterns = [
     path("", include("campaigns.urls")),
     path("", include("alerts.urls")),
     path("", include("exporter.urls")),
+    # One URL style: pages have no trailing slash, and one asked for with it is sent to its address.
+    re_path(r"^(?P<path>.+)/$", without_trailing_slash),
 ]

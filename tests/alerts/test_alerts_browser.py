@@ -22,12 +22,12 @@ def test_an_operator_acknowledges_then_silences_an_alert_and_a_new_one_shows_liv
     evaluate()
     alert = Alert.objects.get()
     user_in_role(django_user_model, "otto", "operator")
-    log_in(page, live_server.url, "otto", "/alerts/")
+    log_in(page, live_server.url, "otto", "/alerts")
 
     row = page.locator(f'#alerts-table tr[data-alert="{alert.pk}"]')
     assert row.get_attribute("data-state") == "firing" and f"job:{job.pk}" in row.inner_text()
     row.locator(".ack-form button").click()
-    page.wait_for_url(live_server.url + "/alerts/")
+    page.wait_for_url(live_server.url + "/alerts")
     assert f"Alert {alert.pk} acknowledged" in page.inner_text(".messages")
     alert.refresh_from_db()
     assert alert.acknowledged_by == "otto"
@@ -37,7 +37,7 @@ def test_an_operator_acknowledges_then_silences_an_alert_and_a_new_one_shows_liv
     row.locator(".silence-form input[name=minutes]").fill("45")
     before = timezone.now()
     row.locator(".silence-form button").click()
-    page.wait_for_url(live_server.url + "/alerts/")
+    page.wait_for_url(live_server.url + "/alerts")
     alert.refresh_from_db()
     assert before + timedelta(minutes=44) < alert.silenced_until < timezone.now() + timedelta(minutes=46)
     assert "silenced until" in row.locator(".handled").inner_text()

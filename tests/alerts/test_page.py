@@ -14,11 +14,11 @@ def test_the_page_lists_firing_alerts_first_then_history_and_offers_actions_by_r
     Alert.objects.get(subject=f"job:{first.pk}").resolve(T0, "cleared")
 
     client.force_login(viewer)
-    page = client.get("/alerts/").content.decode()
+    page = client.get("/alerts").content.decode()
     assert page.index(f"job:{second.pk}") < page.index(f"job:{first.pk}"), "firing first"
     assert "failures" in page and "Acknowledge" not in page and "New rule" not in page
     client.force_login(operator)
-    body = client.get("/alerts/?part=body").content.decode()
+    body = client.get("/alerts?part=body").content.decode()
     assert body.count("Acknowledge") == 1 and "<html" not in body
     assert failed_rule.describe() in body
 

@@ -60,7 +60,7 @@ def test_continue_on_a_job_page_starts_a_job_in_its_campaign(client_as, campaign
     assert resp.status_code == 302 and resp["Location"] == f"/jobs/{new.pk}"
     assert (new.env, new.steps_total, new.init_from_id, new.init_step) == ("toolcalc", 3, job.pk, 2)
     assert list(campaign.jobs()) == [job, new]
-    jobs_list = client.get("/jobs/").content.decode()
+    jobs_list = client.get("/jobs").content.decode()
     assert jobs_list.count(f'data-campaign="{campaign.pk}"') == 2 and f"continues #{job.pk}" in jobs_list
     from tests.trainer.helpers import purge_jobs_queue
 
@@ -83,5 +83,5 @@ def test_the_campaigns_list_and_its_form(client_as, data_dir):
     assert (c.envs, c.run_config, str(c.budget_usd)) == (["arithmetic", "toolcalc"], {"steps": 5}, "2.500000")
     bad = client.post("/campaigns/create", {"name": "c", "team": "t", "envs": "chess"}, follow=True)
     assert "Campaign not created: envs must be" in bad.content.decode()
-    html = client.get("/campaigns/").content.decode()
+    html = client.get("/campaigns").content.decode()
     assert f'href="/campaigns/{c.pk}"' in html and "New campaign" in html

@@ -38,5 +38,5 @@ def test_importing_last_years_h100_log_puts_it_on_the_cost_review_at_once(db, cl
     assert row["key"] == "h100-box" and row["team"] == "bench"
     assert float(row["device_hours"]) == pytest.approx(seconds / 3600, abs=0.0001)
     assert float(row["energy_kwh"]) == pytest.approx(joules / 3_600_000, abs=0.000002)
-    page = client.get("/costs/", {"from": "2023-08-24", "to": "2023-08-24", "group": "node"})
+    page = client.get("/costs", {"from": "2023-08-24", "to": "2023-08-24", "group": "node"})
     assert page.status_code == 200 and "h100-box" in page.content.decode()

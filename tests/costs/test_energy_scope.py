@@ -50,7 +50,7 @@ def test_a_superchip_node_is_charged_its_module_energy_once_and_every_view_says_
         "from": "2025-06-02", "to": "2025-06-02", "group": "node", "format": "csv"}).content.decode())))
     assert {r["key"]: r["energy_scope"] for r in exported if r["key"] in by_node} == {"gb-node": "module",
                                                                                       "h-node": "device"}
-    page = client.get("/costs/", {"from": "2025-06-02", "to": "2025-06-02", "group": "node"}).content.decode()
+    page = client.get("/costs", {"from": "2025-06-02", "to": "2025-06-02", "group": "node"}).content.decode()
     assert "module scope" in page
 
 

@@ -60,7 +60,7 @@ def test_an_admin_registers_a_cluster_and_the_start_form_offers_it_for_a_ray_rec
     shot(page, output_dir, request, "list")
 
     # The Start form: the recipe runs on Ray, so its fields hold a Cluster select offering the one registered.
-    page.goto(live_server.url + "/jobs/")
+    page.goto(live_server.url + "/jobs")
     page.click("details#start summary")
     assert not page.locator("#f-on-ray-cluster").is_visible()
     page.select_option("#f-what", "recipe:on-ray")

@@ -98,7 +98,7 @@ def test_an_admin_registers_a_cluster_through_the_form_and_no_page_shows_a_heade
     assert Cluster.objects.get().python == "/opt/venv/bin/python", "nothing changed"
     Recipe.define("on-ray", RAY_RECIPE, admin_user)
     for client in (admin_client, logged_in(operator)):
-        for url in ("/jobs/?what=recipe:on-ray", "/recipes/on-ray", "/clusters", "/clusters/gpu-a"):
+        for url in ("/jobs?what=recipe:on-ray", "/recipes/on-ray", "/clusters", "/clusters/gpu-a"):
             no_secret_in(client.get(url).content.decode())
 
 
@@ -280,7 +280,7 @@ def test_the_start_form_offers_the_clusters_of_a_ray_recipe_and_names_a_bad_choi
     Cluster.register({"name": "gpu-b", "address": "http://ray-b:8265"}, admin_user)
     Recipe.define("on-ray", RAY_RECIPE, admin_user)
     Recipe.define("on-node", {"argv": ["echo", "hi"]}, admin_user)
-    html = operator_client.get("/jobs/?what=recipe:on-ray").content.decode()
+    html = operator_client.get("/jobs?what=recipe:on-ray").content.decode()
     assert "Recipe on-ray (version 1) · needs 1 × CPU core · on a Ray cluster</option>" in flat(html)
     fields = part(html, 'data-what="recipe:on-ray"', "</fieldset>")
     assert '<select id="f-on-ray-cluster" name="cluster">' in fields

@@ -16,7 +16,7 @@ UTC = timezone.utc
 
 def test_it_shows_the_report_with_totals_and_a_stacked_bar(viewer_client):
     b.charged_fleet()
-    resp = viewer_client.get("/costs/?group=team")
+    resp = viewer_client.get("/costs?group=team")
     assert resp.status_code == 200
     totals = resp.context["totals"]
     assert totals["attributed_usd"] + totals["idle_usd"] == totals["fleet_usd"]
@@ -34,14 +34,14 @@ def test_it_shows_the_report_with_totals_and_a_stacked_bar(viewer_client):
 
 def test_group_by_job_links_each_job(viewer_client):
     job = b.charged_fleet()
-    html = viewer_client.get("/costs/?group=job").content.decode()
+    html = viewer_client.get("/costs?group=job").content.decode()
     assert f'href="/jobs/{job.pk}"' in html and "idle (infra)" in html
 
 
 def test_bad_parameters_are_named(viewer_client):
-    resp = viewer_client.get("/costs/?group=planet")
+    resp = viewer_client.get("/costs?group=planet")
     assert resp.status_code == 400 and "group must be one of team, job, node, day" in resp.content.decode()
-    edge = viewer_client.get("/costs/?to=9999-12-31")  # overflowed (500) stepping past the day
+    edge = viewer_client.get("/costs?to=9999-12-31")  # overflowed (500) stepping past the day
     assert edge.status_code == 400 and "to must be a time from 1970-01-01 to 2100-01-01" in edge.content.decode()
 
 
@@ -68,8 +68,8 @@ def test_the_chart_stacks_by_the_chosen_grouping_with_unrounded_dollars(viewer_c
     alpha, beta = cheap_fleet()
     assert (alpha.pk, beta.pk) == (9, 10)
 
-    by_job = json.loads(viewer_client.get("/costs/?group=job").context["figures_json"])["by_day"]
-    by_team = json.loads(viewer_client.get("/costs/?group=team").context["figures_json"])["by_day"]
+    by_job = json.loads(viewer_client.get("/costs?group=job").context["figures_json"])["by_day"]
+    by_team = json.loads(viewer_client.get("/costs?group=team").context["figures_json"])["by_day"]
 
     assert [t["name"] for t in by_job["data"]] == [f"#{alpha.pk} alpha", f"#{beta.pk} beta", "idle (infra)"]
     assert [t["name"] for t in by_team["data"]] == ["research", "idle (infra)"]
@@ -83,7 +83,7 @@ def test_a_person_sees_cheap_costs_drawn_and_grouped_by_job_the_legend_names_job
         live_server, page, transactional_db, django_user_model, output_dir, request):
     alpha, beta = cheap_fleet()
     user_in_role(django_user_model, "cora", "viewer")
-    log_in(page, live_server.url, "cora", "/costs/?group=team")
+    log_in(page, live_server.url, "cora", "/costs?group=team")
     drawn = '.chart[data-fig="by_day"][data-drawn="true"]'
     heights = "() => document.querySelector('[data-fig=by_day]').data.map(t => t.y.reduce((a, b) => a + b, 0))"
 
@@ -113,7 +113,7 @@ def test_a_job_stopped_before_its_first_step_counts_as_waiting_not_as_no_split(v
     b.stint(job, gpu, start, start + timedelta(minutes=10))
     b.attribute(now)
 
-    resp = viewer_client.get("/costs/?group=job")
+    resp = viewer_client.get("/costs?group=job")
 
     phases = {p["key"]: p for p in resp.context["phases"]}
     attributed = Decimal(resp.context["totals"]["attributed_exact_usd"])
@@ -123,11 +123,11 @@ def test_a_job_stopped_before_its_first_step_counts_as_waiting_not_as_no_split(v
 
 
 def test_a_period_without_costs_says_so_in_the_charts_place_and_its_stacks_keep_a_legend(viewer_client):
-    empty = json.loads(viewer_client.get("/costs/?group=team").context["figures_json"])["by_day"]
+    empty = json.loads(viewer_client.get("/costs?group=team").context["figures_json"])["by_day"]
     assert empty["empty"] == "No costs in this period" and empty["data"] == []
 
     b.charged_fleet()
-    fig = json.loads(viewer_client.get("/costs/?group=node").context["figures_json"])["by_day"]
+    fig = json.loads(viewer_client.get("/costs?group=node").context["figures_json"])["by_day"]
     assert "empty" not in fig and [t["name"] for t in fig["data"]] == ["gpu-a", "idle (gpu-a)"]
     assert fig["layout"]["showlegend"] is True, "Plotly would hide the legend of a lone stack"
 
@@ -135,7 +135,7 @@ def test_a_period_without_costs_says_so_in_the_charts_place_and_its_stacks_keep_
 def test_a_person_sees_a_period_without_costs_said_where_the_chart_would_be(  # noqa: F811
         live_server, page, transactional_db, django_user_model):
     user_in_role(django_user_model, "cy", "viewer")
-    log_in(page, live_server.url, "cy", "/costs/")
+    log_in(page, live_server.url, "cy", "/costs")
 
     page.wait_for_selector('.chart[data-fig="by_day"][data-drawn="empty"]')
     assert page.inner_text('[data-fig="by_day"] .chart-empty p') == "No costs in this period"

@@ -54,7 +54,7 @@ def test_an_external_runs_page_shows_what_it_logged_and_grows_live(  # noqa: F81
     mlflow.log_artifact(str(tmp_path / "entropy.png"), "figures")
     job_id = Run.objects.get(run_id=run.info.run_id).job_id
 
-    log_in(page, live_web.url, "olga", "/jobs/")
+    log_in(page, live_web.url, "olga", "/jobs")
     row = page.locator(f'tr[data-job="{job_id}"]')
     assert row.locator(".badge.ext").inner_text() == "external · verl"
     assert row.locator(".progress-text").inner_text() == "2 / 10", "its step count, from trainer.total_training_steps"

@@ -53,7 +53,7 @@ def test_the_jobs_list_marks_an_external_run_with_its_framework_beside_embedded_
     embedded = b.job(name="our-grpo")
     run = _run(framework_params=(("actor_rollout_ref.rollout.n", "5"),))
     _log(run, 7, critic__score__mean=0.5)
-    html = viewer_client.get("/jobs/").content.decode()
+    html = viewer_client.get("/jobs").content.decode()
     row = html[html.index(f'<tr data-job="{run.job_id}">'):]
     row = row[:row.index("</tr>")]
     assert "external · verl</span>" in row and '<span class="progress-text">step 7</span>' in row

@@ -22,14 +22,14 @@ def test_stop_in_the_jobs_list_stops_that_rows_job_and_puts_no_token_in_the_url(
     done = [b.job(name=f"done {i}", status="completed") for i in range(2)]
     running = b.job(name="running one", status="running")  # newest: the first row
     user_in_role(django_user_model, "otto", "operator")
-    log_in(page, live_server.url, "otto", "/jobs/")
+    log_in(page, live_server.url, "otto", "/jobs")
 
     assert page.locator("#jobs-table tbody tr").first.get_attribute("data-job") == str(running.pk)
     assert all(not controls(page, job, "stop").is_visible() for job in done), "a completed job offers no Stop"
     assert all(not controls(page, job, "resume").is_visible() for job in done)
     shot(page, output_dir, request, "before")
     controls(page, running, "stop").click()
-    page.wait_for_url(live_server.url + "/jobs/")
+    page.wait_for_url(live_server.url + "/jobs")
 
     assert "csrfmiddlewaretoken" not in page.url and "/compare" not in page.url
     assert Job.objects.get(pk=running.pk).status in (Status.STOPPING, Status.STOPPED)
@@ -43,10 +43,10 @@ def test_resume_in_the_jobs_list_queues_that_job_again(  # noqa: F811
     stopped = b.job(name="stopped one", status="stopped")
     b.job(name="running one", status="running")
     user_in_role(django_user_model, "otto", "operator")
-    log_in(page, live_server.url, "otto", "/jobs/")
+    log_in(page, live_server.url, "otto", "/jobs")
     try:
         controls(page, stopped, "resume").click()
-        page.wait_for_url(live_server.url + "/jobs/")
+        page.wait_for_url(live_server.url + "/jobs")
     finally:
         purge_jobs_queue()  # the run_job message the resume sent: no worker here
     assert Job.objects.get(pk=stopped.pk).status == Status.QUEUED
@@ -60,7 +60,7 @@ def test_compare_with_checked_boxes_goes_to_compare_with_the_picks_and_no_token(
     b.steps(second, 6)
     b.job(name="running", status="running")
     user_in_role(django_user_model, "vera", "viewer")
-    log_in(page, live_server.url, "vera", "/jobs/")
+    log_in(page, live_server.url, "vera", "/jobs")
 
     page.check(f'input[name="pick"][value="{first.pk}"]')
     page.check(f'input[name="pick"][value="{second.pk}"]')
@@ -101,8 +101,8 @@ def test_a_job_that_failed_for_a_missing_device_offers_no_resume_and_says_why(  
         not_resumable_reason="its device cuda is not on the worker that ran it; start a new job with a device "
                              "the workers have (auto runs anywhere)")
     user_in_role(django_user_model, "otto", "operator")
-    log_in(page, live_server.url, "otto", "/jobs/")
-    for path in ("/jobs/", f"/jobs/{job.pk}?live=0"):
+    log_in(page, live_server.url, "otto", "/jobs")
+    for path in ("/jobs", f"/jobs/{job.pk}?live=0"):
         page.goto(live_server.url + path)
         assert not controls(page, job, "resume").is_visible() and not controls(page, job, "stop").is_visible()
         assert "cannot be resumed: its device cuda is not on the worker" in page.inner_text(
@@ -113,7 +113,7 @@ def test_a_job_that_failed_for_a_missing_device_offers_no_resume_and_says_why(  
 def test_the_start_form_marks_required_fields_labels_hyperparameters_and_shows_whole_presets(  # noqa: F811
         live_server, page, transactional_db, django_user_model, output_dir, request):
     user_in_role(django_user_model, "otto", "operator")
-    log_in(page, live_server.url, "otto", "/jobs/")
+    log_in(page, live_server.url, "otto", "/jobs")
     for width in (1440, 900, 420):
         page.set_viewport_size({"width": width, "height": 900})
         page.reload()
@@ -149,7 +149,7 @@ def test_the_start_form_shows_where_jobs_can_run_and_places_the_job_on_the_node_
     Worker.report("jobs@gpu-b", "gpu-b", ["jobs", "jobs@gpu-b"], ["cpu", "cuda:0", "cuda:1"], cores=16,
                   gpus=[{"index": i, "uuid": f"GPU-b{i}", "name": "NVIDIA H200", "memory_mib": 143771} for i in (0, 1)])
     user_in_role(django_user_model, "otto", "operator")
-    log_in(page, live_server.url, "otto", "/jobs/")
+    log_in(page, live_server.url, "otto", "/jobs")
     page.click("details#start summary")
     rows = page.locator("#workers tbody tr")
     assert rows.count() == 2 and "2 × NVIDIA H200 #0, #1" in rows.nth(1).inner_text()

@@ -11,7 +11,7 @@ from trainer.models import Job, StatusChange
 def test_it_lists_jobs_with_progress_sparkline_cost_and_ipd(viewer_client):
     job = b.job(name="grpo-a", steps_total=100)
     b.steps(job, 20)
-    resp = viewer_client.get("/jobs/")
+    resp = viewer_client.get("/jobs")
     assert resp.status_code == 200
     row = resp.context["rows"][0]
     assert row["job"].pk == job.pk and row["progress_pct"] == 20.0
@@ -24,7 +24,7 @@ def test_it_lists_jobs_with_progress_sparkline_cost_and_ipd(viewer_client):
 def test_a_job_nothing_was_charged_for_yet_reads_the_same_in_the_list_as_on_its_page(viewer_client):
     job = b.job(name="fresh", steps_total=40)
     b.steps(job, 3)
-    row = viewer_client.get("/jobs/").context["rows"][0]
+    row = viewer_client.get("/jobs").context["rows"][0]
     intel = viewer_client.get(f"/jobs/{job.pk}").context["intel"]
     assert (row["cost_usd"], row["ipd"], row["ipd_state"]) == \
         (intel["cost_usd"], intel["ipd_points_per_usd"], intel["state"]) == ("0.00", None, "no cost yet")
@@ -37,7 +37,7 @@ def test_the_sparkline_keeps_at_most_spark_points_steps_across_the_whole_run_for
 
     job = b.job(name="long", steps_total=200)
     b.steps(job, 79)  # 79 steps: every 2nd (39 points) and the newest
-    row = viewer_client.get("/jobs/").context["rows"][0]
+    row = viewer_client.get("/jobs").context["rows"][0]
     points = json.loads(row["spark_points"])
     assert [s for s, _ in points] == list(range(2, 79, 2)) + [79]
     assert len(points) <= SPARK_POINTS and points[-1][1] == pytest.approx(0.3 + 0.002 * 79)
@@ -47,7 +47,7 @@ def test_the_sparkline_keeps_at_most_spark_points_steps_across_the_whole_run_for
 def test_a_viewer_sees_no_start_stop_or_resume(viewer_client):
     b.job(status="running")
     b.job(status="stopped")
-    html = viewer_client.get("/jobs/").content.decode()
+    html = viewer_client.get("/jobs").content.decode()
     assert "Start a job" not in html and "■ Stop" not in html and "▶ Resume" not in html
 
 
@@ -89,7 +89,7 @@ def test_an_operator_gets_both_controls_of_each_job_with_what_its_state_forbids_
     completed, stopping = b.job(status="completed"), b.job(status="stopping")
     dead_end = b.job(status="failed")
     Job.objects.filter(pk=dead_end.pk).update(not_resumable_reason="its device cuda is not on the worker that ran it")
-    html = operator_client.get("/jobs/").content.decode()
+    html = operator_client.get("/jobs").content.decode()
     assert "Start a job" in html
     assert shown_controls(html, running) == shown_controls(html, queued) == {"stop": True, "resume": False}
     assert shown_controls(html, stopped) == {"stop": False, "resume": True}
@@ -102,7 +102,7 @@ def test_an_operator_gets_both_controls_of_each_job_with_what_its_state_forbids_
 def test_no_form_on_the_page_sits_inside_another_and_compare_sends_no_token(operator_client):
     for status in ("running", "completed", "stopped"):
         b.job(status=status)
-    forms = forms_of(operator_client.get("/jobs/").content.decode())
+    forms = forms_of(operator_client.get("/jobs").content.decode())
     assert len(forms) >= 1 + 3 * 2 + 1, "start, a stop and a resume per job, compare"
     assert [f for f in forms if f["enclosed_by"]] == []
     compare = next(f for f in forms if f.get("id") == "compare-form")
@@ -118,8 +118,8 @@ def test_the_api_says_which_controls_each_job_allows(operator_client):
 
 def test_stop_asks_the_job_to_stop_and_records_who(operator_client, operator):
     job = b.job(status="running")
-    resp = operator_client.post(f"/jobs/{job.pk}/stop", {"next": "/jobs/"})
-    assert resp.status_code == 302 and resp["Location"] == "/jobs/"
+    resp = operator_client.post(f"/jobs/{job.pk}/stop", {"next": "/jobs"})
+    assert resp.status_code == 302 and resp["Location"] == "/jobs"
     job.refresh_from_db()
     assert job.status == "stopping" and job.stop_requested
     assert StatusChange.objects.filter(job=job, to_status="stopping", reason__contains=operator.username).exists()
@@ -154,9 +154,9 @@ def test_stop_needs_the_csrf_token(operator):
 
 def test_a_status_filter_that_is_not_a_status_is_a_400_naming_the_accepted_ones(viewer_client):
     b.job(status="running")
-    resp = viewer_client.get("/jobs/?status=garbage")
+    resp = viewer_client.get("/jobs?status=garbage")
     assert resp.status_code == 400
     assert resp.context["field"] == "status"
     assert resp.context["message"] == ("status must be one of queued, running, stopping, stopped, completed, failed, "
                                        "budget_exhausted, or empty for all jobs; got 'garbage'")
-    assert viewer_client.get("/jobs/?status=running").context["filters"] == {"status": "running"}
+    assert viewer_client.get("/jobs?status=running").context["filters"] == {"status": "running"}

@@ -50,7 +50,7 @@ def start_post(**fields):
 
 
 def test_the_start_form_draws_each_recipe_parameter_as_its_kind_of_input(operator_client, typed, launch_worker_row):
-    html = operator_client.get("/jobs/").content.decode()
+    html = operator_client.get("/jobs").content.decode()
     assert '<option value="recipe:typed">Recipe typed (version 1) · needs\n          1 × GPU · trl</option>' in html
     assert ('id="f-typed-steps" name="params.steps" type="number" value="50"\n    step="1" min="1"\n    max="500"') in html
     assert 'id="f-typed-lr" name="params.lr" type="number" value="0.0002"\n    step="any" min="0.0"' in html
@@ -63,7 +63,7 @@ def test_the_start_form_draws_each_recipe_parameter_as_its_kind_of_input(operato
     assert "training steps · integer from 1 to 500\n    · default <code>50</code>" in html
     # Only the picked one's fields post: the recipe's are disabled until it is picked.
     assert '<fieldset class="what-fields recipe-fields" data-what="recipe:typed" disabled hidden>' in html
-    picked = operator_client.get("/jobs/?what=recipe:typed").content.decode()
+    picked = operator_client.get("/jobs?what=recipe:typed").content.decode()
     assert '<fieldset class="what-fields recipe-fields" data-what="recipe:typed">' in picked
     assert '<fieldset class="what-fields" data-what="builtin" disabled hidden>' in picked
     assert '<input id="f-typed-env" name="env" value=""' in picked, "the built-in preset's environment is not the recipe's"
@@ -110,7 +110,7 @@ def test_a_launch_from_the_form_is_placed_and_the_workers_show_the_gpu_it_holds(
                              "data": "/data/gsm8k"}
     assert (job.name, job.env, float(job.budget_usd), job.created_by, launch.gpus) == ("typed", "gsm8k-trl", 3.5,
                                                                                      operator, [0])
-    page = operator_client.get("/jobs/").content.decode()
+    page = operator_client.get("/jobs").content.decode()
     row = page[page.index('<tr data-worker="launch@node-a">'):]
     row = row[:row.index("</tr>")]
     assert "GPU 1\n        of 2;" in row and f'GPU 0: <a href="/jobs/{job.pk}">job #{job.pk}</a>' in row
@@ -174,7 +174,7 @@ def test_restart_is_offered_beside_why_in_the_list_and_on_the_page_and_starts_a_
         job = ended(launched_job(operator, steps=9), Status.FAILED, exit_code=1)
     why = (f"cannot be resumed: job {job.pk}&#x27;s recipe typed gives no resume arguments: Restart starts it again from "
            "the beginning")
-    for path in ("/jobs/", f"/jobs/{job.pk}"):
+    for path in ("/jobs", f"/jobs/{job.pk}"):
         html = operator_client.get(path).content.decode()
         box = html[html.index(f'data-job-controls="{job.pk}"'):]
         box = box[:box.index("job-restart-why") + 300]
@@ -182,7 +182,7 @@ def test_restart_is_offered_beside_why_in_the_list_and_on_the_page_and_starts_a_
         assert why in html, path
         assert f'data-part="/jobs/{job.pk}/part/controls?next={path}"' in box, path
     with django_capture_on_commit_callbacks(execute=False) as sent:
-        resp = operator_client.post(f"/jobs/{job.pk}/restart", {"next": "/jobs/"})
+        resp = operator_client.post(f"/jobs/{job.pk}/restart", {"next": "/jobs"})
     new = Job.objects.exclude(pk=job.pk).get()
     assert resp.status_code == 302 and resp["Location"] == f"/jobs/{new.pk}" and sent
     assert Launch.objects.get(pk=new.pk).values == Launch.objects.get(pk=job.pk).values
@@ -202,7 +202,7 @@ def test_no_restart_for_a_running_launched_job_nor_for_one_of_another_kind(
         running = launched_job(operator)
     assert running.claim()
     failed = b.job(name="embedded", status="failed")
-    html = operator_client.get("/jobs/").content.decode()
+    html = operator_client.get("/jobs").content.decode()
     assert f'action="/jobs/{running.pk}/restart"' not in html and f'action="/jobs/{failed.pk}/restart"' not in html
     resp = operator_client.post(f"/jobs/{failed.pk}/restart")
     assert resp.status_code == 404, "only a launched job restarts"

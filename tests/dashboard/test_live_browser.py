@@ -24,7 +24,7 @@ def test_an_operator_starts_a_job_watches_steps_arrive_live_and_stops_it(
 
     user_in_role(django_user_model, "otto", "operator", subprocess=True)
     base = live_stack.url
-    log_in(page, base, "otto", "/jobs/")
+    log_in(page, base, "otto", "/jobs")
 
     page.click("details#start summary")
     page.select_option("#f-preset", "smoke")

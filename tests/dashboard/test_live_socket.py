@@ -232,7 +232,7 @@ def test_it_closes_politely_on_a_frame_no_page_sends_and_leaves_its_groups(  # n
     topic = f"job.{random.randrange(10**9, 10**10)}"  # a group of its own in the suite's shared Redis
     key, members = f"asgi:group:live.{topic}", redis.Redis.from_url(settings.REDIS_URL)
     user_in_role(django_user_model, "wes", "viewer", subprocess=True)
-    log_in(page, live_web.url, "wes", "/jobs/?live=0")
+    log_in(page, live_web.url, "wes", "/jobs?live=0")
     page.expose_function("groupSize", lambda: members.zcard(key))
 
     closed = page.evaluate(SEND_BAD_FRAME, [topic, frame])

@@ -63,7 +63,7 @@ def test_a_cost_update_reaches_the_fleet_jobs_and_job_pages_without_a_reload(  #
     log_in(page, live_web.url, "vera", "/")
     fleet = page
     jobs, one = page.context.new_page(), page.context.new_page()
-    paths = {fleet: "/", jobs: "/jobs/", one: f"/jobs/{job.pk}"}
+    paths = {fleet: "/", jobs: "/jobs", one: f"/jobs/{job.pk}"}
     stamps = {p: open_live(p, live_web.url, path) for p, path in paths.items()}
     row = f'tr[data-job="{job.pk}"]'
     assert fleet.inner_text("#card-fleet-usd") == "$0.00", "nothing attributed yet"
@@ -225,8 +225,8 @@ def test_a_jobs_row_grows_its_progress_and_sparkline_with_each_step(live_web, pa
     b.steps(running, 5)  # rewards 0.302 .. 0.310 at steps 1..5
     fresh = b.job(name="just started", status="running")
     user_in_role(django_user_model, "lena", "viewer", subprocess=True)
-    log_in(page, live_web.url, "lena", "/jobs/")
-    loaded = open_live(page, live_web.url, "/jobs/")
+    log_in(page, live_web.url, "lena", "/jobs")
+    loaded = open_live(page, live_web.url, "/jobs")
     row, new_row = f'tr[data-job="{running.pk}"]', f'tr[data-job="{fresh.pk}"]'
     spark = """(row) => { const cell = document.querySelector(row + ' .job-spark');
         const line = cell.querySelector('polyline');
@@ -310,10 +310,10 @@ def test_the_workers_phase_shows_beside_the_status_and_follows_it_live(live_web,
     building = "building the base policy for arithmetic (first job on it here; until pass@1 reaches 30%)"
     Job.objects.filter(pk=job.pk).update(phase=building)
     user_in_role(django_user_model, "pia", "viewer", subprocess=True)
-    log_in(page, live_web.url, "pia", "/jobs/")
+    log_in(page, live_web.url, "pia", "/jobs")
     listing = page
     one = page.context.new_page()
-    stamps = {listing: open_live(listing, live_web.url, "/jobs/"), one: open_live(one, live_web.url, f"/jobs/{job.pk}")}
+    stamps = {listing: open_live(listing, live_web.url, "/jobs"), one: open_live(one, live_web.url, f"/jobs/{job.pk}")}
     cell = f'tr[data-job="{job.pk}"] .job-phase'
     assert listing.inner_text(cell) == building and one.inner_text("#job-phase") == building
 
@@ -357,7 +357,7 @@ def test_a_running_jobs_page_follows_its_baseline_costs_samples_and_end_without_
         page.click("form.job-stop-form button")  # POST, then back to this page with the message
     wait_subscribed(page)
     listing = page.context.new_page()
-    stamps = {page: page.evaluate(LOADED_AT), listing: open_live(listing, live_web.url, "/jobs/")}
+    stamps = {page: page.evaluate(LOADED_AT), listing: open_live(listing, live_web.url, "/jobs")}
     row = f'tr[data-job="{job.pk}"]'
     assert listing.is_hidden(f"{row} form.job-stop-form") and listing.is_hidden(f"{row} form.job-resume-form")
     flash = ".messages li"
@@ -478,10 +478,10 @@ def test_stop_and_resume_follow_the_status_events_can_stop_and_can_resume_not_th
         live_web, page, django_user_model, output_dir, request):
     job = b.job(name="on a missing device", status="running")
     user_in_role(django_user_model, "otto", "operator", subprocess=True)
-    log_in(page, live_web.url, "otto", "/jobs/")
+    log_in(page, live_web.url, "otto", "/jobs")
     listing = page
     one = page.context.new_page()
-    for p, path in ((listing, "/jobs/"), (one, f"/jobs/{job.pk}")):
+    for p, path in ((listing, "/jobs"), (one, f"/jobs/{job.pk}")):
         open_live(p, live_web.url, path)
     row = f'tr[data-job="{job.pk}"] '
     assert listing.is_visible(row + "form.job-stop-form") and one.is_visible("form.job-stop-form")

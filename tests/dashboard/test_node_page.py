@@ -138,7 +138,7 @@ def test_unknown_pages_get_the_site_layout_and_a_way_back(viewer_client):
         html = resp.content.decode()
         assert resp.status_code == 404, path
         assert '<header class="top">' in html and 'aria-label="Main"' in html, path
-        assert "Not found" in html and '<a href="/">the fleet</a>' in html and '<a href="/jobs/">' in html, path
+        assert "Not found" in html and '<a href="/">the fleet</a>' in html and '<a href="/jobs">' in html, path
         assert 'rel="icon"' in html
 
 

@@ -18,7 +18,7 @@ def test_a_viewer_sees_no_start_stop_or_resume(live_server, page, transactional_
     b.steps(running, 8)
     b.job(name="stopped run", status="stopped")
     user_in_role(django_user_model, "vera", "viewer")
-    log_in(page, live_server.url, "vera", "/jobs/")
+    log_in(page, live_server.url, "vera", "/jobs")
 
     assert page.locator("#jobs-table tbody tr").count() == 2
     assert page.locator("#start").count() == 0, "no Start form"
@@ -33,7 +33,7 @@ def test_a_viewer_sees_no_start_stop_or_resume(live_server, page, transactional_
 def test_two_jobs_are_compared_by_dollars(live_server, page, transactional_db, django_user_model, output_dir, request):  # noqa: F811
     cheap, dear = b.two_charged_jobs()
     user_in_role(django_user_model, "lena", "viewer")
-    log_in(page, live_server.url, "lena", "/jobs/")
+    log_in(page, live_server.url, "lena", "/jobs")
 
     # Tick both on the Jobs page and compare; then switch the x-axis to dollars from the keyboard.
     page.check(f'input[name="pick"][value="{cheap.pk}"]')
@@ -63,7 +63,7 @@ def test_the_costs_csv_downloads_with_totals_that_add_up(live_server, page, tran
                                                           output_dir, request):
     b.charged_fleet()
     user_in_role(django_user_model, "tim", "viewer")
-    log_in(page, live_server.url, "tim", "/costs/?group=job")
+    log_in(page, live_server.url, "tim", "/costs?group=job")
     page.wait_for_selector('.chart[data-fig="by_day"][data-drawn="true"]')
     shown_fleet = page.inner_text("#total-fleet")
 
@@ -166,19 +166,19 @@ def test_a_200_character_name_never_widens_a_page_or_the_printed_costs(live_serv
                                                                          django_user_model, output_dir, request):
     job = _long_named_fleet()
     user_in_role(django_user_model, "wes", "viewer")
-    log_in(page, live_server.url, "wes", "/jobs/")
-    for path in ("/jobs/", f"/jobs/{job.pk}", f"/compare?jobs={job.pk}", "/costs/?group=job", "/costs/?group=team",
-                 "/costs/?group=node", "/", f"/nodes/{LONG}"):
+    log_in(page, live_server.url, "wes", "/jobs")
+    for path in ("/jobs", f"/jobs/{job.pk}", f"/compare?jobs={job.pk}", "/costs?group=job", "/costs?group=team",
+                 "/costs?group=node", "/", f"/nodes/{LONG}"):
         page.goto(live_server.url + path)
         page.wait_for_load_state("load")
         widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
         assert widths[0] <= widths[1], f"{path} is {widths[0]} px wide in a {widths[1]} px window"
-    page.goto(live_server.url + "/jobs/")
+    page.goto(live_server.url + "/jobs")
     cell = page.locator(f'#jobs-table a[href="/jobs/{job.pk}"]')
     assert cell.get_attribute("title") == f"#{job.pk} {LONG}", "the full name on hover"
     shot(page, output_dir, request, "jobs")
 
-    page.goto(live_server.url + "/costs/?group=job")
+    page.goto(live_server.url + "/costs?group=job")
     page.wait_for_selector('.chart[data-fig="by_day"][data-drawn="true"]')
     page.emulate_media(media="print")
     headers = page.locator("table.data thead th")
@@ -210,7 +210,7 @@ def test_user_strings_show_literally_in_chart_legends(live_server, page, transac
     user_in_role(django_user_model, "xss", "viewer")
     alerts = []
     page.on("dialog", lambda d: (alerts.append(d.message), d.dismiss()))
-    log_in(page, live_server.url, "xss", "/costs/?group=team")
+    log_in(page, live_server.url, "xss", "/costs?group=team")
 
     page.wait_for_selector('.chart[data-fig="by_day"][data-drawn="true"]')
     legend = page.locator('[data-fig="by_day"] .legendtext').all_text_contents()
@@ -244,7 +244,7 @@ def test_every_page_loads_without_console_errors_and_404s_lead_back(live_server,
                                                                 for k in known) and errors.append(f"{page.url}: {m.text}"))
     page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
     log_in(page, live_server.url, "cora", "/")
-    for path in ("/", "/nodes/gpu-a", "/jobs/", f"/jobs/{job.pk}", f"/compare?jobs={job.pk}", "/costs/"):
+    for path in ("/", "/nodes/gpu-a", "/jobs", f"/jobs/{job.pk}", f"/compare?jobs={job.pk}", "/costs"):
         page.goto(live_server.url + path)
         page.wait_for_load_state("networkidle")
     assert page.evaluate("fetch('/static/yardstick/favicon.svg').then(r => r.status)") == 200
@@ -256,14 +256,14 @@ def test_every_page_loads_without_console_errors_and_404s_lead_back(live_server,
         errors[:] = errors_before  # the 404 itself is the one error Chromium logs here
     shot(page, output_dir, request, "404")
     page.click("text=the jobs")
-    page.wait_for_url(live_server.url + "/jobs/")
+    page.wait_for_url(live_server.url + "/jobs")
     assert errors == []
 
 
 def test_the_costs_page_names_a_reversed_range_as_typed(live_server, page, transactional_db, django_user_model):  # noqa: F811
     user_in_role(django_user_model, "rae", "viewer")
-    log_in(page, live_server.url, "rae", "/costs/")
-    page.goto(live_server.url + "/costs/?from=2026-11-10&to=2026-11-01")
+    log_in(page, live_server.url, "rae", "/costs")
+    page.goto(live_server.url + "/costs?from=2026-11-10&to=2026-11-01")
     message = page.inner_text("p.error")
     assert "from=2026-11-10 and to=2026-11-01" in message, message
     assert "2026-11-02" not in message
@@ -317,7 +317,7 @@ def test_it_draws_every_chart_and_shows_names_that_look_like_markup_literally(
         b.latest(b.device(b.node(name, interval_s=60), 0), util_pct=60, power_w=400)
     labels = [f"#{cheap.pk} {MARKUP_NAMES[0]}", f"#{dear.pk} {MARKUP_NAMES[1]}"]
     user_in_role(django_user_model, "mara", "viewer")
-    log_in(page, live_server.url, "mara", "/jobs/")
+    log_in(page, live_server.url, "mara", "/jobs")
 
     # Jobs: the names as typed, no element made of them, and its script runs (ticking both and comparing).
     table = page.inner_text("#jobs-table")

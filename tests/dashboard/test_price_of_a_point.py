@@ -44,7 +44,7 @@ def test_the_api_gives_the_decomposition_and_the_what_if(viewer_client, scene): 
 
 
 def test_the_costs_page_says_where_the_jobs_dollars_went_and_the_csv_has_it(viewer_client, scene):  # noqa: F811
-    html = " ".join(viewer_client.get("/costs/", {"group": "job"}).content.decode().split())
+    html = " ".join(viewer_client.get("/costs", {"group": "job"}).content.decode().split())
     # Four H100 / Rubin runs and the tool-use one: generation 0.305 x 3 + 0.245 x 2 = $1.405 of $2.81.
     assert 'data-phase="generation">generation <strong><span title="exact: $1.405">$1.41</span></strong> (50.0 %)' in html
     assert "Generation $ / 1M rollout tokens: NVIDIA H100 80GB HBM3 <strong" in html and ">$0.31</strong>" in html

@@ -43,12 +43,12 @@ def test_the_jobs_page_and_its_start_form_render_with_every_shipped_example_reci
     import_all(shipped, admin_user)
     continuing = [r.name for r in Recipe.objects.all() if "{init_from}" in " ".join(r.definition["argv"])]
     assert continuing, "the examples hold a recipe that continues another job"
-    resp = operator_client.get("/jobs/")
+    resp = operator_client.get("/jobs")
     assert resp.status_code == 200
     html = resp.content.decode()
     for name in continuing:
         assert f'id="f-{name}-init_from" name="init_from" value=""' in html
-        picked = operator_client.get(f"/jobs/?what=recipe:{name}")
+        picked = operator_client.get(f"/jobs?what=recipe:{name}")
         assert picked.status_code == 200 and f'id="f-{name}-init_from"' in picked.content.decode()
     # A Continue without a job to continue is refused at its field, the form shown again: never a 500.
     with django_capture_on_commit_callbacks(execute=False):
@@ -68,11 +68,11 @@ def test_run_again_opens_the_start_form_filled_as_the_job_was_started_and_starts
                          name="walk trl", team="research", env="gsm8k-trl", budget_usd="3.5", created_by=operator,
                          stop_loss={"usd": "2", "points": "1"})
     job = ended(Job.objects.get(pk=job.pk), Status.FAILED, exit_code=1)
-    for path in ("/jobs/", f"/jobs/{job.pk}"):
+    for path in ("/jobs", f"/jobs/{job.pk}"):
         html = operator_client.get(path).content.decode()
         box = html[html.index(f'data-job-controls="{job.pk}"'):]
-        assert f'href="/jobs/?again={job.pk}#start"' in box[:2500], path
-    resp = operator_client.get(f"/jobs/?again={job.pk}")
+        assert f'href="/jobs?again={job.pk}#start"' in box[:2500], path
+    resp = operator_client.get(f"/jobs?again={job.pk}")
     assert resp.status_code == 200
     html = resp.content.decode()
     assert '<option value="recipe:typed" selected>' in html and 'id="start" open' in html
@@ -99,14 +99,14 @@ def test_run_again_of_what_is_not_a_launched_job_or_lost_its_recipe_is_a_400_say
     from tests.dashboard import builders as b
 
     embedded = b.job(name="builtin")
-    resp = operator_client.get(f"/jobs/?again={embedded.pk}")
+    resp = operator_client.get(f"/jobs?again={embedded.pk}")
     assert resp.status_code == 400 and resp.context["field"] == "again"
     assert resp.context["message"] == f"again must be the id of a launched job, got '{embedded.pk}'"
-    assert operator_client.get("/jobs/?again=x").status_code == 400
+    assert operator_client.get("/jobs?again=x").status_code == 400
     with django_capture_on_commit_callbacks(execute=False):
         job = launched_job(operator)
     Recipe.objects.filter(name="typed").delete()
-    resp = operator_client.get(f"/jobs/?again={job.pk}")
+    resp = operator_client.get(f"/jobs?again={job.pk}")
     assert resp.status_code == 400
     assert resp.context["message"] == f"job {job.pk}'s recipe 'typed' is no longer defined, so it cannot run again"
 
@@ -122,15 +122,15 @@ def test_continue_offers_each_recipe_that_names_init_from_and_fills_the_job_and_
     html = operator_client.get(f"/jobs/{job.pk}").content.decode()
     box = html[html.index(f'data-job-controls="{job.pk}"'):]
     box = box[:box.index("</details>")]
-    assert f'href="/jobs/?continue={job.pk}&amp;what=recipe:typed-on#start"' in box
+    assert f'href="/jobs?continue={job.pk}&amp;what=recipe:typed-on#start"' in box
     assert "recipe:typed#" not in box, "typed names no {init_from}: it cannot continue a job"
-    resp = operator_client.get(f"/jobs/?continue={job.pk}&what=recipe:typed-on")
+    resp = operator_client.get(f"/jobs?continue={job.pk}&what=recipe:typed-on")
     assert resp.status_code == 200
     page = resp.content.decode()
     assert '<option value="recipe:typed-on" selected>' in page
     assert field_value(page, "f-typed-on-init_from") == str(job.pk)
     assert field_value(page, "f-typed-on-steps") == "12" and field_value(page, "f-typed-on-label") == "base"
-    refused = operator_client.get(f"/jobs/?continue={job.pk}&what=recipe:typed")
+    refused = operator_client.get(f"/jobs?continue={job.pk}&what=recipe:typed")
     assert refused.status_code == 400
     assert refused.context["message"] == (f"what must be recipe:<a recipe that continues job {job.pk}>, got 'typed'; "
                                           "those that can: typed-on")
@@ -147,7 +147,7 @@ def test_the_jobs_list_filters_by_recipe_kind_team_user_and_cluster_in_its_url(
     Launch.objects.filter(pk=typed.pk).update(cluster=Cluster.objects.get(name="ray-a"))
 
     def shown(query):
-        resp = viewer_client.get(f"/jobs/?{query}")
+        resp = viewer_client.get(f"/jobs?{query}")
         assert resp.status_code == 200, query
         return sorted(r["job"].pk for r in resp.context["rows"])
 
@@ -155,12 +155,12 @@ def test_the_jobs_list_filters_by_recipe_kind_team_user_and_cluster_in_its_url(
     assert shown("kind=launched&team=research") == [typed.pk] and shown("team=search") == [builtin.pk]
     assert shown(f"user={operator.username}") == [typed.pk] and shown("cluster=ray-a") == [typed.pk]
     assert shown("recipe=typed&team=search") == []
-    html = viewer_client.get("/jobs/?recipe=typed").content.decode()
+    html = viewer_client.get("/jobs?recipe=typed").content.decode()
     assert '<select name="recipe" id="filter-recipe">' in html and "<option selected>typed</option>" in html
-    assert "No job matches these filters" in viewer_client.get("/jobs/?recipe=nothing").content.decode()
-    bad = viewer_client.get("/jobs/?kind=robot")
+    assert "No job matches these filters" in viewer_client.get("/jobs?recipe=nothing").content.decode()
+    bad = viewer_client.get("/jobs?kind=robot")
     assert bad.status_code == 400 and bad.context["message"] == (
         "kind must be one of embedded, external, launched, or empty for every kind; got 'robot'")
     # The recipe's and the cluster's pages link to their runs there.
-    assert 'href="/jobs/?recipe=typed" id="recipe-all-runs"' in viewer_client.get("/recipes/typed").content.decode()
-    assert 'href="/jobs/?cluster=ray-a" id="cluster-all-runs"' in viewer_client.get("/clusters/ray-a").content.decode()
+    assert 'href="/jobs?recipe=typed" id="recipe-all-runs"' in viewer_client.get("/recipes/typed").content.decode()
+    assert 'href="/jobs?cluster=ray-a" id="cluster-all-runs"' in viewer_client.get("/clusters/ray-a").content.decode()

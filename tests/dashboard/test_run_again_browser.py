@@ -48,7 +48,7 @@ def test_run_again_from_the_job_page_starts_the_edited_job(live_server, page, wo
 
 def test_continue_from_the_jobs_list_and_the_filters_there(live_server, page, world, output_dir, request):  # noqa: F811
     job, other = world
-    log_in(page, live_server.url, "olga", "/jobs/")
+    log_in(page, live_server.url, "olga", "/jobs")
     row = page.locator(f'tr[data-job="{job.pk}"]')
     row.locator("summary", has_text="Continue…").click()
     row.locator("a", has_text="typed-on").click()
@@ -57,7 +57,7 @@ def test_continue_from_the_jobs_list_and_the_filters_there(live_server, page, wo
     assert page.locator("#f-typed-on-init_from").input_value() == str(job.pk)
     assert page.locator("#f-typed-on-label").input_value() == "base"
 
-    page.goto(live_server.url + "/jobs/")
+    page.goto(live_server.url + "/jobs")
     assert page.locator("#jobs-table tbody tr[data-job]").count() == 2
     page.select_option("#filter-recipe", "typed-on")
     page.click("#jobs-filters button[type=submit]")

@@ -97,7 +97,7 @@ def test_required_fields_are_marked_and_hyperparameters_have_human_labels(operat
                 self.label_for = None
 
     page = Fields()
-    page.feed(operator_client.get("/jobs/").content.decode())
+    page.feed(operator_client.get("/jobs").content.decode())
     required = {name for name, attrs in page.inputs.items() if "required" in attrs}
     assert required == {"name", "team", "env"}
     assert all(page.inputs[n]["aria-required"] == "true" for n in required)

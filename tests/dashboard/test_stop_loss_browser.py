@@ -26,7 +26,7 @@ def test_the_start_form_names_a_bad_stop_loss_field_then_starts_the_job_with_its
         live_server, page, transactional_db, django_user_model, output_dir, request):
     purge_jobs_queue()
     user_in_role(django_user_model, "otto", "operator")
-    log_in(page, live_server.url, "otto", "/jobs/")
+    log_in(page, live_server.url, "otto", "/jobs")
     page.click("details#start summary")
     page.fill("#f-name", "guarded")
     page.fill("#f-team", "research")

@@ -65,7 +65,7 @@ def test_every_url_answers_every_role_without_a_5xx_on_what_the_product_ships(sh
     assert answered > 1000, answered
     assert broken == [], "\n".join(broken)
     # The pages a person sees first, looked at as a viewer: the jobs of each kind and state are there.
-    jobs_page = clients["viewer"].get("/jobs/").content.decode()
+    jobs_page = clients["viewer"].get("/jobs").content.decode()
     assert all(f'<tr data-job="{pk}">' in jobs_page for pk in world["jobs"].values())
 
 

@@ -68,7 +68,7 @@ def test_an_operator_launches_a_recipe_from_the_form_and_reads_its_output_live( 
            devices={"kind": "cuda", "count": 1}, description="prints numbered lines, some on stderr", stop_grace_s=[2, 2])
     user_in_role(django_user_model, "olga", "operator", subprocess=True)
     base = live_web.url
-    log_in(page, base, "olga", "/jobs/")
+    log_in(page, base, "olga", "/jobs")
 
     page.click("details#start summary")
     assert page.locator("#f-counter-steps").is_hidden(), "a recipe's fields show once it is picked"
@@ -244,7 +244,7 @@ def test_restart_appears_where_a_run_without_a_checkpoint_ended_and_starts_a_new
            params=[{"name": "tries", "kind": "integer", "default": 1, "minimum": 1}])
     user_in_role(django_user_model, "olga", "operator", subprocess=True)
     base = live_web.url
-    log_in(page, base, "olga", "/jobs/?what=recipe:fails-later")
+    log_in(page, base, "olga", "/jobs?what=recipe:fails-later")
     page.fill("#f-name", "flaky")
     page.fill("#f-team", "research")
     page.fill("#f-fails-later-tries", "2")
@@ -255,7 +255,7 @@ def test_restart_appears_where_a_run_without_a_checkpoint_ended_and_starts_a_new
     page.wait_for_selector("#output-lines .line:has-text('waiting')")
 
     # While it runs, the jobs list says which GPU it holds, and offers Stop, not Restart.
-    page.goto(base + "/jobs/")
+    page.goto(base + "/jobs")
     page.click("details#start summary")
     held = page.locator(f'#workers tr[data-worker="launch@{settings.YARDSTICK_NODE}"] .worker-held')
     assert held.inner_text() == f"GPU 0: job #{job.pk}"
@@ -291,7 +291,7 @@ def test_restart_appears_where_a_run_without_a_checkpoint_ended_and_starts_a_new
 
     # In the jobs list: Restart appears live in the row of a job that ends without a checkpoint, and is in the
     # row of the one that already had.
-    page.goto(base + "/jobs/")
+    page.goto(base + "/jobs")
     wait_subscribed(page)
     assert page.locator(f'tr[data-job="{again.pk}"] .job-restart-form').count() == 0
     touch(settings, again.pk, "fail")

@@ -103,7 +103,7 @@ def test_the_campaigns_form_makes_a_loop_of_recipes_and_refuses_a_bad_one(db, re
     recipe("steps-continue", [*STEPS, "--more", "--from", "{init_from}"], params=STEPS_PARAMS)
     recipe("score", [PY, "-c", EVAL, "{init_from}"], score_key="eval/pass1", evaluates=True)
     client.force_login(operator)
-    form = client.get("/campaigns/").content.decode()
+    form = client.get("/campaigns").content.decode()
     next_run, scored_by = form.split('name="continue_recipe"')[1].split('name="eval_recipe"')
     assert '<option value="steps">steps v1</option>' in form
     assert '<option value="steps-continue">' in next_run and '<option value="score">' not in next_run

@@ -243,7 +243,7 @@ def test_a_stop_ends_a_job_whose_cluster_stopped_answering_and_its_ray_job_is_st
         relay.cut()
         wait_for(lambda: job_of(job).launch.unreachable_since is not None, 30, "the job to be marked unreachable")
         client.force_login(admin_user)
-        assert "cluster local not answering since" in client.get("/jobs/").content.decode()
+        assert "cluster local not answering since" in client.get("/jobs").content.decode()
         job.request_stop(by="ada")
         wait_for(lambda: job_of(job).status == Status.STOPPED, 30, "the Stop to end the job after its graces (2 + 3 s)")
         job = job_of(job)

@@ -262,7 +262,7 @@ def test_an_admin_registers_the_slurm_cluster_by_its_form_and_an_operator_starts
     shot(page, output_dir, request, "cluster")
 
     page.context.clear_cookies()  # ada leaves; the operator comes
-    log_in(page, live_web.url, "olga", "/jobs/")
+    log_in(page, live_web.url, "olga", "/jobs")
     page.click("details#start summary")
     page.select_option("#f-what", "recipe:on-slurm")
     select = page.locator("#f-on-slurm-cluster")

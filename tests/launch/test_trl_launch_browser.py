@@ -44,7 +44,7 @@ def test_an_operator_launches_trl_from_the_start_form_stops_it_at_a_checkpoint_a
         launch_worker, trl_recipe, live_web, page, django_user_model, settings, output_dir, request):
     user_in_role(django_user_model, "olga", "operator", subprocess=True)
     base = live_web.url
-    log_in(page, base, "olga", "/jobs/")
+    log_in(page, base, "olga", "/jobs")
     page.click("details#start summary")
     page.select_option("#f-what", "recipe:trl-grpo")
     page.fill("#f-name", "tiny trl")

@@ -45,7 +45,7 @@ def test_a_stop_ends_a_job_whose_cluster_does_not_answer_once_its_graces_are_ove
     assert launch.unreachable_since is not None and Job.objects.get(pk=job.pk).status == Status.RUNNING
     assert Job.objects.get(pk=job.pk).status_note.startswith("cluster dead not answering since ")
     client.force_login(admin_user)
-    for page in ("/jobs/", f"/jobs/{job.pk}"):
+    for page in ("/jobs", f"/jobs/{job.pk}"):
         html = client.get(page).content.decode()
         assert f'<span class="badge warn status-note" data-job="{job.pk}">cluster dead not answering since' in html
 

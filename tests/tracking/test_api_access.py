@@ -31,7 +31,7 @@ def test_an_operator_may_report_a_run_too(mlflow_as, operator):
     assert client.get_run(rid).data.metrics == {"reward": 0.5}
 
 
-@pytest.mark.parametrize("path", ["/", "/jobs/", "/api/jobs", "/api/whoami", "/costs/"])
+@pytest.mark.parametrize("path", ["/", "/jobs", "/api/jobs", "/api/whoami", "/costs"])
 def test_a_reporter_token_opens_no_page_and_no_other_api(live_server, reporter, api_token, path):
     resp = requests.get(live_server.url + path, headers={"Authorization": f"Bearer {api_token(reporter)}"},
                         allow_redirects=False)
@@ -100,6 +100,6 @@ def test_a_launched_runs_token_writes_its_run_and_nothing_else(mlflow_as, operat
         assert err.value.error_code == "PERMISSION_DENIED" and f"writes its run {mine} only" in err.value.message
     assert not Run.objects.get(run_id=other).metrics.exists()
     assert Run.objects.get(run_id=mine).metrics.get().value == 0.5
-    for path in ("/api/jobs", "/jobs/"):  # no page and no other API
+    for path in ("/api/jobs", "/jobs"):  # no page and no other API
         resp = requests.get(live_server.url + path, headers={"Authorization": f"Bearer {token}"}, allow_redirects=False)
         assert resp.status_code == 403 and "may only report its own run" in resp.text

@@ -15,7 +15,7 @@ def test_the_clients_view_run_link_opens_the_runs_job_page(live_server, page, tr
     experiment = store.create_experiment("grpo-math")
     run = store.create_run(experiment.pk, run_name="qwen-grpo")
     user_in_role(django_user_model, "vera", "viewer")
-    log_in(page, live_server.url, "vera", "/jobs/")
+    log_in(page, live_server.url, "vera", "/jobs")
 
     page.goto(f"{live_server.url}/#/experiments/{experiment.pk}/runs/{run.run_id}")
     page.wait_for_url(f"{live_server.url}/jobs/{run.job_id}")

@@ -132,7 +132,7 @@ def test_verls_own_logger_makes_a_verl_job_with_the_steps_its_trainer_plans(verl
     client.force_login(viewer)
     api = client.get(f"/api/jobs/{job.pk}").json()
     assert (api["framework"], api["steps"], api["steps_done"]) == ("verl", 435, 3)
-    jobs = client.get("/jobs/").content.decode()
+    jobs = client.get("/jobs").content.decode()
     row = jobs[jobs.index(f'<tr data-job="{job.pk}">'):]
     row = row[:row.index("</tr>")]
     assert "external · verl</span>" in row and '<span class="progress-text">3 / 435</span>' in row

@@ -174,7 +174,7 @@ def test_the_workers_api_and_the_start_form_show_where_jobs_can_run(db, client, 
     assert [(w["name"], w["node"], w["pool"], w["cores"]) for w in workers] == [
         ("jobs@cpu-a", "cpu-a", "", 2), ("jobs@gpu-b", "gpu-b", "", 16), ("jobs@res-c", "res-c", "research", 3)]
     assert [g["uuid"] for g in workers[1]["gpus"]] == ["GPU-b0", "GPU-b1"]
-    page = client.get("/jobs/").content.decode()
+    page = client.get("/jobs").content.decode()
     assert '<option>gpu-b</option>' in page and '<option>research</option>' in page
     assert "2 × NVIDIA H200</span>" in page and "<td>research</td>" in page
 
