@@ -40,7 +40,7 @@ from django.utils import timezone
 from launch.guard import MARK, RELEASE, kill_all
 from launch.kind import checkpoint_names, init_from_path
 from launch.models import Launch, OutputLine
-from launch.output import LineSplitter, line_bytes, marker
+from launch.output import LineSplitter, failure, line_bytes, marker
 from launch.params import render
 from trainer.models import ACTIVE, Job, Status, Stint, Worker
 from trainer.runner import heartbeat_limit_s, tell_run_ended
@@ -404,11 +404,11 @@ class Supervisor:
             return to, f"{who}{how}", ""
         if code == 0:
             return Status.COMPLETED, "the command exited with status 0", ""
-        tail = list(self.stderr_tail)
-        first = (f"killed by {killed_by} (signal {-code})" if code < 0
-                 else f"exited with status {code}" + (f": {tail[-1].strip()}" if tail else ""))
-        quoted = "\n".join(tail)
-        return Status.FAILED, first, f"{first}\n{quoted}".strip()[:4000] if quoted else first
+        # As on every executor (launch.output.failure): how it ended, its stderr's last line where it exited by
+        # itself, and its stderr's last lines quoted.
+        how = f"killed by {killed_by} (signal {-code})" if code < 0 else f"exited with status {code}"
+        first, error = failure(how, list(self.stderr_tail), own_exit=code > 0)
+        return Status.FAILED, first, error[:4000]
 
 
 class OutputWriter:
