@@ -20,7 +20,7 @@ from costs.money import exact_usd, usd_text, usd_title
 from costs.prices import PriceBook, model_key
 from launch.executor import signal_name
 from launch.kind import LAUNCHED
-from launch.models import FIELDS, Cluster, Launch, Recipe, names_init_from
+from launch.models import FIELDS, Cluster, Launch, Recipe, evaluates, names_init_from
 from launch.output import marker
 from launch.remote import FAILED as REMOTE_FAILED
 from trainer.models import ENDED, RESUMABLE, Source, Status
@@ -258,7 +258,8 @@ def again_fields(job):
               "node": job.node, "pool": job.pool,
               "cluster": launch.cluster.name if launch.cluster_id else "",
               "init_from": _shown(job.init_from_id), "init_step": _shown(job.init_step)}
-    fields.update({f"params.{name}": _shown(value) for name, value in launch.values.items()})
+    takes = {spec["name"] for spec in launch.definition["params"]}  # not what Yardstick put beside them (init_from)
+    fields.update({f"params.{name}": _shown(value) for name, value in launch.values.items() if name in takes})
     fields.update({f"stop_loss.{key}": _shown(int(value) if isinstance(value, float) and value.is_integer() else value)
                    for key, value in (job.stop_loss or {}).items() if key != "from_step"})
     return fields
@@ -277,13 +278,16 @@ def continue_fields(job, recipe):
 
 
 def continuations(job):
-    """The recipes a Continue of `job` can start (those that name {init_from}), its own recipe first; [] when the job
-    cannot be continued (Job.can_continue: ended, with a checkpoint)."""
+    """The recipes a Continue of `job` can start (those that name {init_from}), its own recipe first, then the others
+    that train on, then the evaluation recipes (each with `evaluates` set, for the page to say "score it"); [] when the
+    job cannot be continued (Job.can_continue: ended, with a checkpoint)."""
     if job.source != Source.LAUNCHED or not job.can_continue:
         return []
     own = job.launch.recipe_name
     recipes = [r for r in Recipe.objects.order_by("name") if names_init_from(r.definition)]
-    return sorted(recipes, key=lambda r: r.name != own)
+    for r in recipes:
+        r.evaluates = evaluates(r.definition)
+    return sorted(recipes, key=lambda r: (r.name != own, r.evaluates))
 
 
 def _getlist(data, key):

@@ -219,11 +219,11 @@ def node_health_events(node):
 # -- jobs --------------------------------------------------------------------------------------
 
 
-# The Jobs list's filters, each a ?key= of its URL (so a recipe's or a cluster's page links to its runs), and the
-# Job field it matches: its status, its kind of run, the recipe and the cluster it was launched with, its team and
-# the user who started it.
+# The Jobs list's filters, each a ?key= of its URL (so a recipe's or a cluster's page links to its runs, an MLflow
+# experiment's link to its environment's), and the Job field it matches: its status, its kind of run, the recipe and
+# the cluster it was launched with, its environment, its team and the user who started it.
 JOB_FILTERS = {"status": "status", "kind": "source", "recipe": "launch__recipe_name", "cluster": "launch__cluster__name",
-               "team": "team", "user": "created_by__username"}
+               "env": "env", "team": "team", "user": "created_by__username"}
 JOB_FILTER_MAX_CHARS = 200
 
 
@@ -252,7 +252,7 @@ def jobs_filter_choices():
     jobs = Job.objects.order_by()
     return {"status": list(Status.values), "kind": list(Source.values),
             **{key: sorted(v for v in jobs.values_list(JOB_FILTERS[key], flat=True).distinct() if v)
-               for key in ("recipe", "cluster", "team", "user")}}
+               for key in ("recipe", "cluster", "env", "team", "user")}}
 
 
 def jobs_table(filters=None, limit=100):

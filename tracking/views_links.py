@@ -2,7 +2,10 @@
 after every run ("View run ... at"), a path of MLflow's own UI. The fragment never reaches the server;
 static/yardstick/links.js sends it here, and this sends the reader to the run's job page."""
 
+from urllib.parse import urlencode
+
 from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from tracking.models import Experiment, Run
@@ -19,6 +22,6 @@ def run_page(request, run_id):
 @require_GET
 @require_role("viewer")
 def experiment_page(request, experiment_id):
-    """An experiment's runs are its jobs: the Jobs list (there is no page per experiment)."""
-    get_object_or_404(Experiment, pk=experiment_id)
-    return redirect("jobs")
+    """An experiment's runs are its jobs: the Jobs list of its environment (there is no page per experiment)."""
+    experiment = get_object_or_404(Experiment, pk=experiment_id)
+    return redirect(f"{reverse('jobs')}?{urlencode({'env': experiment.name})}")

@@ -112,7 +112,8 @@ def test_run_again_of_what_is_not_a_launched_job_or_lost_its_recipe_is_a_400_say
 
 
 def test_continue_offers_each_recipe_that_names_init_from_and_fills_the_job_and_shared_values(
-        operator_client, operator, recipes, workers, django_capture_on_commit_callbacks):
+        operator_client, operator, admin_user, recipes, workers, django_capture_on_commit_callbacks):
+    Recipe.define("typed-score", {**CONTINUING, "description": "scores it", "evaluates": True}, admin_user)
     with django_capture_on_commit_callbacks(execute=False):
         job = launched_job(operator, steps=12, label="base")
     running = operator_client.get(f"/jobs/{job.pk}").content.decode()
@@ -124,6 +125,8 @@ def test_continue_offers_each_recipe_that_names_init_from_and_fills_the_job_and_
     box = box[:box.index("</details>")]
     assert f'href="/jobs?continue={job.pk}&amp;what=recipe:typed-on#start"' in box
     assert "recipe:typed#" not in box, "typed names no {init_from}: it cannot continue a job"
+    assert box.index("recipe:typed-on#") < box.index("recipe:typed-score#"), "training before scoring"
+    assert ('title="an evaluation recipe: it scores the checkpoint"\n      >score with typed-score</a>') in box
     resp = operator_client.get(f"/jobs?continue={job.pk}&what=recipe:typed-on")
     assert resp.status_code == 200
     page = resp.content.decode()
@@ -133,7 +136,7 @@ def test_continue_offers_each_recipe_that_names_init_from_and_fills_the_job_and_
     refused = operator_client.get(f"/jobs?continue={job.pk}&what=recipe:typed")
     assert refused.status_code == 400
     assert refused.context["message"] == (f"what must be recipe:<a recipe that continues job {job.pk}>, got 'typed'; "
-                                          "those that can: typed-on")
+                                          "those that can: typed-on, typed-score")
 
 
 def test_the_jobs_list_filters_by_recipe_kind_team_user_and_cluster_in_its_url(
@@ -154,7 +157,7 @@ def test_the_jobs_list_filters_by_recipe_kind_team_user_and_cluster_in_its_url(
     assert shown("recipe=typed") == [typed.pk] and shown("kind=embedded") == [builtin.pk]
     assert shown("kind=launched&team=research") == [typed.pk] and shown("team=search") == [builtin.pk]
     assert shown(f"user={operator.username}") == [typed.pk] and shown("cluster=ray-a") == [typed.pk]
-    assert shown("recipe=typed&team=search") == []
+    assert shown("recipe=typed&team=search") == [] and shown("env=arithmetic") == [builtin.pk]
     html = viewer_client.get("/jobs?recipe=typed").content.decode()
     assert '<select name="recipe" id="filter-recipe">' in html and "<option selected>typed</option>" in html
     assert "No job matches these filters" in viewer_client.get("/jobs?recipe=nothing").content.decode()

@@ -32,7 +32,7 @@ def test_run_again_from_the_job_page_starts_the_edited_job(live_server, page, wo
     job, _ = world
     log_in(page, live_server.url, "olga", f"/jobs/{job.pk}")
     page.click(f'a[aria-label="Run job {job.pk} again with changes"]')
-    page.wait_for_url(f"{live_server.url}/jobs/?again={job.pk}#start")
+    page.wait_for_url(f"{live_server.url}/jobs?again={job.pk}#start")
     assert page.locator("#f-what").input_value() == "recipe:typed"
     assert page.locator("#f-typed-steps").is_visible() and page.locator("#f-typed-steps").input_value() == "7"
     assert page.locator("#f-name").input_value() == "walk trl" and page.locator("#f-team").input_value() == "research"
@@ -52,7 +52,7 @@ def test_continue_from_the_jobs_list_and_the_filters_there(live_server, page, wo
     row = page.locator(f'tr[data-job="{job.pk}"]')
     row.locator("summary", has_text="Continue…").click()
     row.locator("a", has_text="typed-on").click()
-    page.wait_for_url(f"{live_server.url}/jobs/?continue={job.pk}&what=recipe:typed-on#start")
+    page.wait_for_url(f"{live_server.url}/jobs?continue={job.pk}&what=recipe:typed-on#start")
     assert page.locator("#f-what").input_value() == "recipe:typed-on"
     assert page.locator("#f-typed-on-init_from").input_value() == str(job.pk)
     assert page.locator("#f-typed-on-label").input_value() == "base"
@@ -61,10 +61,10 @@ def test_continue_from_the_jobs_list_and_the_filters_there(live_server, page, wo
     assert page.locator("#jobs-table tbody tr[data-job]").count() == 2
     page.select_option("#filter-recipe", "typed-on")
     page.click("#jobs-filters button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/jobs/?*recipe=typed-on*")
+    page.wait_for_url(f"{live_server.url}/jobs?*recipe=typed-on*")
     rows = page.locator("#jobs-table tbody tr[data-job]")
     assert rows.count() == 1 and rows.first.get_attribute("data-job") == str(other.pk)
     shot(page, output_dir, request, "filtered")
     page.click("#filters-clear")
-    page.wait_for_url(f"{live_server.url}/jobs/")
+    page.wait_for_url(f"{live_server.url}/jobs")
     assert page.locator("#jobs-table tbody tr[data-job]").count() == 2

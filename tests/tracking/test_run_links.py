@@ -21,9 +21,10 @@ def test_the_clients_view_run_link_opens_the_runs_job_page(live_server, page, tr
     page.wait_for_url(f"{live_server.url}/jobs/{run.job_id}")
     assert "qwen-grpo" in page.inner_text("h1")
 
-    page.goto(f"{live_server.url}/#/experiments/{experiment.pk}")
-    page.wait_for_url(f"{live_server.url}/jobs/")
-
+    page.goto(f"{live_server.url}/#/experiments/{experiment.pk}")  # its runs: the Jobs list of its environment
+    page.wait_for_url(f"{live_server.url}/jobs?env=grpo-math")
+    assert page.locator("#filter-env").input_value() == "grpo-math"
+    assert page.locator("#jobs-table tbody tr[data-job]").count() == 1
 
     page.goto(f"{live_server.url}/")  # already on the page: only the fragment changes
     page.evaluate(f"window.location.hash = '#/experiments/{experiment.pk}/runs/{run.run_id}'")
