@@ -18,7 +18,8 @@ DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test lint venv dev-venv examples browser prometheus slurm bench clean-test which-python
 
-run: $(STAMP)
+# With what the example recipes import (below), so the first launch (trl-grpo-cpu) runs out of the box.
+run: $(STAMP) $(EXAMPLES_STAMP)
 	$(PY) manage.py up $(ARGS)
 
 # Test processes side by side (pytest-xdist), each with its own embedded servers
@@ -47,8 +48,8 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
-# What the example recipes' scripts import (TRL, transformers, MLflow's client, yardstick_mlflow): `make run` does
-# not install them; `make examples` does, on a machine whose launch worker runs them (trl-grpo-cpu on a laptop).
+# What the example recipes' scripts import (TRL, transformers, MLflow's client, yardstick_mlflow): `make run` installs
+# them (a launch worker runs the examples with its own Python); `make examples` installs them alone.
 EXAMPLES_STAMP := $(VENV)/.installed-examples
 examples: $(EXAMPLES_STAMP)
 

@@ -118,7 +118,7 @@ NEEDS = ("torch", "transformers", "trl", "datasets", "mlflow", "yardstick_mlflow
 
 
 def missing_packages():
-    """The packages of NEEDS this Python cannot import (`make run` installs none but torch; `make examples` the rest)."""
+    """The packages of NEEDS this Python cannot import (`make run` and `make examples` install them)."""
     import importlib.util
 
     return [name for name in NEEDS if importlib.util.find_spec(name) is None]
