@@ -9,7 +9,7 @@ address, e.g. http://ray-head:8265): the scheduler calls of launch/remote.py's R
   from its devices, and metadata naming the Yardstick job;
 - state: `get_job_info` (its status and message; a 404 is a job the cluster does not know), and where it runs: its
   driver's node (`driver_node_id`, named and addressed by the state API's node list, read once per node) as the
-  allocation, with the entrypoint's GPUs and CPUs, its start and end, which the follower ties to the Yardstick
+  allocation, with its start and end (the entrypoint's GPUs and CPUs: the recipe's, where Ray does not say), which the follower ties to the Yardstick
   node an agent measures there (launch/remote.py);
 - log: the driver's log file through the log API (as written: a progress bar's carriage returns kept), else
   `get_job_logs`; cancel: `stop_job`; nodes: the state API's node list.
@@ -139,8 +139,8 @@ class RayExecutor(RemoteExecutor):
         name, address = _node_names.get(node_id) or ("", urlsplit(info.driver_agent_http_address or "").hostname or "")
         host = name or address or node_id
         return {"nodes": host, "hosts": [host], "addresses": [address] if address else [], "node_count": 1,
-                "ray_node_id": node_id, "gpus": _count(info.entrypoint_num_gpus),
-                "cpus": _count(info.entrypoint_num_cpus), "start": _iso(info.start_time),
+                "ray_node_id": node_id, "gpus": _count(getattr(info, "entrypoint_num_gpus", None)),
+                "cpus": _count(getattr(info, "entrypoint_num_cpus", None)), "start": _iso(info.start_time),
                 "end": _iso(info.end_time) if final and info.end_time else None}
 
     def log(self, cluster, remote_id, job_dir=""):
@@ -215,8 +215,11 @@ class RayExecutor(RemoteExecutor):
 
 
 def _count(value):
-    """Ray's count of a resource (a float: 0.5 GPU is one) as a whole number where it is one."""
-    value = float(value or 0)
+    """Ray's count of a resource (a float: 0.5 GPU is one) as a whole number where it is one; None where its answer
+    has none (the job details the SDK gives carry no entrypoint resources: the follower takes the recipe's)."""
+    if value is None:
+        return None
+    value = float(value)
     return int(value) if value.is_integer() else value
 
 

@@ -312,7 +312,7 @@ class Follower:
             self.save(remote_status=state.word, remote_message=state.message[:4000])
             if not final:  # (the end says it in its own words)
                 self.out.say(f"{self.executor.name} says {state.word}" + (f": {state.message}" if state.message else ""))
-        allocation = measured_where(state.allocation)
+        allocation = measured_where(state.allocation, launch.definition["devices"])
         if allocation is not None and allocation != launch.allocation:
             self.save(allocation=allocation)
             changed = True
@@ -636,12 +636,17 @@ def tie(remote_nodes):
     return [replace(n, yardstick_node=find(n.name, n.address)) for n in remote_nodes]
 
 
-def measured_where(allocation):
+def measured_where(allocation, devices=None):
     """A scheduler's `allocation` (RemoteState.allocation) with `yardstick_nodes`: for each of its hosts (beside its
     address, where the scheduler gives one), the Yardstick node an agent measures there, None where none does (what
-    the job costs there cannot be measured: launch.kind's `unmeasured`). None stays None."""
+    the job costs there cannot be measured: launch.kind's `unmeasured`); GPUs and CPUs the scheduler did not say
+    (None) are what the recipe's `devices` reserved. None stays None."""
     if allocation is None:
         return None
+    if devices:
+        cuda = devices["kind"] == "cuda"
+        reserved = {"gpus": devices["count"] if cuda else 0, "cpus": 0 if cuda else devices["count"]}
+        allocation = {**allocation, **{k: v for k, v in reserved.items() if allocation.get(k) is None}}
     find = node_finder()
     hosts = allocation.get("hosts") or [allocation.get("nodes", "")]
     addresses = list(allocation.get("addresses") or [])

@@ -1,8 +1,8 @@
 """Recipes launched on a real local Ray head (tests/ray_head.py: `ray start --head` from the pinned package, shared
 by every test here, one xdist group so one head serves them all), followed by the real follower (launch/remote.py)
-as beat runs it: a run that reports through MLflow (steps on the job page, output lines, its busy process
-attributed by the host agent through YARDSTICK_JOB_ID) stopped from the browser; a crashing entrypoint; a control
-plane restarted mid-run; a cluster that stops answering (through a relay) and answers again; a head killed and
+as beat runs it: a run that reports through MLflow (steps on the job page, output lines, the host device of the
+agent's node, tied by the address Ray names it by, held by the job) stopped from the browser; a job on a node no agent
+measures, whose cost is "not measured"; a crashing entrypoint; a control plane restarted mid-run; a cluster that stops answering (through a relay) and answers again; a head killed and
 started again, whose Ray job is then gone. No machine here has a GPU: the recipes ask for CPUs."""
 
 import os
@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from collector.models import DeviceHolder
 from launch.models import Cluster, Launch, OutputLine
 from tests.browser import page  # noqa: F401 - fixture
 from tests.dashboard.browser_helpers import in_thread, log_in, record_events, shot, user_in_role, wait_subscribed
@@ -21,6 +22,7 @@ from tests.faults import Relay
 from tests.launch.conftest import cluster_recipe, job_of, launch, output
 from tests.ray_head import RayHead
 from tests.waiting import wait_for
+from tracking.matching import BOUND_PID
 from trainer.models import Job, Status, Stint
 
 PY = sys.executable
@@ -96,6 +98,28 @@ def test_the_clusters_page_lists_its_nodes_as_ray_reports_them_tied_to_yardstick
     assert f'<tr data-node="{ip}">' in html and '<a href="/nodes/ray-box">ray-box</a>' in html
 
 
+def test_a_ray_job_on_a_node_no_agent_measures_costs_not_measured_on_its_page_and_in_the_api(
+        cluster, ray_recipe, reporting, follower, admin_user, client):
+    ray_recipe("quick", [PY, "-c", "print('done')"])
+    job = launch("quick", admin_user)
+    wait_for(lambda: job_of(job).status == Status.COMPLETED, 60, "the Ray job to complete")
+    allocation = job_of(job).launch.allocation
+    ip = allocation["hosts"][0]
+    assert allocation["addresses"] == [ip] and allocation["yardstick_nodes"] == [None], allocation
+    assert (allocation["cpus"], allocation["gpus"], allocation["node_count"]) == (1, 0, 1)
+    assert allocation["start"] <= allocation["end"], "Ray's own times of its run"
+    assert not Stint.objects.filter(job=job).exists()
+
+    client.force_login(admin_user)
+    money = client.get(f"/api/jobs/{job.pk}").json()["money"]
+    why = (f"no Yardstick agent reports from ray node {ip}, where it ran: start one there (manage.py collect, or up "
+           "--role collector) to measure what its jobs cost")
+    assert (money["cost_usd"], money["state"], money["cost_title"]) == (None, "not measured", why)
+    page = client.get(f"/jobs/{job.pk}").content.decode()
+    assert f'id="job-cost"><span title="{why}">not measured</span>' in page
+    assert f"Ray gave it 0 GPUs and 1 CPU on 1 node (<code>{ip}</code>)" in " ".join(page.split())
+
+
 def test_an_operator_stops_a_ray_run_from_the_job_page_and_its_host_process_is_charged_to_it(  # noqa: F811
         cluster, ray_recipe, reporting, follower, admin_user, live_web, page, django_user_model, pg_dsn, tmp_path,
         settings, output_dir, request):
@@ -118,16 +142,24 @@ def test_an_operator_stops_a_ray_run_from_the_job_page_and_its_host_process_is_c
         assert job_of(job).launch.remote_status == "RUNNING"
         assert in_thread(Job.fail_crashed, 0) == [], "no worker beats for a Ray job: its follower reconciles it"
 
-        # The node agent sees the run's busy process with YARDSTICK_JOB_ID in its environment: a stint of the job's.
+        # Ray names the node its driver runs on by IP, the agent by this host's name: tied by the address the agent
+        # reports, the cpu recipe's job holds that node's host device, as on a node's launch worker.
         def charged():
             in_thread(match_other_nodes)
             return Stint.objects.filter(job=job, ended_at__isnull=True).first()
 
-        stint = wait_for(charged, 60, "the host agent's holder to become the job's stint", every_s=1)
-        assert stint.node == socket.gethostname(), stint.node
-        # the holder is a process Ray started for this job, with the job's variables (its supervisor or the script)
-        environ = open(f"/proc/{stint.pid}/environ", "rb").read().split(b"\0")
-        assert f"YARDSTICK_JOB_ID={job.pk}".encode() in environ, open(f"/proc/{stint.pid}/cmdline").read()
+        stint = wait_for(charged, 60, "the job to hold the host device of the agent's node", every_s=1)
+        assert (stint.node, stint.device, stint.pid) == (socket.gethostname(), "cpu", BOUND_PID), stint.to_dict()
+        allocation = job_of(job).launch.allocation
+        assert allocation["yardstick_nodes"] == [socket.gethostname()] != allocation["hosts"], allocation
+        assert allocation["hosts"] == allocation["addresses"], "Ray names the node by its IP"
+        # The agent sees the run's busy process with YARDSTICK_JOB_ID in its environment (what charges its processes
+        # on other nodes): a process Ray started for this job, with the job's variables (its supervisor or the script).
+        holder = wait_for(lambda: DeviceHolder.objects.filter(
+            launcher_ids__contains={"YARDSTICK_JOB_ID": str(job.pk)}).first(), 60, "the job's holder", every_s=1)
+        environ = open(f"/proc/{holder.pid}/environ", "rb").read().split(b"\0")
+        assert f"YARDSTICK_JOB_ID={job.pk}".encode() in environ, open(f"/proc/{holder.pid}/cmdline").read()
+        assert Stint.objects.filter(job=job).count() == 1, "no second stint of the device it holds"
 
         wait_for(lambda: job_of(job).steps_done >= 5, 60, "five steps")
         page.wait_for_function("Number(document.getElementById('steps-done').textContent) >= 5", timeout=30_000)
