@@ -63,11 +63,6 @@ class Kind:
         the job's header (a launched job's cluster not answering, and since when); "" for nothing."""
         return ""
 
-    def status_note(self, job):
-        """What a person must know that the job's status alone does not say, shown beside it in the Jobs list and
-        the job's header (a launched job's cluster not answering, and since when); "" for nothing."""
-        return ""
-
     def continue_refusal(self, job):
         """Why no job may continue from this kind's policy whatever its state, for people; empty when its state
         and checkpoints decide."""
