@@ -610,23 +610,32 @@ class Runner:
                     continue
                 self.say("up", f"started {child.name} again on its data (pid {pid})")
 
-    def stop_all(self):
-        self.stopping.set()
-        running = [c for c in reversed(self.children) if c.process is not None and c.process.poll() is None]
-        if running:
-            self.say("up", "stopping " + ", ".join(c.name for c in running))
-        for child in running:
+    def _stop_wave(self, children):
+        """SIGTERM `children` and wait for them, killing (with their groups) those still running after the grace."""
+        if not children:
+            return
+        self.say("up", "stopping " + ", ".join(c.name for c in children))
+        for child in children:
             # The main process only: a Celery worker then finishes (or cooperatively
             # stops) its tasks; SIGTERM to its pool processes would kill them mid-step.
             child.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
-        for child in running:
+        for child in children:
             try:
                 child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.say("up", f"{child.name} did not stop in {STOP_GRACE_S:.0f} s; killing it")
                 _signal_group(child.process, signal.SIGKILL)
                 child.process.wait()
+
+    def stop_all(self):
+        self.stopping.set()
+        running = [c for c in reversed(self.children) if c.process is not None and c.process.poll() is None]
+        # The web server last: a job stopping at its flag writes its checkpoint and its last metrics to the web's
+        # tracking API, so the workers stop (each within the grace) while it still answers.
+        web = [c for c in running if c.name.startswith("web")]
+        self._stop_wave([c for c in running if c not in web])
+        self._stop_wave(web)
         for child in self.children:
             if child.process is not None:
                 # Pool processes of a worker that was killed: their group goes too.

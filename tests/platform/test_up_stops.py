@@ -96,6 +96,9 @@ def test_ctrl_c_through_a_pipe_whose_reader_dies_stops_every_part(data_dir):
     # It stopped in order, writing to its log once the terminal was gone.
     assert any("the terminal is gone" in line for line in up_log), up_log[-10:]
     assert up_log[-1].endswith("up | stopped"), up_log[-10:]
+    # The web server last: a run stopping at its flag reports its last metrics to it while the workers stop.
+    waves = [line.split("up | stopping ", 1)[1] for line in up_log if "up | stopping " in line]
+    assert waves[-1] == "web" and "web" not in waves[-2].split(", "), waves
 
 
 def test_a_sigkilled_up_leaves_no_process_within_10_s(data_dir):
