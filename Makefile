@@ -15,6 +15,8 @@ PY := $(VENV)/bin/python
 # adds the test tools and the real clients the suite drives (requirements-dev.txt).
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
+# Set before `run`, whose prerequisites are read where the rule stands.
+EXAMPLES_STAMP := $(VENV)/.installed-examples
 
 .PHONY: run test lint venv dev-venv examples browser prometheus slurm bench clean-test which-python
 
@@ -50,7 +52,6 @@ $(STAMP): requirements.txt
 
 # What the example recipes' scripts import (TRL, transformers, MLflow's client, yardstick_mlflow): `make run` installs
 # them (a launch worker runs the examples with its own Python); `make examples` installs them alone.
-EXAMPLES_STAMP := $(VENV)/.installed-examples
 examples: $(EXAMPLES_STAMP)
 
 $(EXAMPLES_STAMP): $(STAMP) requirements-examples.txt client/pyproject.toml

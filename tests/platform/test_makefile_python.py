@@ -1,4 +1,5 @@
-"""`make run` and `make test` pick the newest Python that the pinned requirements support."""
+"""`make run` and `make test` pick the newest Python that the pinned requirements support; `make run` installs
+what the example recipes import."""
 
 import os
 import shutil
@@ -60,3 +61,10 @@ def test_with_no_supported_python_it_says_which_versions_it_needs(tmp_path):
     assert out.returncode != 0
     assert "needs Python 3.11, 3.12 or 3.13" in out.stdout + out.stderr
     assert not (work / ".venv").exists()
+
+
+def test_make_run_installs_what_the_example_recipes_import():
+    """The first launch (trl-grpo-cpu) runs on `make run` alone: its rule needs the examples' packages installed."""
+    out = subprocess.run([MAKE, "-pn", "-C", str(ROOT), "run"], capture_output=True, text=True, check=True).stdout
+    run = next(line for line in out.splitlines() if line.startswith("run:"))
+    assert run.split(":", 1)[1].split() == [".venv/.installed", ".venv/.installed-examples"]
