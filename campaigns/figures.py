@@ -26,7 +26,7 @@ import math
 from decimal import Decimal
 
 from costs import tokens
-from costs.intelligence import ipd, jobs_money, score_cost_curve
+from costs.intelligence import charged_usd, ipd, jobs_money, score_cost_curve
 from costs.money import exact_usd, ipd_text, usd_text
 from trainer.kinds import kind_of
 from trainer.models import ENDED
@@ -64,8 +64,10 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
         # A run's dollars include those of the evaluation jobs that scored it (a campaign of launched runs), run 1's
         # those that scored the start it is measured against: the campaign's dollars stay its runs'.
         scorers = evaluations.get(job.pk, []) + (evaluations.get(None, []) if n == 1 else [])
-        eval_usd = sum((Decimal(money[e.pk]["cost_usd"]) for e in scorers), Decimal(0))
-        usd = Decimal(money[job.pk]["cost_usd"]) + eval_usd
+        eval_usd = sum((charged_usd(money[e.pk]) for e in scorers), Decimal(0))
+        usd = charged_usd(money[job.pk]) + eval_usd
+        # A run nothing measured (a cluster node with no agent) says so, as on its own page, unless its scorers cost.
+        unmeasured = money[job.pk]["cost_usd"] is None and not eval_usd
         start_usd = total
         total += usd
         after = evals.get(job.pk)
@@ -81,7 +83,8 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
         runs.append({
             "n": n, "job_id": job.pk, "name": job.name, "env": job.env, "status": job.status, "source": job.source,
             "init_from": job.init_from_id, "init_step": job.init_step,
-            "cost_usd": exact_usd(usd), "cost_display": usd_text(usd), "eval_usd": exact_usd(eval_usd),
+            "cost_usd": exact_usd(usd), "cost_display": money[job.pk]["cost_display"] if unmeasured else usd_text(usd),
+            "eval_usd": exact_usd(eval_usd),
             "eval_jobs": [e.pk for e in scorers],
             "start_usd": exact_usd(start_usd), "cumulative_usd": exact_usd(total),
             "finished_at": job.finished_at.isoformat() if job.finished_at else None,

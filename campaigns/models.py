@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
-from costs.intelligence import jobs_money
+from costs.intelligence import charged_usd, jobs_money
 from launch import kind as launch_kind
 from launch.models import Launch, Recipe, continues_training, names_init_from
 from tracking.store import jobs_tagged
@@ -245,7 +245,7 @@ class Campaign(models.Model):
         (jobs_money, unrounded)."""
         ids = list(Job.objects.filter(campaign_run__campaign=self).values_list("id", flat=True))
         money = money or jobs_money(ids)
-        return sum((Decimal(money[i]["cost_usd"]) for i in ids), Decimal(0))
+        return sum((charged_usd(money[i]) for i in ids), Decimal(0))
 
     def budget_left_usd(self, money=None):
         """Budget minus spend (may be negative), or None without a budget."""

@@ -156,6 +156,12 @@ def unmeasured(job_ids):
 MONEY_KEYS = ("cost_usd", "points_per_usd", "usd_per_point", "state", "gain_points", *DISPLAY_KEYS)
 
 
+def charged_usd(money):
+    """The Decimal dollars a jobs_money row charges: its cost, or 0 for a job nothing measured ("not measured", cost
+    None), so sums over jobs (a campaign's, its budget's) add what was measured and never fail on one that wasn't."""
+    return Decimal(0) if money["cost_usd"] is None else Decimal(money["cost_usd"])
+
+
 def job_money(job):
     """The job's MONEY_KEYS of jobs_money: its cost and IPD, exact and as the pages write them."""
     money = jobs_money([job.pk])[job.pk]

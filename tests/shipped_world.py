@@ -3,7 +3,7 @@
 Tests that build their own fixtures miss what the shipped data breaks (the Jobs page answered 500 once the example
 recipes were imported, with every test green). `seed()` imports launch/examples/recipes.yaml and puts beside it: a
 priced node with telemetry and a live worker, a launched job in every status on a node, on a Ray cluster that
-stopped answering and on a Slurm cluster (with what each scheduler says, an allocation, output lines and a
+stopped answering (on a node no agent measures) and on a Slurm cluster (with what each scheduler says, an allocation, output lines and a
 traceback), built-in and outside runs, a campaign of launched runs with an evaluation job, alert rules of every kind
 with a firing alert, and a channel. Each row goes in through the code that owns it where that code needs no running
 process (a worker's claim and finish, Recipe import, Campaign.create_launched, AlertRule.create); what only a
@@ -88,12 +88,17 @@ def seed(admin, operator):
                  remote_id=f"raysubmit_{status}", remote_status={"queued": "", "running": "RUNNING"}.get(status, "FAILED")
                  if status != Status.COMPLETED else "SUCCEEDED",
                  unreachable_since=now - timedelta(minutes=15) if status in (Status.RUNNING, Status.STOPPING) else None,
-                 remote_message="Job entrypoint command failed with exit code 1" if status == Status.FAILED else "")
+                 remote_message="Job entrypoint command failed with exit code 1" if status == Status.FAILED else "",
+                 # Ray names its node by IP, and no agent reports from it: its cost is "not measured".
+                 allocation=None if status == Status.QUEUED else {
+                     "nodes": "10.1.2.3", "hosts": ["10.1.2.3"], "node_count": 1, "gpus": 0, "cpus": 1,
+                     "yardstick_nodes": [None], "start": (now - timedelta(minutes=10)).isoformat(),
+                     "end": None if status in (Status.RUNNING, Status.STOPPING) else now.isoformat()})
         launched(f"slurm {status}", "nemo-rl-grpo-math-slurm", status, cluster=slurm, executor="slurm",
                  remote_id=str(100 + len(jobs)), remote_status="PENDING" if status == Status.QUEUED else "TIMEOUT"
                  if status == Status.FAILED else "RUNNING", remote_message="Resources" if status == Status.QUEUED else "",
                  allocation=None if status == Status.QUEUED else {
-                     "nodes": "gpu-a", "hosts": ["gpu-a"], "node_count": 1, "gpus": 1, "cpus": 4,
+                     "nodes": "gpu-a", "hosts": ["gpu-a"], "node_count": 1, "gpus": 1, "cpus": 4, "yardstick_nodes": ["gpu-a"],
                      "start": (now - timedelta(minutes=10)).isoformat(),
                      "end": None if status in (Status.RUNNING, Status.STOPPING) else now.isoformat()})
     trl = launched("trl cuda", "trl-grpo", Status.COMPLETED, **ended)
@@ -123,6 +128,7 @@ def seed(admin, operator):
         continue_recipe="trl-grpo-continue", run_params={}, eval_recipes={"arithmetic": "eval-checkpoint"},
         loop=False, created_by=admin, ignored={})
     campaign.add_run(trl)
+    campaign.add_run(Job.objects.get(pk=jobs["ray completed"]))  # a run nothing measured
     campaign.add_run(Job.objects.get(pk=evaluation.pk), role="eval")
 
     channel = Channel.create(name="ops hook", kind="webhook", target="http://127.0.0.1:9/hook")

@@ -38,7 +38,7 @@ def path_values(url_name, part, world):
     """The values of path part `part` of URL `url_name` that name something in the seeded world."""
     if part == "name":
         return world["recipes"] if "recipe" in url_name else world["clusters"] if "cluster" in url_name else world["nodes"]
-    return {"job_id": list(world["jobs"].values()), "part": ["controls", "launch"], "run_id": world["runs"],
+    return {"job_id": list(world["jobs"].values()), "part": ["controls", "launch", "base_build"], "run_id": world["runs"],
             "experiment_id": world["experiments"], "campaign_id": world["campaigns"], "alert_id": world["alerts"],
             "rule_id": world["rules"], "uuid": world["devices"], "version": [plotly.__version__],
             "path": ["model/config.json"]}[part]
@@ -67,6 +67,8 @@ def test_every_url_answers_every_role_without_a_5xx_on_what_the_product_ships(sh
     # The pages a person sees first, looked at as a viewer: the jobs of each kind and state are there.
     jobs_page = clients["viewer"].get("/jobs").content.decode()
     assert all(f'<tr data-job="{pk}">' in jobs_page for pk in world["jobs"].values())
+    campaign = clients["viewer"].get(f"/campaigns/{world['campaigns'][0]}").content.decode()
+    assert ">not measured</td>" in campaign.replace("not measured\n", "not measured"), "a run nothing measured says so"
 
 
 def test_the_fuzzer_meets_the_shipped_state_without_a_5xx(shipped):
