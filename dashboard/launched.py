@@ -277,17 +277,22 @@ def continue_fields(job, recipe):
     return fields
 
 
-def continuations(job):
-    """The recipes a Continue of `job` can start (those that name {init_from}), its own recipe first, then the others
-    that train on, then the evaluation recipes (each with `evaluates` set, for the page to say "score it"); [] when the
-    job cannot be continued (Job.can_continue: ended, with a checkpoint)."""
-    if job.source != Source.LAUNCHED or not job.can_continue:
-        return []
-    own = job.launch.recipe_name
+def init_from_recipes():
+    """The recipes that name {init_from} (a Continue can start them), by name, each with `evaluates` set."""
     recipes = [r for r in Recipe.objects.order_by("name") if names_init_from(r.definition)]
     for r in recipes:
         r.evaluates = evaluates(r.definition)
-    return sorted(recipes, key=lambda r: (r.name != own, r.evaluates))
+    return recipes
+
+
+def continuations(job, recipes=None):
+    """The recipes a Continue of `job` can start (init_from_recipes(), or `recipes` read once for a whole page), its
+    own recipe first, then the others that train on, then the evaluation recipes (the page says they score it); []
+    when the job cannot be continued (Job.can_continue: ended, with a checkpoint)."""
+    if job.source != Source.LAUNCHED or job.status not in ENDED or not job.can_continue:
+        return []
+    own = job.launch.recipe_name
+    return sorted(init_from_recipes() if recipes is None else recipes, key=lambda r: (r.name != own, r.evaluates))
 
 
 def _getlist(data, key):

@@ -35,7 +35,7 @@ from trainer import stoploss
 from trainer.models import CONTROLS, Job, Step
 from trainer.workers import live_workers
 from yardstick.auth import require_role, role_of
-from yardstick.http import bad_page, script_json, script_text
+from yardstick.http import bad_page, int_param, script_json, script_text
 from yardstick.inputs import InputError
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -302,7 +302,7 @@ def jobs_page(request):
     for a Continue of one (?continue=<job>&what=recipe:<name>)."""
     try:
         filters = readings.jobs_filter(request.GET)
-        form = _prefilled(request.GET)
+        form = _prefilled(request)
     except InputError as err:
         return bad_page(request, err.field, err.message)
     what = request.GET.get("what", "")  # "recipe:<name>": the Start form opens with that recipe picked
@@ -312,17 +312,17 @@ def jobs_page(request):
                                                    "form_open": bool(what or form)})
 
 
-def _prefilled(query):
+def _prefilled(request):
     """The Start form filled for "Run again..." (?again=<launched job>) or a Continue (?continue=<launched job>
     &what=recipe:<a recipe that names {init_from}>), unchecked until it is posted; None when neither is asked."""
+    query = request.GET
     key = "again" if query.get("again") else "continue" if query.get("continue") else None
     if key is None:
         return None
-    raw = query[key].strip()
-    job = Job.objects.filter(pk=int(raw), launch__isnull=False).select_related("launch").first() if (
-        raw.isdigit() and int(raw) < 2**31) else None
+    job_id = int_param(request, key, None, minimum=1, maximum=2**31 - 1)
+    job = Job.objects.filter(pk=job_id, launch__isnull=False).select_related("launch").first()
     if job is None:
-        raise InputError(key, f"{key} must be the id of a launched job, got {raw!r}")
+        raise InputError(key, f"{key} must be the id of a launched job, got {query[key]!r}")
     if key == "again":
         if not Recipe.objects.filter(name=job.launch.recipe_name).exists():
             raise InputError("again", f"job {job.pk}'s recipe {job.launch.recipe_name!r} is no longer defined, so it "

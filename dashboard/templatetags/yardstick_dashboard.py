@@ -100,7 +100,13 @@ def restart_refusal(job):
     return launched.restart_refusal(job)
 
 
-@register.filter
-def continuations(job):
-    """The recipes a Continue of launched `job` can start (dashboard.launched.continuations), or []."""
-    return launched.continuations(job)
+@register.simple_tag(takes_context=True)
+def continuations(context, job):
+    """The recipes a Continue of launched `job` can start (dashboard.launched.continuations), or []; the recipes that
+    name {init_from} are read once per page, however many jobs a list shows."""
+    if job.source != "launched":
+        return []
+    base = context.dicts[0]  # shared by the page's includes
+    if "_init_from_recipes" not in base:
+        base["_init_from_recipes"] = launched.init_from_recipes()
+    return launched.continuations(job, base["_init_from_recipes"])

@@ -102,7 +102,10 @@ def test_run_again_of_what_is_not_a_launched_job_or_lost_its_recipe_is_a_400_say
     resp = operator_client.get(f"/jobs?again={embedded.pk}")
     assert resp.status_code == 400 and resp.context["field"] == "again"
     assert resp.context["message"] == f"again must be the id of a launched job, got '{embedded.pk}'"
-    assert operator_client.get("/jobs?again=x").status_code == 400
+    for odd in ("x", "²", "-1", str(2**63)):
+        resp = operator_client.get(f"/jobs?again={odd}")
+        assert resp.status_code == 400 and resp.context["message"] == (
+            f"again must be an integer >= 1 and <= 2147483647, got {odd!r}"), odd
     with django_capture_on_commit_callbacks(execute=False):
         job = launched_job(operator)
     Recipe.objects.filter(name="typed").delete()
@@ -167,3 +170,25 @@ def test_the_jobs_list_filters_by_recipe_kind_team_user_and_cluster_in_its_url(
     # The recipe's and the cluster's pages link to their runs there.
     assert 'href="/jobs?recipe=typed" id="recipe-all-runs"' in viewer_client.get("/recipes/typed").content.decode()
     assert 'href="/jobs?cluster=ray-a" id="cluster-all-runs"' in viewer_client.get("/clusters/ray-a").content.decode()
+
+
+def test_the_jobs_list_reads_the_recipes_continue_offers_once_however_many_jobs_it_shows(
+        operator_client, operator, recipes, workers, django_capture_on_commit_callbacks):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def ended_with_checkpoint():
+        with django_capture_on_commit_callbacks(execute=False):
+            job = ended(launched_job(operator), Status.STOPPED, checkpoints=["checkpoint-3"], node="node-a")
+        Job.objects.filter(pk=job.pk).update(checkpoint_step=3)
+
+    def recipe_reads():
+        with CaptureQueriesContext(connection) as seen:
+            html = operator_client.get("/jobs").content.decode()
+        return html.count("↪ Continue…"), sum('FROM "launch_recipe"' in q["sql"] for q in seen.captured_queries)
+
+    ended_with_checkpoint()
+    offered, reads = recipe_reads()
+    for _ in range(4):
+        ended_with_checkpoint()
+    assert recipe_reads() == (5, reads) and offered == 1
