@@ -76,6 +76,11 @@ class Launched(Kind):
 
     def resume_refusal(self, job):
         launch = _launch(job)
+        if launch is not None and launch.unreachable_since is not None and launch.cluster_id is not None:
+            # Its scheduler's job may still run there: a second start would run beside it.
+            return (f"its {launch.executor} job {launch.remote_id} may still run on cluster {launch.cluster.name}, "
+                    f"which has not answered since {launch.unreachable_since:%Y-%m-%d %H:%M:%S} UTC: Resume once "
+                    "the cluster answers and Yardstick has taken its word")
         if launch is not None and not launch.definition.get("resume_argv"):
             return (f"job {job.pk}'s recipe {launch.recipe_name} gives no resume arguments: Restart starts it again "
                     "from the beginning")

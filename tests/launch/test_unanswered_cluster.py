@@ -65,6 +65,9 @@ def test_a_stop_ends_a_job_whose_cluster_does_not_answer_once_its_graces_are_ove
     assert launch.stop_step == remote.NO_ANSWER
     assert launch.unreachable_since is not None, "kept: the cluster's word is taken when it answers"
     assert job.status_note.endswith(": its ray job may still run there")
+    assert not job.can_resume and job.not_resumable_reason == "" and (
+        f"may still run on cluster {launch.cluster.name}, which has not answered since" in job.resume_refusal()), \
+        "a second start would run beside it"
     assert remote.follow_all() == 1, "the follower keeps asking the cluster about it"
     assert Job.objects.get(pk=job.pk).status == Status.STOPPED and len(_said(job)) == len(said), "nothing more said"
 
