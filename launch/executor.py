@@ -148,7 +148,9 @@ def command(job, launch, folder, python):
 
 
 def issue_token(job):
-    """(secret, ApiToken row) of a new token that writes `job`'s run and nothing else."""
+    """(secret, ApiToken row) of a new token that writes `job`'s run and nothing else; LaunchError, and no token, when
+    the run would not know where to report (control_plane_url)."""
+    control_plane_url()
     return ApiToken.issue(job.created_by, name=f"launched job {job.pk}", run_id=job.run.run_id)
 
 

@@ -75,3 +75,13 @@ def test_a_machine_without_the_web_server_needs_the_control_planes_address_to_st
 
     check_roles(types.SimpleNamespace(**joined, YARDSTICK_URL=""), ("collector",))  # starts no run
     check_roles(types.SimpleNamespace(**joined, YARDSTICK_URL="http://plane:8000"), ("jobs", "collector"))
+
+
+def test_no_token_is_issued_for_a_run_that_would_not_know_where_to_report(settings, db):
+    from launch.executor import issue_token
+    from yardstick.models import ApiToken
+
+    settings.YARDSTICK_URL = ""
+    with pytest.raises(LaunchError, match=r"^YARDSTICK_URL is not set"):
+        issue_token(types.SimpleNamespace(pk=7))
+    assert not ApiToken.objects.exists(), "a token nobody revokes would be left behind"
