@@ -22,6 +22,7 @@ from django.utils import timezone
 SCORE_KEY_TAG = "yardstick.score_key"
 # MLflow's own limits (mlflow/utils/validation.py), so a run that works against MLflow works here.
 MAX_ENTITY_KEY_LENGTH = 250
+RUN_NAME_MAX = 250  # characters of a run's name (its mlflow.runName tag), as MLflow's own store keeps it
 MAX_PARAM_VAL_LENGTH = 6000
 MAX_TAG_VAL_LENGTH = 8000
 MAX_EXPERIMENT_NAME_LENGTH = 500
@@ -141,7 +142,7 @@ class Run(models.Model):
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
     job = models.OneToOneField("trainer.Job", on_delete=models.CASCADE, related_name="run")
     user_id = models.CharField(max_length=255, blank=True, default="")
-    run_name = models.CharField(max_length=250, blank=True, default="")
+    run_name = models.CharField(max_length=RUN_NAME_MAX, blank=True, default="")
     status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.RUNNING)
     start_time = models.BigIntegerField(help_text="ms since the epoch, as the client sent it")
     end_time = models.BigIntegerField(null=True, blank=True)

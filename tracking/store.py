@@ -19,6 +19,7 @@ from tracking.models import (
     MAX_EXPERIMENT_NAME_LENGTH,
     MAX_PARAM_VAL_LENGTH,
     MAX_TAG_VAL_LENGTH,
+    RUN_NAME_MAX,
     SCORE_KEY_TAG,
     DatasetInput,
     Experiment,
@@ -155,8 +156,8 @@ def create_run(experiment_id, user_id="", start_time=None, tags=(), run_name="",
     _active(experiment)
     tags = dict(_tags(tags))
     run_name = run_name or tags.get(RUN_NAME_TAG) or ""
-    if not isinstance(run_name, str) or len(run_name) > 250:
-        raise invalid(f"run_name must be a string of at most 250 characters, got {str(run_name)[:40]!r}")
+    if not isinstance(run_name, str) or len(run_name) > RUN_NAME_MAX:
+        raise invalid(f"run_name must be a string of at most {RUN_NAME_MAX} characters, got {str(run_name)[:40]!r}")
     start_time = now_ms() if start_time in (None, "") else _int64("start_time", start_time)
     with transaction.atomic():
         run = Run(experiment=experiment, user_id=str(user_id or "")[:255], start_time=start_time,
@@ -219,8 +220,8 @@ def update_run(run_id, status=None, end_time=None, run_name=None):
     if end_time not in (None, ""):
         run.end_time = _int64("end_time", end_time)
         fields.append("end_time")
-    if run_name and (not isinstance(run_name, str) or len(run_name) > 250):
-        raise invalid(f"run_name must be a string of at most 250 characters, got {str(run_name)[:40]!r}")
+    if run_name and (not isinstance(run_name, str) or len(run_name) > RUN_NAME_MAX):
+        raise invalid(f"run_name must be a string of at most {RUN_NAME_MAX} characters, got {str(run_name)[:40]!r}")
     with transaction.atomic():
         run.last_logged_at = timezone.now()
         run.save(update_fields=[*fields, "last_logged_at"])
@@ -275,6 +276,9 @@ def log_batch(run_id, metrics=(), params=(), tags=(), single=False):
     if dupes:
         raise invalid(f"Duplicate parameter keys have been submitted: {dupes}. Please ensure the request "
                       "contains only one param value per param key.")
+    named = dict(tags).get(RUN_NAME_TAG)
+    if named and len(named) > RUN_NAME_MAX:  # the run's name, as create_run and update_run take it
+        raise invalid(f"{RUN_NAME_TAG} must be a run name of at most {RUN_NAME_MAX} characters, got {named[:40]!r}")
     run = get_run(run_id)
     _writable(run)
     _check_params_unchanged(run, params, single)

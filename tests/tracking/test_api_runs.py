@@ -229,3 +229,7 @@ def test_an_outside_run_renamed_by_its_client_renames_its_job(mlflow_client):
     mlflow_client.set_tag(rid, "mlflow.runName", "third")
     job.refresh_from_db()
     assert (job.name, Run.objects.get(run_id=rid).run_name) == ("third", "third")
+    # A name longer than a run's name may be is refused as create_run and update_run refuse it, nothing changed.
+    with pytest.raises(MlflowException, match="mlflow.runName must be a run name of at most 250 characters"):
+        mlflow_client.set_tag(rid, "mlflow.runName", "x" * 251)
+    assert Run.objects.get(run_id=rid).run_name == "third" and Job.objects.get(pk=job.pk).name == "third"
