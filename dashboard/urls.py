@@ -1,17 +1,6 @@
-from django.urls import path, register_converter
-from django.urls.converters import PathConverter
+from django.urls import path
 
 from dashboard import views, views_clusters, views_hardware, views_launch
-
-
-class NodeName(PathConverter):
-    """A node's name: "/" inside it (an imported log's --node, a DCGM Hostname label), never at its end, where a
-    trailing slash is the URL style's to redirect (yardstick.http.without_trailing_slash)."""
-
-    regex = r".*[^/]"
-
-
-register_converter(NodeName, "node")
 
 urlpatterns = [
     path("", views.fleet_page, name="fleet"),
@@ -19,10 +8,11 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("api/whoami", views.whoami, name="whoami"),
     path("assets/plotly-<str:version>.min.js", views.plotly_js, name="plotly-js"),
-    # <node:…>: a node's name may hold "/" (an imported log's --node, a DCGM Hostname label), and a
-    # link to it must not fail the page that lists it. The owner route comes first to win its suffix.
-    path("nodes/<node:name>/owner", views.set_node_owner, name="node-owner"),
-    path("nodes/<node:name>", views.node_page, name="node"),
+    # <path:…>: a node's name may hold "/" (an imported log's --node, a DCGM Hostname label), even at its end,
+    # and a link to it must not fail the page that lists it (node_page sends /nodes/x/ on to /nodes/x when there is
+    # no node "x/"). The owner route comes first to win its suffix.
+    path("nodes/<path:name>/owner", views.set_node_owner, name="node-owner"),
+    path("nodes/<path:name>", views.node_page, name="node"),
     path("jobs", views.jobs_page, name="jobs"),
     path("jobs/start", views.start_job, name="job-start"),
     path("jobs/<int:job_id>", views.job_page, name="job"),

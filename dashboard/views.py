@@ -35,7 +35,7 @@ from trainer import stoploss
 from trainer.models import CONTROLS, Job, Step
 from trainer.workers import live_workers
 from yardstick.auth import require_role, role_of
-from yardstick.http import bad_page, int_param, script_json, script_text
+from yardstick.http import bad_page, int_param, script_json, script_text, without_trailing_slash
 from yardstick.inputs import InputError
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -200,7 +200,11 @@ def fleet_nodes(request):
 @require_GET
 @require_role("viewer")
 def node_page(request, name):
-    node = get_object_or_404(Node, name=name)
+    node = Node.objects.filter(name=name).first()
+    if node is None and name.endswith("/"):  # the URL style's trailing slash, not a node named so
+        return without_trailing_slash(request, request.path.strip("/"))
+    if node is None:
+        raise Http404(f"no node {name!r}")
     tr, bad = _range_or_400(request)
     if bad:
         return bad

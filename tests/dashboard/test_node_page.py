@@ -292,3 +292,18 @@ def test_a_week_of_a_two_gpu_node_shows_why_clocks_were_held_down_the_power_limi
         assert traces["node total"] == [2 * per_gpu]
         assert figs[key]["live"]["traces"][-1] == {"trace": 2, "devices": ["GPU-h-0", "GPU-h-1"],
                                                    "y": {"key": f"{key}_bytes_s"}}
+
+
+def test_a_node_named_with_a_trailing_slash_is_listed_and_opens_and_a_slash_after_another_redirects(viewer_client):
+    from tests.dashboard import builders as b
+
+    odd, plain = b.node("rack-1/"), b.node("gpu-b")
+    b.device(odd, 0)
+    b.device(plain, 0)
+    fleet = viewer_client.get("/")
+    assert fleet.status_code == 200 and 'href="/nodes/rack-1/"' in fleet.content.decode()
+    page = viewer_client.get("/nodes/rack-1/")
+    assert page.status_code == 200 and page.context["node"] == odd
+    moved = viewer_client.get("/nodes/gpu-b/?range=1h")
+    assert (moved.status_code, moved["Location"]) == (301, "/nodes/gpu-b?range=1h")
+    assert viewer_client.get("/nodes/nothing/", follow=True).status_code == 404

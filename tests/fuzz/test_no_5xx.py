@@ -91,7 +91,6 @@ def path_kwargs(name, job_ids):
         "IntConverter": st.one_of(st.sampled_from(job_ids), st.integers(min_value=0), st.just(2**63)),
         "StringConverter": st.one_of(st.just("gpu-a"), url_text),
         "PathConverter": st.one_of(st.just("1/x"), url_text),
-        "NodeName": st.one_of(st.just("gpu-a"), st.just("1/x"), url_text),  # dashboard/urls.py: a path, no "/" at its end
     }
     return st.fixed_dictionaries({
         n: parts[type(c).__name__].map(str).filter(lambda t, c=c: re.fullmatch(c.regex, t) and not t.startswith("/"))
