@@ -179,15 +179,24 @@ def remote_names():
 def follow_all():
     """One pass over every live launch on a cluster, and every ended one whose cluster had not answered when it ended
     (its scheduler's word on it is still to be taken); return how many were followed."""
-    ids = list(Launch.objects.filter(executor__in=remote_names()).filter(
+    rows = list(Launch.objects.filter(executor__in=remote_names()).filter(
         Q(job__status__in=LIVE) | Q(unreachable_since__isnull=False, cluster__isnull=False))
-        .values_list("pk", flat=True))
-    for job_id in ids:
+        .values_list("pk", "cluster_id", "job__status"))
+    # A cluster that did not answer in this pass is not asked again about its ended jobs until the next one: each
+    # question can wait out a timeout, and the default worker that follows also rolls up and attributes. A live job
+    # is always followed, since its Stop must end whether its cluster answers or not.
+    silent = set()
+    for job_id, cluster_id, status in rows:
+        if status not in LIVE and cluster_id in silent:
+            continue
         try:
-            follow(job_id)
+            follower = follow(job_id)
         except Exception:  # noqa: BLE001 - one job's trouble must not stop the others being followed
             log.exception("following launched job %s failed; the next pass tries again", job_id)
-    return len(ids)
+            continue
+        if follower is not None and follower.silent:
+            silent.add(cluster_id)
+    return len(rows)
 
 
 def follow(job_id):
@@ -233,6 +242,7 @@ class Follower:
         self.launch, self.executor, self.job, self.cluster = launch, executor, launch.job, launch.cluster
         self.out = OutputWriter(self.job.pk, launch.output_seq)
         self.ended = None  # the Job, when this pass ended it
+        self.silent = False  # whether the cluster did not answer in this pass
 
     def save(self, **fields):
         for name, value in fields.items():
@@ -452,6 +462,7 @@ class Follower:
         Cluster.objects.filter(pk=self.cluster.pk).update(answered_at=now, unreachable_since=None, error="")
 
     def unreachable(self, err):
+        self.silent = True
         now = timezone.now()
         text = f"{err}"[:2000]
         if self.launch.unreachable_since is None:

@@ -108,3 +108,48 @@ def test_an_admin_forgets_a_cluster_that_does_not_answer_and_its_live_jobs_end_s
     assert queued.status == Status.STOPPED
     assert not Stint.objects.filter(job=running, ended_at__isnull=True).exists()
     assert Launch.objects.get(pk=running.pk).cluster is None
+
+
+class Silent:
+    """A cluster address that accepts each connection and closes it unanswered, counting them."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.accepted = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            conn.close()
+
+
+def test_a_pass_asks_a_silent_cluster_about_its_ended_jobs_once_however_many_it_left(admin_user):
+    silent = Silent()
+    Cluster.register({"name": "silent", "address": silent.address}, admin_user)
+    Recipe.define("left", {"argv": ["python", "train.py"], "executor": "ray"}, admin_user)
+
+    def left_there():
+        job = start(recipe="left", team="rl", created_by=admin_user, cluster="silent")
+        assert job.claim("submitted")
+        Launch.objects.filter(pk=job.pk).update(remote_id=f"yardstick-job-{job.pk}-1", starts=1,
+                                                unreachable_since=job.created_at)
+        assert Job.objects.get(pk=job.pk).finish(Status.STOPPED, "ended while its cluster did not answer")
+
+    left_there()
+    remote.follow_all()
+    one = silent.accepted
+    assert one > 0, "the cluster is asked"
+    for _ in range(3):
+        left_there()
+    remote.follow_all()
+    assert silent.accepted - one == one, "one job's questions a pass, not one per job it left there"
+    silent.sock.close()
