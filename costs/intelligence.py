@@ -168,6 +168,15 @@ def job_money(job):
     return {k: money[k] for k in MONEY_KEYS}
 
 
+def not_measured(cost, unmeasured):
+    """The fields that say a job's cost is no figure, for a job that ran where no agent measures (`unmeasured`: why)
+    and was charged nothing: cost None, "not measured" shown, why on hover. {} for any other job: its cost is a
+    figure (a part, where something was measured elsewhere). The one rule for every figure of a job's cost."""
+    if not unmeasured or cost > 0:
+        return {}
+    return {"cost_usd": None, "cost_display": NOT_MEASURED, "cost_title": unmeasured, "state": NOT_MEASURED}
+
+
 def _money(cost, scores, job_id, unmeasured=""):
     """A job's cost (unrounded Decimal dollars) and IPD: the gain (newest score over the baseline) over the
     unrounded cost, never over a cost rounded to the cent (a $0.0039 job is not free, nor a $0.0051 one
@@ -178,9 +187,9 @@ def _money(cost, scores, job_id, unmeasured=""):
     figure (cost None, "not measured", why on hover), and a cost charged elsewhere is a part (said on hover)."""
     latest = scores.latest(job_id)
     gain = None if latest is None else latest - scores.baseline(job_id)
-    if unmeasured and not cost:
-        return {"cost_usd": None, "points_per_usd": None, "usd_per_point": None, "state": NOT_MEASURED,
-                "gain_points": gain, **displays(), "cost_display": NOT_MEASURED, "cost_title": unmeasured}
+    if not_measured(cost, unmeasured):
+        return {"points_per_usd": None, "usd_per_point": None, "gain_points": gain, **displays(),
+                **not_measured(cost, unmeasured)}
     points_per_usd, usd_per_point, state = ipd(gain, cost)
     shown = displays(cost, points_per_usd, usd_per_point)
     if unmeasured:

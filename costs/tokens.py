@@ -29,7 +29,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from collector.models import Device
-from costs.intelligence import NOT_MEASURED, Scores, unmeasured
+from costs.intelligence import Scores, not_measured, unmeasured
 from costs.ledger import usage
 from costs.money import MICRO, exact_usd, ipd_text, usd_text, usd_title
 from costs.prices import PriceBook, burn_usd_per_h, cost_usd
@@ -280,8 +280,7 @@ def decomposition(f):
         "training_usd_per_million_trained_tokens_display": usd_text(train_per_m),
         "state": _state(f, tokens, gain),
     })
-    if f.unmeasured and f.cost <= 0:  # as the job's cost says it (costs.intelligence._money): no figure, never $0.00
-        out.update({"cost_usd": None, "cost_display": NOT_MEASURED, "cost_title": f.unmeasured, "state": NOT_MEASURED})
+    out.update(not_measured(f.cost, f.unmeasured))  # no figure, never $0.00, as the job's cost says it
     return out
 
 
