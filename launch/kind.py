@@ -42,7 +42,7 @@ LIVE = (Status.QUEUED, *ACTIVE)
 CHECKPOINT_PATTERNS = (r"checkpoint-(\d+)", r"global_step_(\d+)", r"step_(\d+)")
 # A recipe parameter of one of these names is the run's total steps, its progress's "of N" from the start (the total
 # a run logs itself, tracking.store.STEPS_PARAMS, replaces it): transformers/TRL and NeMo RL, veRL, a plain script.
-STEPS_PARAMS = ("max_steps", "total_training_steps", "max_num_steps", "steps")
+RECIPE_STEPS_PARAMS = ("max_steps", "total_training_steps", "max_num_steps", "steps")
 
 
 def launch_workers(now=None):
@@ -322,9 +322,9 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
 
 
 def steps_config(values):
-    """The job's config from its parameter values: {"steps": N} when a parameter (STEPS_PARAMS) gives the run's total
-    steps, else {}."""
-    for name in STEPS_PARAMS:
+    """The job's config from its parameter values: {"steps": N} when a parameter (RECIPE_STEPS_PARAMS) gives the
+    run's total steps, else {}."""
+    for name in RECIPE_STEPS_PARAMS:
         value = values.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return {"steps": value}
