@@ -28,8 +28,8 @@ REQUEST_TIMEOUT_S = 10
 # Ray's error_type of a job whose entrypoint exited non-zero (or was killed): the run's own failure.
 ENTRYPOINT_FAILED = "JOB_ENTRYPOINT_COMMAND_ERROR"
 _clients = {}
-_driver_nodes = {}  # submission id -> the id of the Ray node its driver runs on (it never moves)
-_node_names = {}  # Ray node id -> (its name, its IP), as the state API listed it (a node keeps both)
+_driver_nodes = {}  # submission id -> the id of the Ray node its driver runs on, from `state` to the `log` after it
+_node_names = {}  # Ray node id -> (its name, its IP), as the state API listed it (a node keeps both; one entry a node)
 _lock = threading.Lock()
 
 
@@ -147,7 +147,7 @@ class RayExecutor(RemoteExecutor):
         """The driver's log file as it was written, from the log API of the node the driver runs on (carriage
         returns kept, so a progress bar is one line at its last state, as on a node). `get_job_logs` reads it as
         text, which turns every carriage return into a line break: only where the log API does not give it."""
-        node_id = _driver_nodes.get(remote_id)  # (`state` has just read it, on a follower's pass)
+        node_id = _driver_nodes.pop(remote_id, None)  # (`state` has just read it, on a follower's pass: taken once)
         if node_id is None:
             try:
                 node_id = getattr(self._call(cluster, "get_job_info", remote_id), "driver_node_id", None)
