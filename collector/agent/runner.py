@@ -164,6 +164,7 @@ class Agent:
                     self._handoff.wait(self.interval_s)
                 batch, self._pending = self._pending, None
                 self._busy = True
+            closing = done.is_set()  # this pass delivers what is left before the agent ends
             try:
                 if batch is not None:
                     self.deliver(batch)
@@ -176,8 +177,10 @@ class Agent:
                 # Not the database (deliver and drain handle that): a fault of the agent's own, or of the disk
                 # under the spool. The thread must not end over it, or every later tick would only pile up.
                 log.exception("delivery failed; trying again in %gs", self.interval_s)
-                if done.wait(self.interval_s):
-                    return
+                if closing:
+                    return  # the last drain failed too: what is left stays spooled, for the next start to replay
+                # Then the next pass; once ticking has ended, it drains what was spooled meanwhile before it ends.
+                done.wait(self.interval_s)
             finally:
                 with self._handoff:
                     self._busy = False
