@@ -518,13 +518,7 @@ class Follower:
         reason = (f"{who}{name} cluster {self.cluster.name} has not answered since {since:%Y-%m-%d %H:%M:%S} UTC, so "
                   f"{asked}: it may still run there; Yardstick cancels it if the cluster answers again (at step "
                   f"{job.steps_done}, {sum(launch.stop_grace_s)} s after its stop flag)")
-        self.out.say(f"ended {to}: {reason}")
-        self.revoke()
-        for stint in job.stints.filter(ended_at__isnull=True):
-            stint.end(to, job.steps_done)
-        if job.finish(to, reason):
-            job.refresh_from_db()
-            self.ended = job
+        self._finish(to, reason, reason)
 
     def settle(self):
         """A pass over a job that ended while its cluster did not answer: once the cluster answers, take its word.
@@ -570,22 +564,23 @@ class Follower:
             return
         to = Status.STOPPED if job.status == Status.STOPPING else Status.FAILED
         reason = f"{said}: Yardstick no longer follows its job {self.launch.remote_id}, which may still run there"
-        self.out.say(f"ended {to}: {reason}")
-        self.revoke()
-        for stint in job.stints.filter(ended_at__isnull=True):
-            stint.end(to, job.steps_done)
-        if job.finish(to, reason, error=reason if to == Status.FAILED else ""):
-            job.refresh_from_db()
-            self.ended = job
+        self._finish(to, reason, reason, error=reason if to == Status.FAILED else "")
 
     def fail(self, error, token=None):
-        self.out.say(f"ended failed: {error.splitlines()[0]}")
+        self._finish(Status.FAILED, error.splitlines()[0], error=error, token=token)
+
+    def _finish(self, to, said, reason="", error="", token=None):
+        """End the job `to` here, saying `said` in its output: its token revoked, then the one claimed transition
+        (Job.finish), and only when this pass made it its open stints closed and self.ended set (another party that
+        ended it first keeps its own end)."""
+        self.out.say(f"ended {to}: {said}")
         self.revoke(token)
-        for stint in self.job.stints.filter(ended_at__isnull=True):
-            stint.end(Status.FAILED, self.job.steps_done)
-        if self.job.finish(Status.FAILED, error=error[:4000]):
-            self.job.refresh_from_db()
-            self.ended = self.job
+        job = Job.objects.get(pk=self.job.pk)
+        if job.finish(to, reason, error=error[:4000]):
+            for stint in job.stints.filter(ended_at__isnull=True):
+                stint.end(to, job.steps_done)
+            job.refresh_from_db()
+            self.ended = job
 
     def revoke(self, token=None):
         ids = [pk for pk in (self.launch.token_id, token and token.pk) if pk]
