@@ -18,7 +18,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 # Set before `run`, whose prerequisites are read where the rule stands.
 EXAMPLES_STAMP := $(VENV)/.installed-examples
 
-.PHONY: run test lint venv dev-venv examples browser prometheus slurm bench clean-test which-python
+.PHONY: run test coverage lint venv dev-venv examples browser prometheus slurm bench clean-test which-python
 
 # With what the example recipes import (below), so the first launch (trl-grpo-cpu) runs out of the box.
 run: $(STAMP) $(EXAMPLES_STAMP)
@@ -31,6 +31,16 @@ TEST_WORKERS ?= 2
 
 test: $(DEV_STAMP) browser prometheus slurm lint
 	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} $(PY) -m pytest -p tests.parallel -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+# The suite under coverage.py (.coveragerc: lines and branches of the product, in every Python process the tests
+# start), then its report: var/coverage/report.txt, and var/coverage/html/index.html file by file.
+coverage: $(DEV_STAMP) browser prometheus slurm
+	rm -rf var/coverage && mkdir -p var/coverage
+	export COVERAGE_FILE=$(CURDIR)/var/coverage/data; \
+	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} \
+	  $(VENV)/bin/coverage run -m pytest -p tests.parallel -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
+	$(VENV)/bin/coverage combine --quiet && $(VENV)/bin/coverage report > var/coverage/report.txt; \
+	$(VENV)/bin/coverage html --quiet -d var/coverage/html; tail -1 var/coverage/report.txt; exit $$status
 
 # The architecture of docs/architecture.md (.importlinter) and a small rule set of mistakes (ruff.toml).
 lint: $(DEV_STAMP)
