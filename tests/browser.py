@@ -1,5 +1,15 @@
-"""Playwright driving Debian's Chromium (Playwright's own browser download needs the open internet)."""
+"""Playwright driving Debian's Chromium (Playwright's own browser download needs the open internet).
 
+One Playwright driver and one Chromium serve every browser test of a test process (`chromium`, a session
+fixture in tests/conftest.py); each test gets a browser context of its own (`page`): its own cookies, storage
+and cache, as a fresh browser would have, without the second or so a new driver and browser cost each test.
+
+Playwright's sync API runs its event loop in the test's thread, and between its calls the thread counts that
+loop as running: async_to_sync (Django's channel layer) and asyncio.run refuse to run there. So the loop is
+marked running only while a browser test runs, and left paused between them; other tests never see it.
+"""
+
+import asyncio
 import os
 import shutil
 
@@ -18,17 +28,49 @@ def chromium_path():
     return path
 
 
-@pytest.fixture
-def page(output_dir, request):
-    """A fresh Chromium page; a screenshot named after the test is saved on the way out."""
-    from playwright.sync_api import sync_playwright
+class Chromium:
+    """One Playwright driver and Chromium for a test process, started at the first browser test."""
 
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the
-    # tests make between browser steps are plain synchronous ones.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
-        context = browser.new_context(viewport={"width": 1440, "height": 900})
+    def __init__(self):
+        self.manager = self.playwright = self.browser = self.loop = None
+
+    def browser_for_a_test(self):
+        """The browser, started (or started again, if it died), with Playwright's loop marked running."""
+        if self.playwright is None:
+            from playwright.sync_api import sync_playwright
+
+            # The ORM calls tests make between browser steps are plain synchronous ones.
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+            self.manager = sync_playwright()
+            self.playwright = self.manager.start()
+            self.loop = asyncio._get_running_loop()
+        else:
+            asyncio._set_running_loop(self.loop)
+        if self.browser is None or not self.browser.is_connected():
+            self.browser = self.playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        return self.browser
+
+    def pause(self):
+        """Between browser tests: this thread runs no event loop, as for any other test."""
+        asyncio._set_running_loop(None)
+
+    def stop(self):
+        if self.playwright is None:
+            return
+        asyncio._set_running_loop(self.loop)
+        try:
+            if self.browser is not None and self.browser.is_connected():
+                self.browser.close()
+        finally:
+            self.manager.__exit__()
+            self.playwright = None
+
+
+@pytest.fixture
+def page(chromium, output_dir, request):
+    """A fresh Chromium page in a context of its own; a screenshot named after the test is saved on the way out."""
+    context = chromium.browser_for_a_test().new_context(viewport={"width": 1440, "height": 900})
+    try:
         pg = context.new_page()
         pg.set_default_timeout(15000)
         try:
@@ -36,4 +78,8 @@ def page(output_dir, request):
         finally:
             name = request.node.name.replace("/", "_")
             pg.screenshot(path=str(output_dir / f"{name}.png"), full_page=True)
-            browser.close()
+    finally:
+        try:
+            context.close()
+        finally:
+            chromium.pause()

@@ -16,6 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT_DIR = ROOT / "test-output"
+# The environment of this test process before any test changed it, for the servers shared by its tests.
+SESSION_ENVIRON = dict(os.environ)
 
 
 @pytest.fixture(scope="session")
@@ -255,6 +257,36 @@ def api_token(db):
         return token
 
     return issue
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """This test process's one Playwright driver and Chromium (tests/browser.py), stopped at the session's end."""
+    from tests.browser import Chromium
+
+    shared = Chromium()
+    yield shared
+    shared.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_web(django_db_setup, tmp_path_factory):
+    """The one Daphne of this test process's live_web tests (tests/dashboard/live_stack.py), started at the first
+    and again should it have died; a call returns it, running."""
+    from tests.dashboard.live_stack import LiveStack
+
+    stacks = []
+
+    def running():
+        if not stacks or not stacks[-1].alive():
+            if stacks:
+                stacks[-1].stop()
+            stacks.append(LiveStack(tmp_path_factory.mktemp("live-web"), worker=False, environ=SESSION_ENVIRON).start())
+        return stacks[-1]
+
+    yield running
+    if stacks:
+        stacks[-1].stop()
 
 
 @pytest.fixture(scope="session")

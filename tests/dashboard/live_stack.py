@@ -8,7 +8,12 @@ take well under a second.
 
 `live_web`: Daphne alone, on this suite's database and Redis, so what the test
 publishes (yardstick.live, or a task run in the test) reaches the pages it
-serves. Everything started here is stopped on the way out, by process group.
+serves. One Daphne serves every such test of a test process (`shared_web` in
+tests/conftest.py; started again should it die): a Daphne costs a second or
+two of CPU to start, and holds nothing of one test that the next could see (the
+database is emptied between tests; its caches live in the suite's Redis, as
+any web process's do). Everything started here is stopped on the way out, by
+process group.
 """
 
 import os
@@ -50,7 +55,7 @@ def _http_ok(url):
 
 
 class LiveStack:
-    def __init__(self, tmp, worker=True, database=None, daphne_args=(), web_processes=1):
+    def __init__(self, tmp, worker=True, database=None, daphne_args=(), web_processes=1, environ=None):
         from django.conf import settings
 
         from yardstick.embedded import EmbeddedRedis
@@ -69,7 +74,7 @@ class LiveStack:
         self.url = f"http://127.0.0.1:{self.port}"
         self.procs = []
         self.env = {
-            **os.environ, "DJANGO_SETTINGS_MODULE": "yardstick.settings", "YARDSTICK_DATA_DIR": str(self.data_dir),
+            **(os.environ if environ is None else environ), "DJANGO_SETTINGS_MODULE": "yardstick.settings", "YARDSTICK_DATA_DIR": str(self.data_dir),
             "DATABASE_URL": database or database_url(), "REDIS_URL": self.redis.url if worker else settings.REDIS_URL,
             "SECRET_KEY": settings.SECRET_KEY,
             "PYTHONUNBUFFERED": "1", "DJANGO_ALLOW_ASYNC_UNSAFE": "",
@@ -104,6 +109,9 @@ class LiveStack:
     def log(self, name):
         return self.tmp / f"{name}.log"
 
+    def alive(self):
+        return all(proc.poll() is None for proc, _ in self.procs)
+
     def _spawn(self, name, argv, pass_fds=()):
         out = open(self.log(name), "w")
         self.procs.append((subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
@@ -137,14 +145,32 @@ def live_stack(transactional_db, tmp_path):
         stack.stop()
 
 
+class LogSince:
+    """A log file as one test wrote it: from where it ended when the test began."""
+
+    def __init__(self, path):
+        self.path, self.start = path, path.stat().st_size if path.exists() else 0
+
+    def read_text(self):
+        with open(self.path, "rb") as f:
+            f.seek(self.start)
+            return f.read().decode(errors="replace")
+
+
+class LiveWeb:
+    """The test process's shared Daphne as one test sees it: its URL, and its log from the test's start."""
+
+    def __init__(self, stack):
+        self.url, self.logs = stack.url, {"daphne": LogSince(stack.log("daphne"))}
+
+    def log(self, name):
+        return self.logs[name]
+
+
 @pytest.fixture
-def live_web(transactional_db, tmp_path):
+def live_web(transactional_db, shared_web):
     """Daphne alone on this test's database and the suite's Redis: the test publishes, the pages hear it."""
-    stack = LiveStack(tmp_path, worker=False)
-    try:
-        yield stack.start()
-    finally:
-        stack.stop()
+    return LiveWeb(shared_web())
 
 
 @pytest.fixture

@@ -30,8 +30,9 @@ STEPS = "{yardstick}/tests/launch/steps_script.py"
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_head():
+    """One head for this module's tests (one xdist group), stopped after them: an idle head costs a fifth of a core."""
     head = RayHead().start()
     yield head
     head.close()

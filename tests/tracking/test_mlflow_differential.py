@@ -36,14 +36,19 @@ MLFLOW_START_S = 90
 TIME_KEYS = {"creation_time", "last_update_time"}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
-    """The URL of a real MLflow tracking server (SQLite store, proxied artifacts) on a loopback port."""
+    """The URL of a real MLflow tracking server (SQLite store, proxied artifacts) on a loopback port, for this module.
+
+    Without MLflow's job runner (MLFLOW_SERVER_ENABLE_JOB_EXECUTION, on by default), which serves its GenAI jobs,
+    no tracking request: it starts eight more Python processes (half a minute of CPU) that poll all the while
+    (about half a core), and outlive the server when it is stopped."""
     if shutil.which("mlflow", path=os.path.dirname(sys.executable)) is None:
         pytest.fail("the mlflow server package is missing: `make test` installs it from requirements-dev.txt")
     home = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")},
+           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     log = open(home / "server.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
