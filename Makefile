@@ -18,7 +18,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 # Set before `run`, whose prerequisites are read where the rule stands.
 EXAMPLES_STAMP := $(VENV)/.installed-examples
 
-.PHONY: run test coverage lint venv dev-venv examples browser prometheus slurm bench clean-test which-python
+.PHONY: run test coverage lint venv dev-venv examples system-packages browser prometheus slurm bench clean-test which-python
 
 # With what the example recipes import (below), so the first launch (trl-grpo-cpu) runs out of the box.
 run: $(STAMP) $(EXAMPLES_STAMP)
@@ -29,12 +29,16 @@ run: $(STAMP) $(EXAMPLES_STAMP)
 # the tests of one xdist_group in one process (the Ray tests share one Ray head).
 TEST_WORKERS ?= 2
 
-test: $(DEV_STAMP) browser prometheus slurm lint
+# The test tools in .venv and Debian's packages are installed side by side (pip and apt-get each wait on downloads).
+test:
+	@$(MAKE) --no-print-directory -j2 $(DEV_STAMP) system-packages
+	@$(MAKE) --no-print-directory lint
 	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} $(PY) -m pytest -p tests.parallel -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The suite under coverage.py (.coveragerc: lines and branches of the product, in every Python process the tests
 # start), then its report: var/coverage/report.txt, and var/coverage/html/index.html file by file.
-coverage: $(DEV_STAMP) browser prometheus slurm
+coverage:
+	@$(MAKE) --no-print-directory -j2 $(DEV_STAMP) system-packages
 	rm -rf var/coverage && mkdir -p var/coverage
 	export COVERAGE_FILE=$(CURDIR)/var/coverage/data; \
 	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} \
@@ -70,47 +74,39 @@ $(EXAMPLES_STAMP): $(STAMP) requirements-examples.txt client/pyproject.toml
 	touch $(EXAMPLES_STAMP)
 
 $(DEV_STAMP): $(STAMP) requirements-dev.txt requirements-examples.txt client/pyproject.toml Makefile
-	$(PY) -m pip install --quiet -r requirements-dev.txt
-# The client package (client/): the tests run real MLflow clients with it installed.
-	$(PY) -m pip install --quiet -e ./client
+# With the client package (client/): the tests run real MLflow clients with it installed.
+	$(PY) -m pip install --quiet -r requirements-dev.txt -e ./client
 # veRL's wheel, for its own logging code (verl/utils/tracking.py) in the veRL test: unpacked
 # into a folder of its own, off the path (it ships a top-level `tests` package that would
 # shadow ours), without its dependencies (Ray, vLLM, a torch of its own) that module never uses.
 	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/verl verl==0.9.1
 	touch $(DEV_STAMP)
 
-# Browser tests drive Debian's Chromium through Playwright (Playwright's own
-# browser download needs the open internet). Install it when missing.
-browser:
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "Installing Debian's chromium for the browser tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	  else \
-	    echo "The browser tests need Chromium: run 'sudo apt-get install chromium' (Debian/Ubuntu) or set CHROMIUM=/path/to/chrome"; exit 1; \
-	  fi; }
+# Debian's packages the tests drive (their own downloads need the open internet): Chromium for the browser tests
+# (through Playwright), Prometheus for the exporter's test (it scrapes /metrics), slurmctld and slurmd for the Slurm
+# executor's tests (a one-node cluster, tests/slurm_cluster.py). `make test` installs every missing one at once, as
+# root (one apt-get update, while pip fills .venv); otherwise it says what to install. `make browser` (prometheus,
+# slurm) installs one.
+NEEDS ?= browser prometheus slurm
+system-packages:
+	@chromium=""; others=""; \
+	case " $(NEEDS) " in *" browser "*) test -n "$$CHROMIUM" || command -v chromium >/dev/null 2>&1 \
+	  || command -v chromium-browser >/dev/null 2>&1 || chromium="chromium";; esac; \
+	case " $(NEEDS) " in *" prometheus "*) test -x /usr/bin/prometheus || others="prometheus";; esac; \
+	case " $(NEEDS) " in *" slurm "*) test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/sbatch \
+	  || others="$$others slurm-wlm munge";; esac; \
+	missing="$$(echo $$chromium $$others)"; test -n "$$missing" || exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "The tests need Debian's $$missing: run 'sudo apt-get install $$missing' (Debian/Ubuntu)$${chromium:+, or set \
+	  CHROMIUM=/path/to/chrome}"; \
+	  exit 1; fi; \
+	echo "Installing Debian's $$missing for the tests"; \
+	apt-get update -qq || exit 1; \
+	if [ -n "$$chromium" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || exit 1; fi; \
+	if [ -n "$$others" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$others >/dev/null; fi
 
-# The exporter's test has the real Prometheus scrape /metrics: Debian's package (its own download of a
-# release needs the open internet). Install it when missing.
-prometheus:
-	@test -x /usr/bin/prometheus || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "Installing Debian's prometheus for the exporter's test"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
-	  else \
-	    echo "The exporter's test needs Prometheus at /usr/bin/prometheus: run 'sudo apt-get install prometheus' (Debian/Ubuntu)"; exit 1; \
-	  fi; }
-
-# The Slurm executor's tests run a one-node cluster of Debian's slurmctld and slurmd (tests/slurm_cluster.py).
-# Install them when missing.
-slurm:
-	@test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/sbatch || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "Installing Debian's slurm-wlm and munge for the Slurm executor's tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null; \
-	  else \
-	    echo "The Slurm executor's tests need Slurm: run 'sudo apt-get install slurm-wlm munge' (Debian/Ubuntu)"; exit 1; \
-	  fi; }
+browser prometheus slurm:
+	@$(MAKE) --no-print-directory system-packages NEEDS=$@
 
 bench: $(DEV_STAMP)
 	for b in bench/*.py; do echo "== $$b"; YARDSTICK_DATA_DIR=var/bench $(PY) $$b || exit 1; done
