@@ -12,7 +12,9 @@ TORCH_INDEX_URL ?=
 VENV := .venv
 PY := $(VENV)/bin/python
 # Two stamps: `make run` installs what Yardstick runs on (requirements.txt), `make test`
-# adds the test tools and the real clients the suite drives (requirements-dev.txt).
+# adds the test tools and the real clients the suite drives (requirements-dev.txt). pip installs
+# --no-compile: compiling every module of torch, Ray and MLflow to bytecode doubled the time of an
+# install; Python compiles the modules a process imports, once, as it first imports them.
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 # Set before `run`, whose prerequisites are read where the rule stands.
@@ -59,9 +61,9 @@ $(STAMP): requirements.txt
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 11) <= v <= (3, 13) else "Yardstick needs Python 3.11, 3.12 or 3.13 (what its pinned requirements support); $(PYTHON) is " + sys.version.split()[0])'
 	@echo "Using $$($(PYTHON) -c 'import sys; print(sys.executable, sys.version.split()[0])')"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(if $(TORCH_INDEX_URL),$(PY) -m pip install --quiet --index-url $(TORCH_INDEX_URL) "$$(grep -E '^torch==' requirements.txt)")
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-compile --upgrade pip
+	$(if $(TORCH_INDEX_URL),$(PY) -m pip install --quiet --no-compile --index-url $(TORCH_INDEX_URL) "$$(grep -E '^torch==' requirements.txt)")
+	$(PY) -m pip install --quiet --no-compile -r requirements.txt
 	touch $(STAMP)
 
 # What the example recipes' scripts import (TRL, transformers, MLflow's client, yardstick_mlflow): `make run` installs
@@ -69,17 +71,17 @@ $(STAMP): requirements.txt
 examples: $(EXAMPLES_STAMP)
 
 $(EXAMPLES_STAMP): $(STAMP) requirements-examples.txt client/pyproject.toml
-	$(PY) -m pip install --quiet -r requirements-examples.txt
-	$(PY) -m pip install --quiet -e ./client
+	$(PY) -m pip install --quiet --no-compile -r requirements-examples.txt
+	$(PY) -m pip install --quiet --no-compile -e ./client
 	touch $(EXAMPLES_STAMP)
 
 $(DEV_STAMP): $(STAMP) requirements-dev.txt requirements-examples.txt client/pyproject.toml Makefile
 # With the client package (client/): the tests run real MLflow clients with it installed.
-	$(PY) -m pip install --quiet -r requirements-dev.txt -e ./client
+	$(PY) -m pip install --quiet --no-compile -r requirements-dev.txt -e ./client
 # veRL's wheel, for its own logging code (verl/utils/tracking.py) in the veRL test: unpacked
 # into a folder of its own, off the path (it ships a top-level `tests` package that would
 # shadow ours), without its dependencies (Ray, vLLM, a torch of its own) that module never uses.
-	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/verl verl==0.9.1
+	$(PY) -m pip install --quiet --no-compile --no-deps --upgrade --target $(VENV)/verl verl==0.9.1
 	touch $(DEV_STAMP)
 
 # Debian's packages the tests drive (their own downloads need the open internet): Chromium for the browser tests

@@ -169,14 +169,14 @@ class LiveWeb:
 
 @pytest.fixture
 def live_web(transactional_db, shared_web):
-    """Daphne alone on this test's database and the suite's Redis: the test publishes, the pages hear it."""
+    """Daphne alone on this test's database and the suite's Redis: the test publishes, the pages hear it. No fleet
+    frame of an earlier test is left in Redis for this test's first page to be welcomed with."""
+    forget_fleet_frames()
     return LiveWeb(shared_web())
 
 
-@pytest.fixture
-def fresh_fleet_keys():
-    """No fleet layout, frame or publisher left in the suite's Redis by an earlier test (a publisher's lock
-    outlives its process by up to a lock's life); the Redis client."""
+def forget_fleet_frames():
+    """Remove the fleet's layout, frame, reading and publisher from the suite's Redis; the Redis client."""
     import redis
     from django.conf import settings
 
@@ -184,5 +184,15 @@ def fresh_fleet_keys():
 
     r = redis.Redis.from_url(settings.REDIS_URL)
     r.delete(broadcast.LAYOUT_KEY, broadcast.SNAPSHOT_KEY, broadcast.PUBLISHER_KEY, broadcast.READING_KEY)
+    return r
+
+
+@pytest.fixture
+def fresh_fleet_keys():
+    """No fleet layout, frame or publisher left in the suite's Redis by an earlier test (a publisher's lock
+    outlives its process by up to a lock's life); the Redis client."""
+    from dashboard import broadcast
+
+    r = forget_fleet_frames()
     yield r
     r.delete(broadcast.PUBLISHER_KEY)
