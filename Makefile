@@ -28,7 +28,7 @@ run: $(STAMP) $(EXAMPLES_STAMP)
 
 # Test processes side by side (pytest-xdist), each with its own embedded servers
 # (tests/parallel.py); TEST_WORKERS=0 runs the suite in one process. --dist loadgroup keeps
-# the tests of one xdist_group in one process (the Ray tests share one Ray head).
+# the tests of one xdist_group in one process (the Ray and Slurm tests, in turn: tests/parallel.py).
 TEST_WORKERS ?= 2
 
 # The test tools in .venv and Debian's packages are installed side by side (pip and apt-get each wait on downloads).

@@ -1,5 +1,6 @@
 """Shared steps of the dashboard's browser tests."""
 
+from django.conf import settings
 from django.contrib.auth.models import Group
 
 PASSWORD = "a-long-password"
@@ -11,21 +12,40 @@ def user_in_role(django_user_model, username, role, subprocess=False):
 
     user = django_user_model.objects.create_user(username, password=PASSWORD)
     if subprocess:
-        # The suite hashes with MD5 for speed; a Daphne subprocess (real settings) accepts only the default.
+        # The suite hashes with MD5 for speed; a Daphne subprocess (real settings) accepts only PBKDF2. A thousand
+        # rounds, not the million the real settings hash with (a second of CPU here and another in Daphne): a login
+        # through the form there checks these, then hashes the password again with the settings' rounds.
         hasher = PBKDF2PasswordHasher()
-        user.password = hasher.encode(PASSWORD, hasher.salt())
+        user.password = hasher.encode(PASSWORD, hasher.salt(), iterations=1000)
         user.save(update_fields=["password"])
     user.groups.add(Group.objects.get_or_create(name=role)[0])
     return user
 
 
 def log_in(page, base_url, username, next_path="/"):
+    """`username` opens `next_path`, which first sends them to the login page, then logged in: with a session
+    made here, as the test client's force_login makes one (the login form itself, and its return to the page
+    asked for, are walked in tests/platform/test_login_browser.py)."""
     page.goto(base_url + next_path)
     assert "/accounts/login/" in page.url
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
+    page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session_of(username), "url": base_url}])
+    page.goto(base_url + next_path)
     page.wait_for_url(base_url + next_path)
+
+
+def session_of(username):
+    """The key of a new session in which `username` is logged in."""
+    from importlib import import_module
+
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+
+    user = get_user_model().objects.get(username=username)
+    session = import_module(settings.SESSION_ENGINE).SessionStore()
+    session[SESSION_KEY] = user._meta.pk.value_to_string(user)
+    session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.save()
+    return session.session_key
 
 
 def shot(page, output_dir, request, suffix):

@@ -27,7 +27,8 @@ from trainer.models import Job, Status, Stint
 
 PY = sys.executable
 STEPS = "{yardstick}/tests/launch/steps_script.py"
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
+# One xdist group with the Slurm tests: both mostly wait on their scheduler, in turn, while the other worker works.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("clusters")]
 
 
 @pytest.fixture(scope="module")

@@ -25,10 +25,11 @@ from yardstick.inputs import InputError
 
 PY = sys.executable
 STEPS = "{yardstick}/tests/launch/steps_script.py"
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+# One xdist group with the Ray tests: both mostly wait on their scheduler, in turn, while the other worker works.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("clusters")]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slurm():
     why = missing()
     if why:

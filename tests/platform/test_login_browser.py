@@ -3,6 +3,8 @@
 import pytest
 
 from tests.browser import page  # noqa: F401 - fixture
+from tests.dashboard.browser_helpers import PASSWORD, user_in_role
+from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.browser
 
@@ -38,3 +40,23 @@ def test_a_user_logs_in_through_the_form_and_sees_the_health_header(live_server,
         assert ":" in dot.get_attribute("title"), "each dot says what it found"
     db_dot = page.locator('#health .dot[data-check="database"]')
     assert "ok" in db_dot.get_attribute("class").split()
+
+
+def test_on_a_web_process_with_the_real_settings_the_form_logs_in_and_returns_to_the_page_asked_for(  # noqa: F811
+        live_web, page, django_user_model):
+    """Daphne as `up` runs it, with the real password hashers (the other browser tests are logged in by a session
+    made for them: tests/dashboard/browser_helpers.log_in)."""
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
+    user = user_in_role(django_user_model, "wes", "viewer", subprocess=True)
+    page.goto(live_web.url + "/jobs?status=running")
+    assert page.url == live_web.url + "/accounts/login/?next=/jobs?status=running"
+    page.fill("#id_username", "wes")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(live_web.url + "/jobs?status=running")
+    assert page.locator("h1").inner_text() == "Jobs"
+    assert "wes" in page.locator(".who").inner_text()
+    user.refresh_from_db()
+    algorithm, rounds, *_ = user.password.split("$")
+    assert (algorithm, int(rounds)) == ("pbkdf2_sha256", PBKDF2PasswordHasher.iterations), "hashed again as set"
