@@ -13,14 +13,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Two stamps: `make run` installs what Yardstick runs on (requirements.txt), `make test`
 # adds the test tools and the real clients the suite drives (requirements-dev.txt).
-# pip installs --no-compile, and .venv is compiled to bytecode after, on every core (compileall -j 0):
-# pip compiles its 26,000 modules one after another, half the time of an install. Bytecode matters
-# where PYTHONDONTWRITEBYTECODE is set (CI machines set it): Python then writes none, and each process
-# would compile again every module it imports. Files that are not Python 3 (packages' test data) fail
-# to compile there as under pip, and are left so.
-COMPILE_VENV = $(PY) -m compileall -q -j 0 $(VENV)/lib $(VENV)/verl >/dev/null 2>&1 || true
-# The suite's own modules too, before each run (each of its processes imports them).
-OWN_CODE := alerts campaigns client collector costs dashboard exporter launch trainer tracking yardstick tests
+# pip installs --no-compile: it compiles all 26,000 modules of .venv to bytecode, one after another (half
+# the time of an install), where a process imports a few thousand; Python compiles those as it imports them.
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 # Set before `run`, whose prerequisites are read where the rule stands.
@@ -37,12 +31,14 @@ run: $(STAMP) $(EXAMPLES_STAMP)
 # the tests of one xdist_group in one process (the Ray and Slurm tests, in turn: tests/parallel.py).
 TEST_WORKERS ?= 2
 
+# The suite runs with Python keeping the bytecode it compiles, even where PYTHONDONTWRITEBYTECODE is set (CI machines
+# set it): else each of its processes would compile again every module it imports, torch's and ours alike.
+WRITE_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
 # The test tools in .venv and Debian's packages are installed side by side (pip and apt-get each wait on downloads).
 test:
 	@$(MAKE) --no-print-directory -j2 $(DEV_STAMP) system-packages
 	@$(MAKE) --no-print-directory lint
-	@$(PY) -m compileall -q -j 0 $(OWN_CODE) >/dev/null
-	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} $(PY) -m pytest -p tests.parallel -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(WRITE_BYTECODE) YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} $(PY) -m pytest -p tests.parallel -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The suite under coverage.py (.coveragerc: lines and branches of the product, in every Python process the tests
 # start), then its report: var/coverage/report.txt, and var/coverage/html/index.html file by file.
@@ -50,7 +46,7 @@ coverage:
 	@$(MAKE) --no-print-directory -j2 $(DEV_STAMP) system-packages
 	rm -rf var/coverage && mkdir -p var/coverage
 	export COVERAGE_FILE=$(CURDIR)/var/coverage/data; \
-	YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} \
+	$(WRITE_BYTECODE) YARDSTICK_DATA_DIR=$${YARDSTICK_TEST_DATA_DIR:-var/test} \
 	  $(VENV)/bin/coverage run -m pytest -p tests.parallel -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	$(VENV)/bin/coverage combine --quiet && $(VENV)/bin/coverage report > var/coverage/report.txt; \
 	$(VENV)/bin/coverage html --quiet -d var/coverage/html; tail -1 var/coverage/report.txt; exit $$status
@@ -71,7 +67,6 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet --no-compile --upgrade pip
 	$(if $(TORCH_INDEX_URL),$(PY) -m pip install --quiet --no-compile --index-url $(TORCH_INDEX_URL) "$$(grep -E '^torch==' requirements.txt)")
 	$(PY) -m pip install --quiet --no-compile -r requirements.txt
-	$(COMPILE_VENV)
 	touch $(STAMP)
 
 # What the example recipes' scripts import (TRL, transformers, MLflow's client, yardstick_mlflow): `make run` installs
@@ -81,7 +76,6 @@ examples: $(EXAMPLES_STAMP)
 $(EXAMPLES_STAMP): $(STAMP) requirements-examples.txt client/pyproject.toml
 	$(PY) -m pip install --quiet --no-compile -r requirements-examples.txt
 	$(PY) -m pip install --quiet --no-compile -e ./client
-	$(COMPILE_VENV)
 	touch $(EXAMPLES_STAMP)
 
 $(DEV_STAMP): $(STAMP) requirements-dev.txt requirements-examples.txt client/pyproject.toml Makefile
@@ -91,7 +85,6 @@ $(DEV_STAMP): $(STAMP) requirements-dev.txt requirements-examples.txt client/pyp
 # into a folder of its own, off the path (it ships a top-level `tests` package that would
 # shadow ours), without its dependencies (Ray, vLLM, a torch of its own) that module never uses.
 	$(PY) -m pip install --quiet --no-compile --no-deps --upgrade --target $(VENV)/verl verl==0.9.1
-	$(COMPILE_VENV)
 	touch $(DEV_STAMP)
 
 # Debian's packages the tests drive (their own downloads need the open internet): Chromium for the browser tests
