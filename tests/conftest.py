@@ -361,3 +361,15 @@ def _loggers_as_configured():
     logging.root.setLevel(settings.LOGGING["root"]["level"])
     logger = logging.getLogger("collector.agent")
     logger.handlers[:], logger.propagate, logger.disabled, logger.level = [], True, False, logging.NOTSET
+
+
+@pytest.fixture(autouse=True)
+def _sigint_as_python_sets_it():
+    """Each test starts with Ctrl-C (SIGINT) handled as Python sets it. Code an earlier test ran in this process
+    can leave SIGINT ignored (a Celery pool's or a rank's start-up ignores it), and an ignored signal stays ignored
+    in every process started after: a `bash -c "up | tee"` then ignored the Ctrl-C of test_up_stops."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield

@@ -24,8 +24,7 @@ from tests.conftest import ROOT, free_port
 from tests.platform.up_process import Up, processes_using
 from tests.waiting import wait_for
 
-# In turn with test_up_stops.py (one xdist group): the Ctrl-C test failed in 3 runs of 3 while this ran beside it.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("whole-stack")]
+pytestmark = pytest.mark.slow
 
 CHILD_STARTED = r"started (web|worker|jobs|beat|collector) "
 CHILD_EXITED = r"(web|worker|jobs|beat|collector) exited"

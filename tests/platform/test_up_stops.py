@@ -25,9 +25,7 @@ from tests.conftest import ROOT, free_port
 from tests.platform.up_process import Up, processes_using
 from tests.waiting import wait_for
 
-# In turn with test_up.py (one xdist group): this file's Ctrl-C test failed in 3 runs of 3 while that ran beside it
-# (up.log had no "the terminal is gone": no line of up's went to the pipe after tee had died).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("whole-stack")]
+pytestmark = pytest.mark.slow
 
 ROLES = ["--role", "web,worker", "--ready-timeout", "1"]  # web and worker are enough; do not wait for beat
 
