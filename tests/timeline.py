@@ -4,13 +4,13 @@ process, and `python -m tests.timeline DIR` sums them up (by folder, the slowest
     make test PYTEST_ARGS="-p tests.timeline"       # writes var/timeline/<worker>.tsv
     .venv/bin/python -m tests.timeline var/timeline
 
-CPU is the test process's own and that of the child processes it waited for (Daphne, Celery, `manage.py ...`);
-servers that outlive a test (PostgreSQL, Chromium, a Ray head) count nowhere. docs/development.md has the
+CPU is that of the test process's tree: its own, the children it waited for (a `manage.py ...`, a launched run),
+and what its live descendants spent during the test (the worker's Chromium, its shared Daphne, Celery workers).
+Servers started outside the tree or that leave it (PostgreSQL, a daemonised Ray head) count nowhere. docs/development.md has the
 figures of the last measure.
 """
 
 import os
-import resource
 import sys
 import time
 from collections import defaultdict
@@ -21,9 +21,39 @@ import pytest
 OUT = Path(__file__).resolve().parent.parent / "var" / "timeline"
 
 
-def _cpu():
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree():
+    """{pid: (start time, CPU seconds)} of this process's tree: each member's own CPU and its reaped children's."""
+    parent, cpu = {}, {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parent[int(entry.name)] = int(fields[1])
+            cpu[int(entry.name)] = (fields[19], sum(int(x) for x in fields[11:15]) / TICK)
+    tree, grew = {os.getpid()}, True
+    while grew:
+        grew = False
+        for pid, ppid in parent.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    return {pid: cpu[pid] for pid in tree if pid in cpu}
+
+
+def _cpu_since(before):
+    """CPU the tree spent since `before`: a member alive at both counts its difference, a new one all of it; one
+    that left the tree (its parent died: init reaps it) counts nowhere, one reaped by a member counts in its reaper."""
+    total = 0.0
+    for pid, (started, cpu) in _tree().items():
+        was = before.get(pid)
+        total += cpu - (was[1] if was and was[0] == started else 0.0)
+    return total
 
 
 def pytest_configure(config):
@@ -34,12 +64,12 @@ def pytest_configure(config):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    start, cpu = time.time(), _cpu()
+    start, tree = time.time(), _tree()
     yield
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     OUT.mkdir(parents=True, exist_ok=True)
     with open(OUT / f"{worker}.tsv", "a") as f:
-        f.write(f"{item.nodeid}\t{start:.3f}\t{time.time():.3f}\t{_cpu() - cpu:.3f}\n")
+        f.write(f"{item.nodeid}\t{start:.3f}\t{time.time():.3f}\t{_cpu_since(tree):.3f}\n")
 
 
 def summary(folder):
