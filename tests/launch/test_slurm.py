@@ -2,8 +2,8 @@
 slurmd on this machine, two gres GPUs it counts, shared by every test here in one xdist group), followed by the
 real follower (launch/remote.py) as beat runs it: a run that reports through MLflow, its output on the job page,
 stopped from the browser until Slurm says CANCELLED; a crash with Slurm's exit code; a control plane restarted
-mid-run; a second launch that waits while the first holds every CPU (PENDING, Resources), and the first ended by
-its time limit (TIMEOUT). No machine here has a GPU: the recipes ask for CPUs, except where the batch options are
+mid-run; a second launch that waits while the first holds every CPU (PENDING, Resources) and runs once the first
+is stopped. No machine here has a GPU: the recipes ask for CPUs, except where the batch options are
 read back."""
 
 import re
@@ -146,8 +146,9 @@ def test_a_controller_that_stops_answering_leaves_its_job_running_and_a_missing_
 
 def test_a_batch_job_stopped_at_its_flag_resumes_from_its_newest_checkpoint_as_a_new_batch_job(
         cluster, slurm_recipe, reporting, follower, admin_user, slurm):
+    # 9 s for the run to see its flag: it asks every 3 s (a third of it; a minute's grace would ask every 10 s).
     slurm_recipe("resumable", [PY, STEPS, "--out", "{job_dir}", "--steps", "30", "--sleep", "0.2"],
-                 resume_argv=["--from", "{checkpoint}"], stop_grace_s=[60, 3])
+                 resume_argv=["--from", "{checkpoint}"], stop_grace_s=[9, 3])
     job = launch("resumable", admin_user)
     wait_for(lambda: job_of(job).steps_done >= 3, 60, "three steps")
     job.request_stop(by="ada")
@@ -168,13 +169,18 @@ def test_a_batch_job_stopped_at_its_flag_resumes_from_its_newest_checkpoint_as_a
     assert f"starting at step {stopped_at}" in output(job) and job.steps_done == 30
 
 
-def test_a_launch_waits_with_slurms_reason_while_another_holds_every_cpu_which_its_time_limit_ends(  # noqa: F811
+def test_a_launch_waits_with_slurms_reason_while_another_holds_every_cpu_and_runs_once_that_one_is_stopped(  # noqa: F811
         cluster, slurm_recipe, reporting, follower, admin_user, slurm, live_web, page, django_user_model, output_dir,
         request):
+    # The hog never looks at its stop flag: a Stop ends it by Slurm's cancel, after its grace (2 s). Slurm's own end
+    # of a job at its time limit is not waited for here (limits are whole minutes, checked every 30 s: 60 to 90 s):
+    # its TIMEOUT record is read in test_slurm_states.py, and a scheduler's message on the job page is shown in
+    # test_clusters_pages.py.
     slurm_recipe("hog", [PY, "-c", "import time; print('holding every CPU', flush=True); time.sleep(600)"],
                  devices={"kind": "cpu", "count": slurm.cpus}, slurm={"time_limit": "1"})
     first = in_thread(lambda: launch("hog", admin_user))
     wait_for(lambda: job_of(first).launch.remote_status == "RUNNING", 60, "the first to run")
+    assert slurm.job(job_of(first).launch.remote_id)["TimeLimit"] == "00:01:00"
     second = in_thread(lambda: launch("hog", admin_user))
     wait_for(lambda: job_of(second).launch.remote_status == "PENDING" and "Resources" in
              job_of(second).launch.remote_message, 60, "the second to wait for resources")
@@ -190,20 +196,15 @@ def test_a_launch_waits_with_slurms_reason_while_another_holds_every_cpu_which_i
                                                          "by other jobs")
     page.wait_for_selector("#output-lines .line:has-text('slurm says PENDING: waiting: Resources')")
     shot(page, output_dir, request, "waiting")
-    # Slurm ends the first at its time limit (it checks every 30 s), and the second starts: its page says so live.
-    wait_for(lambda: job_of(first).status == Status.FAILED, 150, "the first to end at its time limit", every_s=1)
-    first = job_of(first)
-    assert first.launch.remote_status == "TIMEOUT"
-    assert first.error.splitlines()[0] == "TIMEOUT: it ran past its time limit (00:01:00) and Slurm ended it", \
-        "Slurm ended it, not the run: its last line is quoted below, not after a colon"
-    assert "holding every CPU" in output(first)
+    # The first is stopped; Slurm gives its CPUs to the second, which starts: its page says so live.
+    in_thread(lambda: job_of(first).request_stop(by="ada"))
+    wait_for(lambda: job_of(first).status == Status.STOPPED, 60, "the first to stop")
+    assert job_of(first).launch.remote_status == "FAILED", "Slurm's word for a batch script ended by SIGTERM"
+    assert "holding every CPU" in output(job_of(first))
     page.wait_for_selector("#launch-remote:has-text('Slurm says RUNNING')", timeout=60_000)
     assert page.locator("#launch-remote-message").count() == 0, "no reason once it runs"
     assert page.locator("#launch-allocation").inner_text().startswith(f"Slurm gave it 0 GPUs and {slurm.cpus} CPU")
-    page.goto(f"{live_web.url}/jobs/{first.pk}")
-    assert page.inner_text("#launch-remote-message") == ("TIMEOUT: it ran past its time limit (00:01:00) and Slurm "
-                                                         "ended it")
-    shot(page, output_dir, request, "timeout")
+    shot(page, output_dir, request, "running")
 
 
 def test_an_operator_follows_a_batch_jobs_output_and_steps_and_stops_it_until_slurm_cancels_it(  # noqa: F811
