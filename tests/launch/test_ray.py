@@ -211,8 +211,9 @@ def test_a_control_plane_restarted_mid_run_picks_its_ray_jobs_up_again(cluster, 
 
 def test_a_ray_run_stopped_at_its_flag_resumes_from_its_newest_checkpoint_on_the_shared_storage(
         cluster, ray_recipe, reporting, follower, admin_user):
+    # 9 s for the run to see its flag: it asks every 3 s (a third of it; a minute's grace would ask every 10 s).
     ray_recipe("resumable", [PY, STEPS, "--out", "{job_dir}", "--steps", "30", "--sleep", "0.2"],
-               resume_argv=["--from", "{checkpoint}"], stop_grace_s=[60, 3])
+               resume_argv=["--from", "{checkpoint}"], stop_grace_s=[9, 3])
     job = launch("resumable", admin_user)
     wait_for(lambda: job_of(job).steps_done >= 3, 60, "three steps")
     job.request_stop(by="ada")

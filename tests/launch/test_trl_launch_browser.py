@@ -33,9 +33,9 @@ def trl_recipe(db, admin_user, tmp_path):
         if param["name"] == "model":
             param["root"] = str(root)
     definition["devices"] = {"kind": "cpu", "count": 1}  # this machine has no GPU
-    # The run asks about Stop every 10 s at most and between steps; a loaded machine steps slowly. The grace
-    # bounds how long the flag may take, not how long a stop takes when the run honours it.
-    definition["stop_grace_s"] = [30, 10]
+    # The run asks about Stop between steps, every 5 s at most (a third of the first grace); a loaded machine steps
+    # slowly. The grace bounds how long the flag may take, not how long a stop takes when the run honours it.
+    definition["stop_grace_s"] = [15, 10]
     definition["env"] = {**definition["env"], "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
     return Recipe.define("trl-grpo", definition, admin_user)[0]
 
