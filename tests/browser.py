@@ -66,9 +66,16 @@ class Chromium:
             self.playwright = None
 
 
+# A full-page screenshot costs Chromium half a second of CPU: on the way out of a browser test one is saved when the
+# test failed (what the page showed then), or for every test with YARDSTICK_SCREENSHOTS=all. The shots a test takes
+# itself (`shot`, mid-scenario) are always saved. (tests/conftest.py keeps each test's report on it.)
+ALL_SCREENSHOTS = os.environ.get("YARDSTICK_SCREENSHOTS") == "all"
+
+
 @pytest.fixture
 def page(chromium, output_dir, request):
-    """A fresh Chromium page in a context of its own; a screenshot named after the test is saved on the way out."""
+    """A fresh Chromium page in a context of its own; on the way out, a screenshot named after the test if it failed
+    (test-output/), or always with YARDSTICK_SCREENSHOTS=all."""
     context = chromium.browser_for_a_test().new_context(viewport={"width": 1440, "height": 900})
     try:
         pg = context.new_page()
@@ -76,8 +83,10 @@ def page(chromium, output_dir, request):
         try:
             yield pg
         finally:
-            name = request.node.name.replace("/", "_")
-            pg.screenshot(path=str(output_dir / f"{name}.png"), full_page=True)
+            call = getattr(request.node, "report_call", None)
+            if ALL_SCREENSHOTS or call is None or call.failed:
+                name = request.node.name.replace("/", "_")
+                pg.screenshot(path=str(output_dir / f"{name}.png"), full_page=True)
     finally:
         try:
             context.close()

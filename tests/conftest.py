@@ -296,6 +296,14 @@ def shared_web(django_db_setup, tmp_path_factory):
         stacks[-1].stop()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on its test (`report_setup`, `report_call`): the browser's `page` saves a screenshot
+    on the way out of a test that failed."""
+    report = (yield).get_result()
+    setattr(item, f"report_{report.when}", report)
+
+
 @pytest.fixture(scope="session")
 def output_dir():
     """Where tests leave screenshots and other artefacts for people to look at."""

@@ -23,11 +23,9 @@ def user_in_role(django_user_model, username, role, subprocess=False):
 
 
 def log_in(page, base_url, username, next_path="/"):
-    """`username` opens `next_path`, which first sends them to the login page, then logged in: with a session
-    made here, as the test client's force_login makes one (the login form itself, and its return to the page
-    asked for, are walked in tests/platform/test_login_browser.py)."""
-    page.goto(base_url + next_path)
-    assert "/accounts/login/" in page.url
+    """`username`, logged in, opens `next_path`: with a session made here, as the test client's force_login makes
+    one. The login form itself, and the return to the page asked for, are walked in
+    tests/platform/test_login_browser.py; every page sending an anonymous visitor there, in test_permissions.py."""
     page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session_of(username), "url": base_url}])
     page.goto(base_url + next_path)
     page.wait_for_url(base_url + next_path)
