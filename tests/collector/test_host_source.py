@@ -81,3 +81,26 @@ def test_busy_processes_are_recorded_as_holders_with_their_memory_and_lineage_an
     assert holders[busy.pid].ancestors[0] == os.getpid()
     assert holders[busy.pid].launcher_ids == {"SLURM_JOB_ID": "31"}
     assert between.holders == ()
+
+
+def test_the_scan_after_the_agents_first_comes_a_second_later_then_every_holders_every_s():
+    import subprocess
+    import sys
+    import time
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        source = HostSource("h", cpu_tdp_w=100)  # scans every 10 s
+        started = time.monotonic()
+        assert source.read(TS)[0].holders == ()  # the baseline
+
+        def scan_with_busy():
+            [reading] = source.read(TS)
+            return reading if any(h.pid == busy.pid for h in reading.holders) else None
+
+        wait_for(scan_with_busy, 5, "the second scan, a second after the first, to find the busy process")
+        assert time.monotonic() - started < 5
+        assert source.read(TS)[0].holders == (), "the next scan is 10 s away"
+    finally:
+        busy.kill()
+        busy.wait()

@@ -130,19 +130,20 @@ def test_an_operator_stops_a_ray_run_from_the_job_page_and_its_host_process_is_c
     settings.YARDSTICK_URL = live_web.url  # the run reports to the server the page is on
     ray_recipe("steps", [PY, STEPS, "--out", "{job_dir}", "--steps", "400", "--sleep", "0.3", "--busy",
                          "--ignore-stop"])
+    user_in_role(django_user_model, "olga", "operator", subprocess=True)
+    # (Playwright keeps an event loop in this thread: what publishes live events runs in a thread of its own.)
+    job = in_thread(lambda: launch("steps", admin_user, name="on ray"))
+    record_events(page)
+    log_in(page, live_web.url, "olga", f"/jobs/{job.pk}")
+    wait_subscribed(page)
+    page.wait_for_selector("#output-lines .line:has-text('step 3')", timeout=60_000)
+    assert job_of(job).launch.remote_status == "RUNNING"
+    assert in_thread(Job.fail_crashed, 0) == [], "no worker beats for a Ray job: its follower reconciles it"
+    # The node's agent, started while the run is busy: its scan a second after the first finds the run's process.
     agent = subprocess.Popen([PY, "-m", "collector.agent", "--dsn", pg_dsn, "--source", "host", "--interval", "1",
                               "--spool-dir", str(tmp_path / "spool")], env={**os.environ, "PYTHONUNBUFFERED": "1"},
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        user_in_role(django_user_model, "olga", "operator", subprocess=True)
-        # (Playwright keeps an event loop in this thread: what publishes live events runs in a thread of its own.)
-        job = in_thread(lambda: launch("steps", admin_user, name="on ray"))
-        record_events(page)
-        log_in(page, live_web.url, "olga", f"/jobs/{job.pk}")
-        wait_subscribed(page)
-        page.wait_for_selector("#output-lines .line:has-text('step 3')", timeout=60_000)
-        assert job_of(job).launch.remote_status == "RUNNING"
-        assert in_thread(Job.fail_crashed, 0) == [], "no worker beats for a Ray job: its follower reconciles it"
 
         # Ray names the node its driver runs on by IP, the agent by this host's name: tied by the address the agent
         # reports, the cpu recipe's job holds that node's host device, as on a node's launch worker.

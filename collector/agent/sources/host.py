@@ -8,7 +8,9 @@ energy counter, which integrates that estimate from the agent's start.
 Holders: every HOLDERS_EVERY_S the processes that used at least
 HOLDER_MIN_CORES of a core since the previous scan, with their resident
 memory and lineage (lineage.py), so a CPU-only job can be told apart from the
-rest of the machine.
+rest of the machine. The agent's first scan takes the baseline; the second
+comes FIRST_HOLDERS_AFTER_S later, so a job's holder is known a second after
+the agent starts, not ten.
 """
 
 import platform
@@ -31,6 +33,9 @@ MIB = 2**20
 # How often the process table is scanned for holders (a scan reads every
 # process's /proc entry: a few milliseconds, too much for every tick).
 HOLDERS_EVERY_S = 10.0
+# The scan after the baseline one, at the agent's start, comes this soon (a shorter window measures a process's
+# share of a core less surely: /proc counts CPU in hundredths of a second).
+FIRST_HOLDERS_AFTER_S = 1.0
 # A process holds the CPU when it used at least this many cores on average
 # between two scans.
 HOLDER_MIN_CORES = 0.1
@@ -64,6 +69,7 @@ class HostSource:
         self._last = None  # (monotonic time, power_w) of the previous tick
         self.holders_every_s = holders_every_s
         self._scanned_at = None  # time.monotonic() of the last process scan
+        self._scans = 0
         self._cpu_s = {}  # (pid, create time) -> CPU seconds at the last scan
         self.lineages = Lineages()
 
@@ -96,7 +102,8 @@ class HostSource:
     def _holders(self):
         """The busy processes since the last scan, when a scan is due; else ()."""
         now = time.monotonic()
-        if self._scanned_at is not None and now - self._scanned_at < self.holders_every_s:
+        due = self.holders_every_s if self._scans > 1 else min(self.holders_every_s, FIRST_HOLDERS_AFTER_S)
+        if self._scanned_at is not None and now - self._scanned_at < due:
             return ()
         cpu_s, busy = {}, []
         for proc in psutil.process_iter(["pid", "create_time", "cpu_times", "memory_info"]):
@@ -111,6 +118,7 @@ class HostSource:
                 if (used - before) / (now - self._scanned_at) >= HOLDER_MIN_CORES:
                     busy.append(self.lineages.holder(info["pid"], None if mem is None else mem.rss // MIB))
         self._cpu_s, self._scanned_at = cpu_s, now
+        self._scans += 1
         self.lineages.forget_others({h.pid for h in busy})
         return tuple(busy)
 
