@@ -71,7 +71,8 @@ def test_up_runs_every_part_restarts_a_dead_child_or_server_and_stops_them_all(s
         wait_for(lambda: re.search(r"Task yardstick\.tasks\.beat_tick\[[\w-]+\] succeeded in",
                                    (logs / "worker.log").read_text()), 30, "a beat tick in worker.log")
         assert re.search(r"Task yardstick\.tasks\.beat_tick\[[\w-]+\] received", (logs / "worker.log").read_text())
-        assert "Sending due task beat-tick" in (logs / "beat.log").read_text()
+        # (beat sends its first beat-tick as it starts, the next when due: "Sending due task ...", in its file.)
+        wait_for(lambda: "Sending due task" in (logs / "beat.log").read_text(), 30, "a due task in beat.log")
         assert '"GET /healthz" 200' in (logs / "web.log").read_text()
         assert "INFO collecting from host" in (logs / "collector.log").read_text()
         assert "[tasks]" in (logs / "jobs.log").read_text()  # Celery's banner
