@@ -113,7 +113,7 @@ def test_stop_escalates_flag_then_sigterm_then_sigkill_and_says_which_ended_it(
     # Ends itself when it reads the flag (the client's should_stop), as a run with the callback does.
     recipe("polite", [PY, "-c", "import os, time, yardstick_mlflow as y\n"
                                 "while not y.should_stop(os.environ['MLFLOW_RUN_ID']): time.sleep(0.2)\n"
-                                "print('stopping at a checkpoint')"], stop_grace_s=[30, 5])
+                                "print('stopping at a checkpoint')"], stop_grace_s=[6, 5])
     recipe("deaf", [PY, "-c", "import time\nwhile True: time.sleep(0.2)"], stop_grace_s=[1, 5])
     recipe("stubborn", [PY, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
                                   "print('ready', flush=True)\nwhile True: time.sleep(0.2)"], stop_grace_s=[1, 1])

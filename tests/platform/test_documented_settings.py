@@ -20,6 +20,7 @@ NOT_SETTINGS = {
     "YARDSTICK_STOP_CHECK_S": "read by the client package (client/) inside a training process",
     "YARDSTICK_JOB_ID": "set by a launch worker for a launched run's processes; the node agents record it",
     "YARDSTICK_FUZZ_EXAMPLES": "a knob of the test suite",
+    "YARDSTICK_SCREENSHOTS": "a knob of the test suite (tests/browser.py)",
     "YARDSTICK_TEST_DATA_DIR": "a knob of the test suite (the Makefile's)",
 }
 # Read by settings but not for a person to set.
