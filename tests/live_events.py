@@ -6,9 +6,12 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 
-def run_collecting(fn, topics, quiet_s=2):
+def run_collecting(fn, topics, quiet_s=0.5):
     """Call `fn()` in a thread (its own database connection) while subscribed to `topics`; return
-    (its result, the events published on them, in order, until none came for `quiet_s`)."""
+    (its result, the events published on them, in order, until none came for `quiet_s`).
+
+    `fn` has sent what it publishes by the time it returns (yardstick.live sends on commit, in the
+    committing thread): the quiet time covers their delivery, not a producer still at work."""
     from django.db import connection
 
     from yardstick.live import group_name
