@@ -210,6 +210,42 @@ def test_a_node_subscriber_receives_new_samples_within_a_second(transactional_db
     assert not broadcast.broadcaster.subscribers
 
 
+def test_a_node_socket_is_told_when_the_samples_cannot_be_read_and_when_they_can_again(transactional_db, viewer,
+                                                                                        monkeypatch):
+    n = b.node("gpu-a")
+    b.latest(b.device(n, 0), 50, 300)
+    broken = {"on": False}
+    real = broadcast.latest_rows
+
+    def latest_rows(**kwargs):
+        if broken["on"]:
+            raise RuntimeError("connection refused\nmore detail")
+        return real(**kwargs)
+
+    monkeypatch.setattr(broadcast, "latest_rows", latest_rows)
+
+    async def reading(comm):
+        while True:
+            event = await comm.receive_json_from(timeout=10)
+            if event["kind"] == "reading":
+                return event
+
+    async def scenario():
+        comm = communicator(viewer, f"node.{n.pk}")
+        assert (await comm.connect())[0]
+        assert (await comm.receive_json_from(timeout=5))["kind"] == "subscribed"
+        broken["on"] = True
+        assert await reading(comm) == {"topic": f"node.{n.pk}", "kind": "reading", "data": {"ok": False}}
+        assert broadcast.broadcaster.node_failing == "connection refused"
+        broken["on"] = False
+        assert await reading(comm) == {"topic": f"node.{n.pk}", "kind": "reading", "data": {"ok": True}}
+        assert broadcast.broadcaster.node_failing is None
+        await comm.disconnect()
+
+    asyncio.run(scenario())
+    assert not broadcast.broadcaster.subscribers
+
+
 
 # A real client (Chromium's WebSocket) against Daphne: subscribe, note the group's size in Redis, send `frame`.
 SEND_BAD_FRAME = """async ([topic, frame]) => {
