@@ -81,7 +81,7 @@ def test_it_needs_no_login_and_is_never_cached(client, db):
     assert "no-cache" in resp["Cache-Control"] or "max-age=0" in resp["Cache-Control"]
 
 
-def test_beat_sends_its_heartbeat_as_it_starts_not_one_interval_later():
+def test_beat_sends_its_heartbeat_as_it_starts_not_one_interval_later(embedded_services):
     """Beat's first run of an interval entry comes one interval after it starts: /healthz would say beat is down
     for its first 10 s. The beat_init handler (yardstick/celery.py) sends beat-tick at once, to the real broker."""
     import json
