@@ -10,6 +10,7 @@ from the Django test client as an admin (every role), so a 500 surfaces as the
 exception that caused it.
 """
 
+import functools
 import json
 import os
 import re
@@ -97,18 +98,26 @@ def path_kwargs(name, job_ids):
         for n, c in converters.items()})
 
 
-def _fingerprint():
-    """Every row of our apps' tables (the collector's, made by its own SQL, too), so a refused request can be shown to
-    have stored nothing: per table, the md5 of its rows as text in order, every table in one query (a query per
-    table took most of this module's time)."""
+@functools.cache
+def _fingerprint_query():
+    """(the tables, one query giving the md5 of each one's rows as text in order): built once, run per example."""
     from django.db import connection
 
     tables = sorted({m._meta.db_table for m in apps.get_models() if m._meta.app_label in OUR_APPS})
     quote = connection.ops.quote_name
     select = ", ".join(f"(SELECT md5(coalesce(string_agg(r::text, E'\\n' ORDER BY r::text), '')) FROM {quote(t)} r)"
                        for t in tables)
+    return tables, f"SELECT {select}"
+
+
+def _fingerprint():
+    """Every row of our apps' tables (the collector's, made by its own SQL, too), so a refused request can be shown to
+    have stored nothing: every table in one query (a query per table took most of this module's time)."""
+    from django.db import connection
+
+    tables, query = _fingerprint_query()
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {select}")
+        cursor.execute(query)
         return dict(zip(tables, cursor.fetchone()))
 
 

@@ -95,6 +95,6 @@ def test_beat_sends_its_heartbeat_as_it_starts_not_one_interval_later(embedded_s
         before = redis.llen("default")
         beat_init.send(sender=None)
         assert redis.llen("default") == before + 1
-        message = json.loads(redis.lindex("default", 0))
-        redis.lrem("default", 1, redis.lindex("default", 0))
-    assert message["headers"]["task"] == "yardstick.tasks.beat_tick"
+        sent = redis.lindex("default", 0)  # the newest: kombu pushes on the left
+        redis.lrem("default", 1, sent)
+    assert json.loads(sent)["headers"]["task"] == "yardstick.tasks.beat_tick"
