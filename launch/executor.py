@@ -34,7 +34,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from launch.guard import MARK, RELEASE, kill_all
@@ -167,14 +167,16 @@ def prepare(job, launch):
     return argv, env, cwd, row
 
 
-def run(job_id):
-    """Run launched job `job_id` on this node to its end; return the Job."""
+def run(job_id, worker=None):
+    """Run launched job `job_id` on this node to its end; return the Job. `worker`: this launch worker's name; a job
+    placed on another since this message was sent (put back in the line and placed again) is not this one's."""
     job = Job.objects.filter(pk=job_id).select_related("created_by").first()
     if job is None:
         log.warning("launched job %s does not exist; nothing to run", job_id)
         return None
-    if not job.claim():
-        log.info("launched job %s is %s, not queued; another worker has it or it was cancelled", job_id, job.status)
+    if not job.claim(where=Q(launch__worker=worker) if worker else None):
+        log.info("launched job %s is %s, not queued on %s; another worker has it or it was cancelled", job_id,
+                 job.status, worker or "this worker")
         return job
     launch = job.launch
     token = None

@@ -19,6 +19,7 @@ from datetime import timedelta
 from celery import current_app
 from django.db import transaction
 from django.db.models import Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from launch.executors import Executor, executor_named
@@ -30,6 +31,7 @@ from tracking.models import Stage, TrackingError
 from trainer import inputs, stoploss
 from trainer.kinds import Kind
 from trainer.models import ACTIVE, ENV_MAX, NAME_MAX, TEAM_MAX, Job, Source, Status, Stint, Worker
+from trainer.queue import Want, place_waiting
 from trainer.workers import LAUNCH_PREFIX, Placement, describe, free_devices, held_by
 from yardstick.inputs import InputError
 from yardstick.models import ApiToken
@@ -66,13 +68,30 @@ class Launched(Kind):
     def start(self, **fields):
         return start(**fields)
 
-    def placement(self, job):
+    def placement(self, job, wait=False):
         launch = job.launch
         return executor_named(launch.executor).place(launch.definition, node=job.node, pool=job.pool,
-                                                     cluster=launch.cluster, job=job)
+                                                     cluster=launch.cluster, job=job, wait=wait)
 
     def dispatch(self, job, placement):
         executor_named(job.launch.executor).dispatch(job, placement)
+
+    def wants(self, job):
+        # A node's launch worker's job waits in the line for its devices; a cluster's waits in its scheduler's.
+        launch = job.launch
+        if launch.executor != NODE.name:
+            return None
+        node = job.node
+        if not node and launch.checkpoints:
+            node = launch.node  # a Resume goes where its checkpoints are: the job's output directory is there
+        devices = launch.definition["devices"]
+        return Want(devices["kind"], devices["count"], node, job.pool)
+
+    def runs_on(self, worker):
+        return worker.name.startswith(QUEUE_PREFIX)
+
+    def place_at(self, job, worker, gpus, cores):
+        NODE.dispatch(job, LaunchPlacement(worker.name, worker.name, node=worker.host, gpus=gpus, cores=cores))
 
     def resume_refusal(self, job):
         launch = _launch(job)
@@ -136,9 +155,12 @@ class NodeExecutor(Executor):
 
     name = "node"
 
-    def place(self, definition, *, node="", pool="", cluster=None, job=None):
+    def place(self, definition, *, node="", pool="", cluster=None, job=None, wait=False):
         if job is not None and not node and job.launch.checkpoints:
             node = job.launch.node  # a Resume goes where its checkpoints are: the job's output directory is there
+        if wait:  # it joins the line: refused only when no live worker could ever run it
+            refusal(definition["devices"], node, pool)
+            return None
         return place(definition["devices"], node, pool, job=job)
 
     def dispatch(self, job, placement):
@@ -150,7 +172,10 @@ class NodeExecutor(Executor):
 
     def held(self, worker):
         gpus, cores = {}, {}
-        for launch in Launch.objects.filter(worker=worker.name, job__status__in=LIVE).only("job_id", "gpus", "cores"):
+        # A job waiting in the line holds nothing, whatever its last start was given.
+        rows = Launch.objects.filter(worker=worker.name, job__status__in=LIVE).exclude(
+            job__queued_at__isnull=False, job__placed_at__isnull=True)
+        for launch in rows.only("job_id", "gpus", "cores"):
             gpus.update({index: launch.job_id for index in launch.gpus})
             if launch.cores:
                 cores[launch.job_id] = launch.cores
@@ -192,10 +217,9 @@ class LaunchPlacement(Placement):
     cores: int = 0
 
 
-def place(devices, node="", pool="", job=None, now=None):
-    """The Placement of a launch asking for `devices` ({kind, count}) on `node` / in `pool`: the live launch
-    worker with enough free devices that has the most free (ties: by name). Raise InputError naming what nobody
-    can meet and what the workers have free. `job`: a job being resumed (what it holds itself is free to it)."""
+def refusal(devices, node="", pool="", now=None):
+    """The live launch workers on `node` / in `pool` when one of them could ever run a launch asking for `devices`
+    ({kind, count}), however busy; else InputError naming what nobody has (waiting cannot help)."""
     kind, count = devices["kind"], devices["count"]
     want = f"{count} × {'GPU' if kind == 'cuda' else 'core'}{'s' if count > 1 else ''}"
     workers = [w for w in launch_workers(now) if w.team == pool and (not node or w.host == node)]
@@ -204,6 +228,25 @@ def place(devices, node="", pool="", job=None, now=None):
                          f"no launch worker has reported{where_text(node, pool)}, so nobody can run {want}: start one "
                          "on a GPU node "
                          "(`manage.py up --role jobs,collector` starts the node's launch worker)")
+    if kind == "cuda" and not any(len(w.gpus) >= count for w in workers):
+        have = "; ".join(describe(w) for w in workers)
+        none = "has a cuda device" if not any(w.gpus for w in workers) else f"has {count} GPUs"
+        raise InputError("devices", f"needs {want}; no launch worker {none}{where_text(node, pool)}: {have}; "
+                                    "start a launch worker on a node with GPUs, or pick a cpu recipe")
+    if kind == "cpu" and not any(w.cores >= count for w in workers):
+        have = "; ".join(describe(w) for w in workers)
+        raise InputError("devices", f"no launch worker has {want} (cpu recipes share a node's cores, but need that "
+                                    f"many): {have}; ask for fewer")
+    return workers
+
+
+def place(devices, node="", pool="", job=None, now=None):
+    """The Placement of a launch asking for `devices` ({kind, count}) on `node` / in `pool` now: the live launch
+    worker with enough free devices that has the most free (ties: by name). Raise InputError naming what nobody
+    can meet and what the workers have free. `job`: a job being resumed (what it holds itself is free to it)."""
+    kind, count = devices["kind"], devices["count"]
+    want = f"{count} × {'GPU' if kind == 'cuda' else 'core'}{'s' if count > 1 else ''}"
+    workers = refusal(devices, node, pool, now)
     fits = []
     for worker in workers:
         held = held_by(worker)
@@ -217,15 +260,8 @@ def place(devices, node="", pool="", job=None, now=None):
             fits.append((-(len(gpus) if kind == "cuda" else cores), worker.name, worker, gpus))
     if not fits:
         have = "; ".join(describe(w) for w in workers)
-        if kind == "cuda" and not any(len(w.gpus) >= count for w in workers):
-            # Waiting cannot help: no job holds what is missing, no worker has it at all.
-            none = "has a cuda device" if not any(w.gpus for w in workers) else f"has {count} GPUs"
-            raise InputError("devices", f"needs {want}; no launch worker {none}{where_text(node, pool)}: {have}; "
-                                        "start a launch worker on a node with GPUs, or pick a cpu recipe")
-        what = "free now" if kind == "cuda" else "(cpu recipes share a node's cores, but need that many)"
-        raise InputError("devices", f"no launch worker has {want} {what}: {have}; "
-                                    + ("all are busy: wait for a job to end, or ask for fewer" if kind == "cuda"
-                                       else "ask for fewer"))
+        raise InputError("devices", f"no launch worker has {want} free now: {have}; all are busy: wait for a job to "
+                                    "end, or ask for fewer")
     _free, _name, worker, gpus = min(fits, key=lambda f: f[:2])
     return LaunchPlacement(worker.name, worker.name, node=worker.host, gpus=gpus[:count] if kind == "cuda" else [],
                            cores=count if kind == "cpu" else 0)
@@ -262,7 +298,7 @@ def parameter_values(recipe_definition, given):
 
 
 def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=None, node="", pool="", created_by=None,
-          init_from=None, init_step=None, stop_loss=None, cluster=None, init_path=None):
+          init_from=None, init_step=None, stop_loss=None, cluster=None, init_path=None, priority="normal"):
     """Validate the launch, place it, create the queued job, its Launch and its MLflow run, and (after commit) send
     it to the chosen launch worker; return the job. InputError names the first bad field; nothing is created then.
 
@@ -285,6 +321,7 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
     budget = inputs.budget(budget_usd)
     stop_rule = stoploss.parse(stop_loss)
     node, pool = inputs.name_field("node", node, 255), inputs.name_field("pool", pool, TEAM_MAX)
+    priority = inputs.priority(priority, created_by)
     source, init_step = _init_from(definition, init_from, init_step, init_path)
     if init_path:
         values["init_from"] = init_path
@@ -298,17 +335,19 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
     if source is not None and not node and not executor.remote:
         node = source.launch.node  # {init_from} is a folder on the node the job it continues ran on
     _check_experiment(env)  # before the job is created: a refusal after it would use up a job id
+    # On a node's launch worker it waits in the line (trainer/queue.py) until its devices are free; refused only
+    # when no live worker could ever run it. A cluster's scheduler keeps a line of its own.
+    placement = executor.place(definition, node=node, pool=pool, cluster=target, wait=True)
     with transaction.atomic():
-        # One placement at a time: two launches must not be given the same free GPUs.
-        Worker.objects.select_for_update().filter(name__startswith=QUEUE_PREFIX).exists()
-        placement = executor.place(definition, node=node, pool=pool, cluster=target)
+        now = timezone.now()
         job = Job.open(
             reason=f"launched by {created_by}" if created_by else "launched",
             name=name, team=team, env=env, config=steps_config(values), budget_usd=budget,
             device=definition["devices"]["kind"],
             devices=definition["devices"]["count"], node=node, pool=pool, created_by=created_by,
             source=LAUNCHED.source, framework=definition.get("framework", ""), init_from=source, init_step=init_step,
-            placed_on=placement.worker, stop_loss={**stop_rule, "from_step": 0} if stop_rule else {},
+            placed_on=placement.worker if placement else "", stop_loss={**stop_rule, "from_step": 0} if stop_rule else {},
+            priority=priority, queued_at=now, placed_at=now if placement else None,
         )
         Launch.objects.create(job=job, recipe=row, recipe_name=row.name, recipe_version=row.version,
                               definition=definition, values=values, executor=executor.name, cluster=target)
@@ -317,7 +356,11 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
                                       created_by=created_by)
         except TrackingError as err:  # deleted since _check_experiment
             raise InputError("env", f"env: {err.message}") from None
-        executor.dispatch(job, placement)
+        if placement:
+            executor.dispatch(job, placement)
+        else:
+            place_waiting(now)
+    job.refresh_from_db()
     return job
 
 
@@ -431,17 +474,24 @@ def match_other_nodes(now=None):
     return totals
 
 
-def fail_orphans(now=None):
-    """Fail the queued launched jobs whose launch worker stopped reporting before it started them (their GPUs
-    would be held for good); Restart places them again. Return the jobs failed."""
+def requeue_orphans(now=None):
+    """Put back in the line, at the place they had, the queued launched jobs whose launch worker stopped reporting
+    before it started them (a worker restarted, or gone): what they were given is free again, and the placer gives
+    them devices on a worker that reports. Return those put back."""
     live = {w.name for w in launch_workers(now)}
-    failed = []
-    for job in Job.objects.filter(status=Status.QUEUED, source=LAUNCHED.source).select_related("launch"):
+    back = []
+    placed = Job.objects.filter(status=Status.QUEUED, source=LAUNCHED.source, launch__executor=NODE.name).exclude(
+        queued_at__isnull=False, placed_at__isnull=True).select_related("launch")
+    for job in placed:
         worker = job.launch.worker
-        if worker and worker not in live:
-            error = (f"its launch worker {worker} stopped reporting before it started the job; Restart places it "
-                     "on a worker that reports")
-            if job.transition([Status.QUEUED], Status.FAILED, error, where=Q(launch__worker=worker), error=error,
-                              finished_at=timezone.now()):
-                failed.append(job)
-    return failed
+        if not worker or worker in live:
+            continue
+        with transaction.atomic():
+            if Job.objects.filter(pk=job.pk, status=Status.QUEUED, launch__worker=worker).update(
+                    placed_at=None, placed_on="", queued_at=Coalesce("queued_at", "created_at"),
+                    waiting_for=f"its launch worker {worker} stopped reporting before it started the job"):
+                Launch.objects.filter(pk=job.pk).update(worker="", gpus=[], cores=0)
+                back.append(job)
+    if back:
+        place_waiting(now)
+    return back

@@ -3,9 +3,10 @@
 import logging
 
 from celery import shared_task
+from django.conf import settings
 
 from launch import executor, remote
-from launch.kind import RUN_LAUNCH, fail_orphans, match_other_nodes, revoke_ended_tokens
+from launch.kind import QUEUE_PREFIX, RUN_LAUNCH, match_other_nodes, requeue_orphans, revoke_ended_tokens
 
 log = logging.getLogger(__name__)
 
@@ -14,16 +15,16 @@ log = logging.getLogger(__name__)
 # the job. Acknowledged when done; the claim (queued → running) makes a redelivery a no-op.
 @shared_task(name=RUN_LAUNCH, acks_late=True, ignore_result=True)
 def run_launch(job_id):
-    """Run launched job `job_id` on this node to its end."""
-    executor.run(job_id)
+    """Run launched job `job_id` on this node to its end (when it is still placed on this worker)."""
+    executor.run(job_id, worker=f"{QUEUE_PREFIX}{settings.YARDSTICK_NODE}")  # this node's launch worker
 
 
 @shared_task(name="launch.tasks.revoke_ended_tokens", ignore_result=True)
 def revoke_tokens():
-    """Revoke the run tokens of launched jobs that ended without their worker revoking them (it died), and fail the
-    queued ones whose worker went away before starting them."""
-    for job in fail_orphans():
-        log.warning("launched job %s failed: %s", job.pk, job.error)
+    """Revoke the run tokens of launched jobs that ended without their worker revoking them (it died), and put the
+    queued ones whose worker went away before starting them back in the line."""
+    for job in requeue_orphans():
+        log.warning("launched job %s is back in the line: its launch worker stopped reporting", job.pk)
     revoked = revoke_ended_tokens()
     if revoked:
         log.info("revoked %s tracking token(s) of ended launched jobs", revoked)

@@ -8,7 +8,8 @@ refused in the same words wherever it is given.
 import re
 from decimal import Decimal, InvalidOperation
 
-from trainer.models import BUDGET_PLACES, Job, Status
+from trainer.models import BUDGET_PLACES, Job, Priority, Status
+from yardstick.auth import has_role
 from yardstick.inputs import InputError
 
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d{1,2})$")
@@ -103,6 +104,15 @@ def init_from(init_from, init_step):
         raise InputError("init_step", f"init_step must be one of the checkpoint steps job {source.pk} keeps "
                                       f"({', '.join(map(str, kept))}), or empty for its final one; got {init_step!r}")
     return source, step
+
+
+def priority(value, user=None):
+    """A job's priority in the line (trainer.models.Priority) from "low", "normal" or "high" (empty: normal); high
+    only for admins (`user`: who asks; None: a system caller)."""
+    value = Priority.parse("normal" if value in (None, "") else value)
+    if value == Priority.HIGH and user is not None and not has_role(user, "admin"):
+        raise InputError("priority", "priority high is for admins; choose low or normal")
+    return value
 
 
 def budget(value):

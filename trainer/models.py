@@ -77,6 +77,22 @@ class Source(models.TextChoices):
     LAUNCHED = "launched"  # a recipe's command, run by a node's launch worker (launch/)
 
 
+class Priority(models.IntegerChoices):
+    """A waiting job's priority: the line is ordered by it, then by when each job joined. High is for admins."""
+
+    LOW = 0, "low"
+    NORMAL = 1, "normal"
+    HIGH = 2, "high"
+
+    @classmethod
+    def parse(cls, raw):
+        """The Priority a form or API value names ("low", "normal", "high", or 0-2); InputError saying what is accepted."""
+        for choice in cls:
+            if raw == choice.label or (isinstance(raw, int) and not isinstance(raw, bool) and raw == choice.value):
+                return choice
+        raise InputError("priority", f"priority must be one of low, normal, high; got {raw!r}")
+
+
 class Job(models.Model):
     """One GRPO post-training run of a policy on an environment."""
 
@@ -126,6 +142,14 @@ class Job(models.Model):
                             help_text="run only on this team's pool of workers; empty: the shared workers")
     placed_on = models.CharField(max_length=255, blank=True, default="",
                                  help_text="the jobs worker it was last sent to; empty: the shared queue")
+    # Its place in the line of jobs waiting for devices (trainer/queue.py): the line is ordered by priority, then by
+    # when each joined it. A job joins when it is started or resumed (queued_at) and leaves when the placer gives it
+    # devices (placed_at); one the placer never waits for (a cluster's, an outside run) is placed as it joins.
+    priority = models.PositiveSmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
+    queued_at = models.DateTimeField(null=True, blank=True, help_text="when it last joined the line")
+    placed_at = models.DateTimeField(null=True, blank=True, help_text="when it was last given devices; null: waiting")
+    waiting_for = models.TextField(blank=True, default="", help_text="what it waits (or last waited) for, for people")
+    line_place = models.PositiveIntegerField(null=True, blank=True, help_text="its place among those waiting in its pool")
     # The rule that stops a run which stopped buying intelligence (trainer/stoploss.py); {} for none.
     stop_loss = models.JSONField(default=dict, blank=True)
     # What the stop-loss found when it stopped the job (alerts/stoploss.py: reason, window, the money it
@@ -185,6 +209,10 @@ class Job(models.Model):
                                                          reason=reason)
                     self.refresh_from_db()
                     self._announce(old, reason, change)
+                    if to in ENDED:  # what it held is free: the next in line may start
+                        from trainer import queue  # trainer.queue imports this module
+
+                        transaction.on_commit(queue.serve_waiting)
                     return old
         self.refresh_from_db()
         return None
@@ -203,12 +231,13 @@ class Job(models.Model):
         """Publish where the job runs (its stints) to its page's "Where it ran", after the transaction."""
         publish(f"job.{self.pk}", "stints", {"job": self.pk, "stints": [s.to_dict() for s in self.stints.all()]})
 
-    def claim(self, reason="claimed by a worker"):
-        """queued → running for the worker calling it (`reason`: who took it, for the status history). Return True
-        when this caller got the job."""
+    def claim(self, reason="claimed by a worker", where=None):
+        """queued → running for the worker calling it (`reason`: who took it, for the status history); `where`: what
+        else must hold (a Q). Never a job waiting in the line for devices. Return True when this caller got the job."""
         now = timezone.now()
+        placed = ~Q(queued_at__isnull=False, placed_at__isnull=True)
         return self.transition(
-            [Status.QUEUED], Status.RUNNING, reason,
+            [Status.QUEUED], Status.RUNNING, reason, where=placed & where if where is not None else placed,
             heartbeat_at=now, started_at=Coalesce(F("started_at"), Value(now, output_field=DateTimeField())),
             finished_at=None, error="",
         ) is not None
@@ -273,22 +302,31 @@ class Job(models.Model):
         kind = kind_of(self)
         if kind.resume_refusal(self):
             return False  # its own process resumes it (an external run: start_run with the run's id)
+        waits = kind.wants(self) is not None  # it joins the line (trainer/queue.py) for its devices
         try:
-            placement = kind.placement(self)
+            placement = kind.placement(self, wait=waits)
         except InputError:
             return False  # nobody can run it now (resume_refusal says what the workers have)
         who = f" by {by}" if by else ""
+        now = timezone.now()
         with transaction.atomic():
             # The error text stays in the history (the reason of the → failed change).
             # A stop-loss judges the resumed run from where it resumes: it spends the window again first.
             rule = {**self.stop_loss, "from_step": self.checkpoint_step or 0} if self.stop_loss else {}
             old = self.transition(RESUMABLE, Status.QUEUED, f"resumed{who}", where=Q(not_resumable_reason=""),
                                   stop_requested=False, budget_stop_requested=False, stop_reason="",
-                                  finished_at=None, error="", placed_on=placement.worker, stop_loss=rule,
-                                  stop_loss_outcome={})
+                                  finished_at=None, error="", placed_on=placement.worker if placement else "",
+                                  stop_loss=rule, stop_loss_outcome={}, queued_at=now,
+                                  placed_at=None if placement is None else now, waiting_for="", line_place=None)
             if old is None:
                 return False
-            kind.dispatch(self, placement)
+            if placement is None:
+                from trainer import queue  # trainer.queue imports this module
+
+                queue.place_waiting(now)
+                self.refresh_from_db()
+            else:
+                kind.dispatch(self, placement)
         return True
 
     def finish(self, to, reason="", error="", not_resumable_reason=""):
@@ -403,8 +441,37 @@ class Job(models.Model):
     @property
     def status_note(self):
         """What the job's status alone does not say, as its kind words it ("" for nothing): the pages show it beside
-        the status."""
+        the status; a job waiting in the line says what for and its place."""
+        if self.in_line and self.waiting_for:
+            return self.waiting_for
         return kind_of(self).status_note(self)
+
+    @property
+    def in_line(self):
+        """Whether it waits in the line for devices (trainer/queue.py): queued and not yet given any."""
+        return self.status == Status.QUEUED and self.queued_at is not None and self.placed_at is None
+
+    def waited_s(self, now=None):
+        """Seconds it waited in the line for devices since it last joined (so far, while it waits); None when it
+        never joined one (a job from before the line, an outside run)."""
+        if self.queued_at is None:
+            return None
+        end = self.placed_at or (now or timezone.now() if self.in_line else self.queued_at)
+        return max(0.0, (end - self.queued_at).total_seconds())
+
+    def set_priority(self, priority, by=None):
+        """Change a waiting job's priority (a Priority value or label); its place follows at the placer's next pass,
+        made now. InputError when the value is not one, or the job no longer waits."""
+        value = Priority.parse(priority)
+        if not Job.objects.filter(pk=self.pk, status=Status.QUEUED, placed_at__isnull=True).update(priority=value):
+            self.refresh_from_db()
+            raise InputError("priority", f"job {self.pk} is {self.status}, not waiting in line: only a waiting job's "
+                                         "priority can change")
+        self.priority = value
+        from trainer import queue  # trainer.queue imports this module
+
+        queue.place_waiting()
+        self.refresh_from_db()
 
     # The one rule for which controls a job offers: the pages, the API and the live events ask these.
 
@@ -473,6 +540,13 @@ class Job(models.Model):
             "node": self.node,
             "pool": self.pool,
             "placed_on": self.placed_on,
+            "priority": Priority(self.priority).label,
+            "queued_at": _iso(self.queued_at),
+            "placed_at": _iso(self.placed_at),
+            "in_line": self.in_line,
+            "line_place": self.line_place,
+            "waiting_for": self.waiting_for,
+            "waited_s": self.waited_s(),
             "budget_usd": None if self.budget_usd is None else str(self.budget_usd),
             "steps_done": self.steps_done,
             "steps": self.steps_total,
@@ -710,6 +784,50 @@ class Sample(models.Model):
     def to_dict(self):
         return {"step": self.step, "index": self.index, "prompt": self.prompt, "completion": self.completion,
                 "reward": self.reward, "advantage": self.advantage, "tool_calls": self.tool_calls}
+
+
+class TeamCap(models.Model):
+    """At most `devices` devices of `kind` held at once by a team's jobs that wait in the line (trainer/queue.py): a
+    job past it waits, saying so. Set by admins."""
+
+    KINDS = {"cuda": "GPUs", "cpu": "cores"}
+
+    team = models.CharField(max_length=TEAM_MAX)
+    kind = models.CharField(max_length=10, choices=list(KINDS.items()))
+    devices = models.PositiveIntegerField()
+    set_by = models.CharField(max_length=150, blank=True, default="")
+    set_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "kind"], name="trainer_teamcap_one_per_kind")]
+        ordering = ["team", "kind"]
+
+    def to_dict(self):
+        return {"team": self.team, "kind": self.kind, "devices": self.devices, "set_by": self.set_by,
+                "set_at": _iso(self.set_at)}
+
+    @classmethod
+    def put(cls, team, kind, devices, by=""):
+        """Set (or, with devices None or "", remove) `team`'s cap of `kind`; InputError naming the bad field."""
+        from trainer import inputs  # trainer.inputs imports this module
+
+        team = inputs.text("team", team, TEAM_MAX)
+        if kind not in cls.KINDS:
+            raise InputError("kind", f"kind must be cuda (GPUs) or cpu (cores), got {kind!r}")
+        if devices is None or (isinstance(devices, str) and not devices.strip()):
+            cls.objects.filter(team=team, kind=kind).delete()
+            return None
+        number = -1
+        if isinstance(devices, int) and not isinstance(devices, bool):
+            number = devices
+        elif isinstance(devices, str) and devices.strip().isdigit() and devices.strip().isascii():
+            number = int(devices.strip())
+        if not 0 <= number <= 100_000:
+            raise InputError("devices", f"devices must be a whole number from 0 to 100000 (empty: no cap), got "
+                                        f"{devices!r}")
+        cap, _ = cls.objects.update_or_create(team=team, kind=kind, defaults={"devices": number, "set_by": str(by),
+                                                                               "set_at": timezone.now()})
+        return cap
 
 
 class Worker(models.Model):

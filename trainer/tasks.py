@@ -7,7 +7,7 @@ from billiard.exceptions import WorkerLostError
 from celery import shared_task
 from celery.signals import task_failure, worker_ready, worker_shutdown, worker_shutting_down
 
-from trainer import runner, workers
+from trainer import queue, runner, workers
 from trainer.kinds.embedded import RUN_JOB, replace_orphans
 from trainer.models import Job
 
@@ -34,6 +34,13 @@ def detect_crashed_jobs():
         log.warning("job %s sent again, to %s: the worker it waited for stopped reporting",
                     job.pk, job.placed_on or "the shared queue")
     return len(failed)
+
+
+@shared_task(name="trainer.tasks.place_waiting", ignore_result=True)
+def place_waiting():
+    """One pass of the placer over the line of waiting jobs (trainer/queue.py); return how many it started."""
+    done = queue.serve_waiting()
+    return len(done.placed) if done else 0
 
 
 @task_failure.connect(sender=run_job)
@@ -91,6 +98,7 @@ def report_this_worker(sender=None, **kwargs):
     if workers.jobs_queue() not in queues and name not in queues:
         return
     _reporter[name] = workers.start_reporting(name, queues)
+    queue.serve_waiting()  # what waits for this worker's devices may start now
     log.info("worker %s reported: queues %s, devices %s", name, ", ".join(queues), ", ".join(workers.local_devices()))
 
 

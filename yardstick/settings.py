@@ -136,6 +136,8 @@ CELERY_TASK_ROUTES = {"trainer.tasks.run_job": {"queue": "jobs"}}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # How often the jobs launched on clusters (Ray) are followed: their state, new log lines and stop steps.
 LAUNCH_FOLLOW_S = envint("YARDSTICK_LAUNCH_FOLLOW_S", 2, minimum=1)
+# How often the placer passes over the line of jobs waiting for devices, besides whenever a job ends.
+QUEUE_PASS_S = envint("YARDSTICK_QUEUE_PASS_S", 5, minimum=1)
 # Periodic upkeep; each task sits beside the domain code it maintains.
 CELERY_BEAT_SCHEDULE = {
     "beat-tick": {"task": "yardstick.tasks.beat_tick", "schedule": 10.0},
@@ -144,6 +146,9 @@ CELERY_BEAT_SCHEDULE = {
     "collector-apply-retention": {"task": "collector.tasks.apply_retention", "schedule": 6 * 3600.0},
     "costs-attribute": {"task": "costs.tasks.attribute", "schedule": 60.0},
     "trainer-detect-crashed-jobs": {"task": "trainer.tasks.detect_crashed_jobs", "schedule": 30.0},
+    # The placer's pass over the line of waiting jobs (trainer/queue.py); it also runs whenever a job ends.
+    "trainer-place-waiting": {"task": "trainer.tasks.place_waiting", "schedule": float(QUEUE_PASS_S),
+                              "options": {"expires": float(QUEUE_PASS_S)}},
     "tracking-mark-stale-runs": {"task": "tracking.tasks.mark_stale_runs", "schedule": 60.0},
     "tracking-match-runs": {"task": "tracking.tasks.match_runs", "schedule": 30.0},
     "launch-revoke-ended-tokens": {"task": "launch.tasks.revoke_ended_tokens", "schedule": 60.0},

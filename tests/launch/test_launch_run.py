@@ -79,33 +79,40 @@ def test_a_traceback_fails_the_job_with_its_last_line_and_a_signal_is_named(laun
     assert killed.status == "failed" and killed.error == "killed by SIGKILL (signal 9)"
 
 
-def test_two_one_gpu_jobs_get_a_gpu_each_and_a_third_is_refused_saying_what_is_free(
+def test_two_one_gpu_jobs_get_a_gpu_each_a_third_waits_1st_in_line_and_starts_on_the_freed_one_within_2_s(
         launch_worker, recipe, operator, client):
     recipe("hold", [PY, "-c", "import os, time; print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(60)"],
            devices={"kind": "cuda", "count": 1}, stop_grace_s=[0, 5])
     client.force_login(operator)
     first, second = launch(client, "hold"), launch(client, "hold")
 
-    resp = client.post("/api/launch", json.dumps({"recipe": "hold", "team": "research"}),
-                       content_type="application/json")
-    assert resp.status_code == 400 and resp.json()["field"] == "devices", (
-        resp.json(), list(Launch.objects.values("job_id", "worker", "gpus", "job__status", "job__error")))
-    assert "GPUs none free of 2" in resp.json()["error"], resp.json()
+    third = launch(client, "hold")
+    said = client.get(f"/api/jobs/{third.pk}").json()
+    assert (said["status"], said["in_line"], said["line_place"]) == ("queued", True, 1), said
+    assert said["waiting_for"] == ("waiting for 1 × GPU in the shared pool: 1st in line (every GPU that would do is "
+                                   "held)")
     workers = client.get("/api/workers").json()["workers"]
     [mine] = [w for w in workers if w["name"].startswith("launch@")]
     assert mine["free"]["gpus"] == [] and sorted(mine["held"]["gpus"].values()) == [first.pk, second.pk]
 
-    seen = wait_for(lambda: [t for j in (first, second) for s, t in output(j) if s == "stdout"] or None,
-                    what="both jobs to print their devices")
     seen = wait_for(lambda: sorted(t for j in (first, second) for s, t in output(j) if s == "stdout")
                     if len([1 for j in (first, second) for s, t in output(j) if s == "stdout"]) == 2 else None,
                     what="both jobs to print their devices")
     assert seen == ["0", "1"]
     stints = {s.job_id: s.device for s in Stint.objects.filter(job__in=[first, second])}
     assert sorted(stints.values()) == sorted(GPUS)
-    for job in (first, second):
+    freed = dict(Launch.objects.filter(pk=first.pk).values_list("job_id", "gpus"))[first.pk]
+
+    assert client.post(f"/api/jobs/{first.pk}/stop").status_code == 200
+    first = ended(first)
+    third = wait_for(lambda: Job.objects.filter(pk=third.pk, status="running").first(), what="the third to start")
+    assert (third.started_at - first.finished_at).total_seconds() <= 2, (first.finished_at, third.started_at)
+    assert (third.placed_at - third.queued_at).total_seconds() > 0 and third.waited_s() > 0
+    assert Launch.objects.get(pk=third.pk).gpus == freed
+    wait_for(lambda: [t for s, t in output(third) if s == "stdout"] == [str(freed[0])], what="the third's device")
+    for job in (second, third):
         assert client.post(f"/api/jobs/{job.pk}/stop").status_code == 200
-    assert {ended(first).status, ended(second).status} == {"stopped"}
+    assert {ended(second).status, ended(third).status} == {"stopped"}
 
 
 def test_stop_escalates_flag_then_sigterm_then_sigkill_and_says_which_ended_it(
@@ -260,30 +267,41 @@ def test_a_recipe_may_name_its_own_checkpoint_pattern(launch_worker, recipe, ope
     assert job.status == "completed" and job.kept_checkpoint_steps() == [3, 10] and job.checkpoint_step == 10
 
 
-def test_a_queued_launch_whose_worker_went_away_fails_saying_so(db, recipe, operator, settings):
+def test_a_queued_launch_whose_worker_went_away_goes_back_in_line_at_its_place(db, recipe, operator, settings):
     from datetime import timedelta
 
     from django.utils import timezone
 
-    from launch.kind import fail_orphans, start
+    from launch.kind import requeue_orphans, start
     from trainer.models import Worker
 
     Worker.report("launch@gone", "gone", ["launch@gone"], ["cpu"], cores=4,
                   gpus=[{"index": 0, "uuid": GPUS[0], "name": "NVIDIA H100", "memory_mib": 81920}])
     recipe("gpu", [PY, "-c", "pass"], devices={"kind": "cuda", "count": 1})
     job = start(recipe="gpu", team="research", created_by=operator)  # not sent: no commit in a db test
-    assert fail_orphans() == []
+    later = start(recipe="gpu", team="research", created_by=operator)
+    assert requeue_orphans() == [] and not job.in_line and later.in_line
     Worker.objects.filter(name="launch@gone").update(seen_at=timezone.now() - timedelta(hours=1))
 
-    [failed] = fail_orphans()
-    assert failed.pk == job.pk and failed.status == "failed"
-    assert failed.error.startswith("its launch worker launch@gone stopped reporting before it started the job")
+    [back] = requeue_orphans()
+    job.refresh_from_db()
+    later.refresh_from_db()
+    assert back.pk == job.pk and job.status == "queued" and job.in_line and Launch.objects.get(pk=job.pk).gpus == []
+    assert (job.line_place, later.line_place) == (1, 2), "it keeps its place, ahead of the later one"
+    assert job.waiting_for == "waiting for 1 × GPU in the shared pool: 1st in line (no live worker serves it now)"
+    assert not job.claim(), "a job in line is no worker's to claim"
+    Worker.report("launch@back", "back", ["launch@back"], ["cpu"], cores=4,
+                  gpus=[{"index": 0, "uuid": GPUS[0], "name": "NVIDIA H100", "memory_mib": 81920}])
+    from trainer.queue import place_waiting
+
+    assert [j.pk for j in place_waiting().placed] == [job.pk]
+    assert Launch.objects.get(pk=job.pk).worker == "launch@back"
 
 
 def test_a_gpu_a_built_in_job_trains_on_is_not_given_to_a_launch(db, recipe, operator):
     from launch.kind import start
     from trainer.models import Worker
-    from yardstick.inputs import InputError
+    from trainer.workers import describe
 
     gpus = [{"index": i, "uuid": uuid, "name": "NVIDIA H100", "memory_mib": 81920} for i, uuid in enumerate(GPUS)]
     Worker.report("launch@gpu-a", "gpu-a", ["launch@gpu-a"], ["cpu"], cores=4, gpus=gpus)
@@ -294,5 +312,7 @@ def test_a_gpu_a_built_in_job_trains_on_is_not_given_to_a_launch(db, recipe, ope
 
     job = start(recipe="gpu", team="research", created_by=operator)
     assert Launch.objects.get(pk=job.pk).gpus == [1]
-    with pytest.raises(InputError, match=rf"GPUs none free of 2, held: 0 \(job {built_in.pk}\), 1 \(job {job.pk}\)"):
-        start(recipe="gpu", team="research", created_by=operator)
+    waits = start(recipe="gpu", team="research", created_by=operator)
+    assert waits.in_line and "1st in line" in waits.waiting_for
+    assert describe(Worker.objects.get(name="launch@gpu-a")) == (
+        f"launch@gpu-a: GPUs none free of 2, held: 0 (job {built_in.pk}), 1 (job {job.pk}); 4 of 4 cores free")

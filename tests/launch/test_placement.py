@@ -34,16 +34,16 @@ def test_two_gpus_on_a_one_gpu_node_is_more_than_any_worker_has(db, recipe, oper
     assert "wait" not in refused.value.message
 
 
-def test_a_gpu_held_by_another_job_is_busy_and_worth_waiting_for(db, recipe, operator):
+def test_a_gpu_held_by_another_job_is_busy_and_the_launch_waits_in_line_for_it(db, recipe, operator):
     Worker.report("launch@gpu-a", "gpu-a", ["launch@gpu-a"], ["cpu"], cores=8, gpus=[H100])
     recipe("gpu", [PY, "-c", "pass"], devices={"kind": "cuda", "count": 1})
     first = start(recipe="gpu", team="research", created_by=operator)
 
-    with pytest.raises(InputError) as refused:
-        start(recipe="gpu", team="research", created_by=operator)
+    second = start(recipe="gpu", team="research", created_by=operator)
 
-    assert f"GPUs none free of 1, held: 0 (job {first.pk})" in refused.value.message
-    assert refused.value.message.endswith("all are busy: wait for a job to end, or ask for fewer")
+    assert (first.in_line, first.launch.gpus, second.in_line, second.launch.worker) == (False, [0], True, "")
+    assert second.status_note == ("waiting for 1 × GPU in the shared pool: 1st in line (every GPU that would do is "
+                                  "held)")
 
 
 def test_a_launch_refused_for_a_deleted_experiment_uses_up_no_job_id(db, recipe, operator):

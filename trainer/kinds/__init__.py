@@ -45,10 +45,25 @@ class Kind:
         InputError naming the first bad field (nothing is created then)."""
         raise InputError("source", f"Yardstick does not start {self.source} runs")
 
-    def placement(self, job):
+    def placement(self, job, wait=False):
         """Where `job` would be sent to run now (trainer.workers.Placement: a queue and a worker); raise
-        InputError naming what nobody can meet."""
+        InputError naming what nobody can meet. `wait` (a kind whose jobs wait in the line): None when some live
+        worker could ever run it, however busy."""
         raise InputError("source", f"job {job.pk} is a {self.source} run: Yardstick does not send it anywhere")
+
+    def wants(self, job):
+        """What `job` waits in the line for (a trainer.queue.Want: devices of a kind, a count, a node, a pool), or None
+        when it never waits: it is placed as it starts (`placement`), or by a scheduler of its own."""
+        return None
+
+    def runs_on(self, worker):
+        """Whether `worker` (a trainer.models.Worker) runs this kind's waiting jobs."""
+        return False
+
+    def place_at(self, job, worker, gpus, cores):
+        """Give waiting `job` these devices of `worker` (GPUs by NVML index, or cores) and send it there once the
+        transaction commits (the placer calls this, holding its lock)."""
+        raise NotImplementedError(f"{self.source} jobs do not wait in the line")
 
     def dispatch(self, job, placement):
         """Send `job` to run at `placement` once the transaction commits."""

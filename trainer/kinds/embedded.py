@@ -23,7 +23,7 @@ class Embedded(Kind):
     holds_policy = True
     worker_beats = True
 
-    def placement(self, job):
+    def placement(self, job, wait=False):
         return place(job.device, job.devices, job.node, job.pool)
 
     def start(self, **fields):

@@ -1,0 +1,161 @@
+"""The line of launches waiting for GPUs and its placer (trainer/queue.py), on the real database: workers as they
+report themselves, jobs as `start` makes them; nothing is sent (no commit in a db test), so what the placer gives is
+read from the rows. A job ends as a worker ends it (Job.finish), which frees what it held for the next pass."""
+
+import sys
+
+import pytest
+
+from launch.kind import start
+from launch.models import Launch
+from trainer.models import Job, Status, TeamCap, Worker
+from trainer.queue import place_waiting
+from yardstick.inputs import InputError
+
+PY = sys.executable
+H100 = [{"index": i, "uuid": f"GPU-33333333-cccc-4000-8000-00000000000{i}", "name": "NVIDIA H100",
+         "memory_mib": 81920} for i in range(2)]
+
+
+@pytest.fixture
+def two_gpus(db, recipe):
+    """A node's launch worker with two GPUs, a 1-GPU and a 2-GPU recipe."""
+    Worker.report("launch@gpu-a", "gpu-a", ["launch@gpu-a"], ["cpu"], cores=8, gpus=H100)
+    recipe("one", [PY, "-c", "pass"], devices={"kind": "cuda", "count": 1})
+    recipe("two", [PY, "-c", "pass"], devices={"kind": "cuda", "count": 2})
+
+
+def run(recipe_name, user, **fields):
+    fields.setdefault("team", "research")
+    return start(recipe=recipe_name, created_by=user, **fields)
+
+
+def end(job):
+    """The job's worker claims and ends it (what it held is free); then the placer's pass, as after a commit."""
+    job = Job.objects.get(pk=job.pk)
+    assert job.claim() and job.finish(Status.COMPLETED)
+    return place_waiting()
+
+
+def line():
+    return list(Job.objects.filter(status=Status.QUEUED, placed_at__isnull=True).order_by("line_place")
+                .values_list("pk", "line_place"))
+
+
+def gpus(job):
+    return Launch.objects.get(pk=job.pk).gpus
+
+
+def test_the_third_waits_1st_in_line_and_gets_the_gpu_the_first_frees(two_gpus, operator):
+    first, second, third = (run("one", operator) for _ in range(3))
+
+    assert (gpus(first), gpus(second), gpus(third)) == ([0], [1], [])
+    assert line() == [(third.pk, 1)]
+    assert third.waiting_for == ("waiting for 1 × GPU in the shared pool: 1st in line (every GPU that would do is "
+                                 "held)")
+    assert end(first).placed == [third] and gpus(third) == [0] and line() == []
+    third.refresh_from_db()
+    assert third.placed_on == "launch@gpu-a" and third.status_note == "" and third.waited_s() >= 0
+
+
+def test_a_high_priority_launch_overtakes_a_normal_one_and_only_an_admin_may_ask_for_high(two_gpus, operator,
+                                                                                          admin_user):
+    running = [run("one", operator) for _ in range(2)]
+    normal = run("one", operator)
+    with pytest.raises(InputError) as refused:
+        run("one", operator, priority="high")
+    assert (refused.value.field, refused.value.message) == ("priority", "priority high is for admins; choose low or "
+                                                                        "normal")
+    with pytest.raises(InputError, match=r"^priority must be one of low, normal, high; got 'urgent'$"):
+        run("one", admin_user, priority="urgent")
+    low = run("one", operator, priority="low")
+    high = run("one", admin_user, priority="high")
+
+    assert line() == [(high.pk, 1), (normal.pk, 2), (low.pk, 3)]
+    assert end(running[0]).placed == [high]
+    assert end(running[1]).placed == [normal]
+    assert line() == [(low.pk, 1)]
+
+
+def test_a_waiting_jobs_priority_changes_its_place_and_a_placed_jobs_cannot(two_gpus, operator):
+    running = run("one", operator)
+    run("one", operator)
+    first, second = run("one", operator), run("one", operator)
+
+    second.set_priority("high", by="ada")
+    assert line() == [(second.pk, 1), (first.pk, 2)]
+    with pytest.raises(InputError, match=rf"^job {running.pk} is queued, not waiting in line"):
+        running.set_priority("low")
+    with pytest.raises(InputError, match="^priority must be one of low, normal, high; got 7$"):
+        first.set_priority(7)
+
+
+def test_a_2_gpu_job_is_not_starved_by_a_stream_of_1_gpu_jobs(two_gpus, operator):
+    a, b = run("one", operator), run("one", operator)
+    big = run("two", operator)
+    small = run("one", operator)  # behind the big one: it may not take a GPU the big one waits for
+
+    assert line() == [(big.pk, 1), (small.pk, 2)]
+    assert end(a).placed == [], "the freed GPU is held back for the 2-GPU job, first in line"
+    assert gpus(small) == []
+    assert end(b).placed == [big] and gpus(big) == [0, 1]
+    assert line() == [(small.pk, 1)]
+    assert end(big).placed == [small]
+
+
+def test_a_team_cap_holds_the_teams_second_job_while_another_teams_job_runs(two_gpus, operator):
+    TeamCap.put("research", "cuda", 1, by="ada")
+    first = run("one", operator)
+    capped = run("one", operator)
+    other = run("one", operator, team="infra")
+
+    assert (gpus(first), gpus(capped), gpus(other)) == ([0], [], [1])
+    assert capped.waiting_for == ("waiting for 1 × GPU in the shared pool: 1st in line (team research holds 1 of "
+                                  "its cap of 1 GPU)")
+    assert end(other).placed == [], "a free GPU, but the team is at its cap"
+    assert end(first).placed == [capped]
+    TeamCap.put("research", "cuda", "", by="ada")
+    assert not TeamCap.objects.exists()
+
+
+@pytest.mark.parametrize("devices, kind, why", [
+    (-1, "cuda", "devices must be a whole number from 0 to 100000 (empty: no cap), got -1"),
+    ("two", "cuda", "devices must be a whole number from 0 to 100000 (empty: no cap), got 'two'"),
+    (True, "cuda", "devices must be a whole number from 0 to 100000 (empty: no cap), got True"),
+    (1.5, "cuda", "devices must be a whole number from 0 to 100000 (empty: no cap), got 1.5"),
+    (1, "tpu", "kind must be cuda (GPUs) or cpu (cores), got 'tpu'"),
+])
+def test_a_bad_cap_is_refused_naming_the_field_and_keeps_the_old_one(db, devices, kind, why):
+    TeamCap.put("research", "cuda", 2)
+    with pytest.raises(InputError) as refused:
+        TeamCap.put("research", kind, devices)
+    assert refused.value.message == why
+    assert list(TeamCap.objects.values_list("team", "kind", "devices")) == [("research", "cuda", 2)]
+
+
+def test_a_job_cancelled_while_waiting_leaves_the_line_and_the_next_moves_up(two_gpus, operator):
+    run("one", operator), run("one", operator)
+    first, second = run("one", operator), run("one", operator)
+
+    assert first.request_stop(by="ada")
+    first.refresh_from_db()
+    assert first.status == Status.STOPPED and first.status_changes.last().reason == "cancelled before it started by ada"
+    place_waiting()
+    assert line() == [(second.pk, 1)]
+
+
+def test_a_resumed_job_waits_in_line_on_the_node_that_holds_its_checkpoints(db, recipe, operator):
+    Worker.report("launch@gpu-a", "gpu-a", ["launch@gpu-a"], ["cpu"], cores=8, gpus=H100[:1])
+    Worker.report("launch@gpu-b", "gpu-b", ["launch@gpu-b"], ["cpu"], cores=8, gpus=H100[:1])
+    recipe("one", [PY, "-c", "pass"], devices={"kind": "cuda", "count": 1}, resume_argv=["--from", "{checkpoint}"])
+    job = run("one", operator)
+    node = Launch.objects.get(pk=job.pk).node
+    assert job.claim() and job.finish(Status.STOPPED)
+    Launch.objects.filter(pk=job.pk).update(checkpoints=["step_3"])
+    other = run("one", operator, node=node)  # takes the GPU of the node the checkpoints are on
+
+    assert Job.objects.get(pk=job.pk).resume(by="ada")
+    job.refresh_from_db()
+    assert job.in_line and job.waiting_for == (f"waiting for 1 × GPU on node {node} in the shared pool: 1st in line "
+                                               "(every GPU that would do is held)")
+    assert end(other).placed == [job] and Launch.objects.get(pk=job.pk).worker == f"launch@{node}"

@@ -1,0 +1,175 @@
+"""The line of jobs waiting for devices on the nodes' own workers, and the one placer that gives them out.
+
+A job of a kind that waits (`Kind.wants(job)` is not None: today a recipe launched on a node's launch worker) joins
+the line when it is started or resumed: queued, `queued_at` set, `placed_at` empty. `place_waiting` is the placer:
+one pass, under a PostgreSQL advisory lock (one pass at a time, in any process), over the line in order of priority
+(high, normal, low), then of when each job joined, then of id. Each job is given what it wants out of what no job
+holds (trainer.workers.free_devices: GPUs by NVML index, what every kind's jobs hold taken out), on the live worker
+of its kind, pool and node with the most free, and sent there (`Kind.place_at`); what does not fit waits, saying what
+for and its place among the waiting jobs of its pool ("waiting for 2 × GPU in the shared pool: 1st in line ...").
+
+No starving: a GPU job that does not fit holds back the free GPUs of the worker where it will fit soonest (of those
+that have enough GPUs for it, the one with the most free): no job behind it in the line is given those, so they
+gather until it fits, while jobs behind it may still start on other workers. A job of higher priority comes before
+it in the line and is served first. A cpu job shares its node's cores (as many as the worker has) and never waits
+for them.
+
+Team caps (trainer.models.TeamCap): a job whose team's running jobs already hold its team's cap of GPUs waits,
+saying so, and holds nothing back for itself.
+
+A pass runs when a job joins the line, when a job ends (Job.transition, after commit: what it held is free), when
+a waiting job's priority changes, when a worker reports, and from beat every settings.QUEUE_PASS_S (a worker that
+came back, a control plane restarted). Everything is in the database: a restart loses no place.
+"""
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+
+from trainer.kinds import kind_of
+from trainer.models import ACTIVE, Job, Status, TeamCap
+from trainer.workers import free_devices, held_by, live_workers
+from yardstick.live import publish
+
+log = logging.getLogger(__name__)
+
+# pg_advisory_xact_lock's key: one placer pass at a time, across every process of the control plane and the nodes.
+LOCK_KEY = 0x59_53_51_55  # "YSQU"
+
+
+@dataclass(frozen=True)
+class Want:
+    """What a waiting job asks for: `count` devices of `kind` ("cuda": GPUs, one job each; "cpu": cores, shared) on
+    `node` (empty: any) in `pool` (empty: the shared workers)."""
+
+    kind: str
+    count: int
+    node: str = ""
+    pool: str = ""
+
+    def __str__(self):
+        what = "GPU" if self.kind == "cuda" else "core"
+        where = (f" on node {self.node}" if self.node else "") + (f" in pool {self.pool}" if self.pool
+                                                                   else " in the shared pool")
+        return f"{self.count} × {what}{'s' if self.count > 1 else ''}{where}"
+
+
+def waiting():
+    """The line: the jobs waiting for devices, first to be served first."""
+    return Job.objects.filter(status=Status.QUEUED, queued_at__isnull=False, placed_at__isnull=True).order_by(
+        "-priority", "queued_at", "pk")
+
+
+def ordinal(n):
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+@dataclass
+class Pass:
+    placed: list  # the jobs given devices, in the order they were served
+    waiting: list  # the jobs left in line, in order
+
+
+def place_waiting(now=None):
+    """One pass of the placer over the line (see the module docstring); return the Pass. Runs in the caller's
+    transaction if there is one (the lock is held until it commits), else in its own."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
+        line = list(waiting().select_related("created_by"))
+        if not line:
+            return Pass([], [])
+        workers = sorted(live_workers(now), key=lambda w: w.name)
+        free = {w.name: list(free_devices(w, held_by(w))) for w in workers}
+        caps, team_held = _caps()
+        held_back = set()  # workers whose free GPUs wait for a job ahead in the line
+        places = Counter()
+        done = Pass([], [])
+        for job in line:
+            kind = kind_of(job)
+            want = kind.wants(job)
+            if want is None:  # a kind that stopped waiting (should not be in line): placed as its kind places
+                continue
+            mine = [w for w in workers if kind.runs_on(w) and w.team == want.pool and (not want.node
+                                                                                        or w.host == want.node)]
+            big_enough = [w for w in mine if _size(w, want.kind) >= want.count]
+            cap = caps.get((job.team, want.kind))
+            over_cap = cap is not None and team_held[(job.team, want.kind)] + want.count > cap
+            if not over_cap:
+                fits = [w for w in big_enough if want.kind == "cpu"
+                        or (w.name not in held_back and len(free[w.name][0]) >= want.count)]
+                if fits:
+                    chosen = min(fits, key=lambda w: (-_free(free[w.name], want.kind), w.name))
+                    gpus, cores = free[chosen.name]
+                    given = gpus[:want.count] if want.kind == "cuda" else []
+                    free[chosen.name] = [gpus[len(given):], cores - (want.count if want.kind == "cpu" else 0)]
+                    team_held[(job.team, want.kind)] += want.count
+                    Job.objects.filter(pk=job.pk).update(placed_at=now, placed_on=chosen.name, line_place=None)
+                    job.placed_at, job.placed_on, job.line_place = now, chosen.name, None
+                    kind.place_at(job, chosen, given, want.count if want.kind == "cpu" else 0)
+                    done.placed.append(job)
+                    continue
+                if want.kind == "cuda" and big_enough:
+                    open_ = [w for w in big_enough if w.name not in held_back] or big_enough
+                    held_back.add(min(open_, key=lambda w: (-len(free[w.name][0]), w.name)).name)
+            places[want.pool] += 1
+            if over_cap:
+                why = (f"team {job.team} holds {team_held[(job.team, want.kind)]} of its cap of {cap} "
+                       f"{'GPU' if want.kind == 'cuda' else 'core'}{'s' if cap != 1 else ''}")
+            elif big_enough:
+                why = "every GPU that would do is held" if want.kind == "cuda" else "the cores are held"
+            elif mine:
+                why = f"no live worker there has {want.count} now"
+            else:
+                why = "no live worker serves it now"
+            text = f"waiting for {want}: {ordinal(places[want.pool])} in line ({why})"
+            if (job.waiting_for, job.line_place) != (text, places[want.pool]):
+                Job.objects.filter(pk=job.pk).update(waiting_for=text, line_place=places[want.pool])
+                job.waiting_for, job.line_place = text, places[want.pool]
+            done.waiting.append(job)
+        transaction.on_commit(lambda: _announce(done))
+    return done
+
+
+def _size(worker, kind):
+    return len(worker.gpus) if kind == "cuda" else worker.cores
+
+
+def _free(free, kind):
+    return len(free[0]) if kind == "cuda" else free[1]
+
+
+def _caps():
+    """({(team, kind): cap}, Counter of (team, kind): devices its live placed jobs hold)."""
+    caps = {(c.team, c.kind): c.devices for c in TeamCap.objects.all()}
+    held = Counter()
+    if caps:
+        teams = {team for team, _kind in caps}
+        for job in Job.objects.filter(team__in=teams, status__in=[Status.QUEUED, *ACTIVE]).exclude(
+                queued_at__isnull=False, placed_at__isnull=True):
+            want = kind_of(job).wants(job)
+            if want is not None:
+                held[(job.team, want.kind)] += want.count
+    return caps, held
+
+
+def _announce(done):
+    """The Jobs list and the queue panel follow the line: each moved job's note, then a "queue" event."""
+    publish("jobs", "queue", {"jobs": [{"id": j.pk, "in_line": j in done.waiting, "line_place": j.line_place,
+                                         "note": j.status_note} for j in done.placed + done.waiting]})
+
+
+def serve_waiting():
+    """A pass when anyone waits (after the commit that ended a job, when a worker reports); an error is logged, never
+    raised into what called it (beat's pass comes next). Return the Pass, or None."""
+    try:
+        if waiting().exists():
+            return place_waiting()
+    except DatabaseError as err:
+        log.warning("the placer's pass failed: %s", err)
+    return None
