@@ -211,7 +211,8 @@ class LaunchForm:
                 env=data.get("env", "").strip(), budget_usd=data.get("budget_usd", "").strip() or None,
                 node=data.get("node", "").strip(), pool=data.get("pool", "").strip(), created_by=user,
                 init_from=data.get("init_from", "").strip() or None, init_step=data.get("init_step", "").strip() or None,
-                stop_loss=stop_loss_input(data), cluster=data.get("cluster", "").strip() or None)
+                stop_loss=stop_loss_input(data), cluster=data.get("cluster", "").strip() or None,
+                priority=data.get("priority", "").strip())
         except InputError as err:
             self.errors[err.field] = err.message
             return None

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboard import views, views_clusters, views_hardware, views_launch
+from dashboard import views, views_clusters, views_hardware, views_launch, views_queue
 
 urlpatterns = [
     path("", views.fleet_page, name="fleet"),
@@ -15,11 +15,14 @@ urlpatterns = [
     path("nodes/<path:name>", views.node_page, name="node"),
     path("jobs", views.jobs_page, name="jobs"),
     path("jobs/start", views.start_job, name="job-start"),
+    path("jobs/queue", views_queue.queue_panel, name="jobs-queue"),
+    path("jobs/caps", views_queue.set_cap, name="jobs-cap"),
     path("jobs/<int:job_id>", views.job_page, name="job"),
     path("jobs/<int:job_id>/stop", views.stop_job, name="job-stop"),
     path("jobs/<int:job_id>/resume", views.resume_job, name="job-resume"),
     path("jobs/<int:job_id>/score-key", views.set_score_key, name="job-score-key"),
     path("jobs/<int:job_id>/stop-loss", views.set_stop_loss, name="job-stop-loss"),
+    path("jobs/<int:job_id>/priority", views_queue.set_priority, name="job-priority"),
     path("jobs/<int:job_id>/restart", views_launch.restart_job, name="job-restart"),
     path("jobs/<int:job_id>/part/<str:part>", views_launch.job_part, name="job-part"),
     path("recipes", views_launch.recipes_page, name="recipes"),

@@ -25,7 +25,7 @@ from collector.models import Node
 from costs import report, tokens
 from costs.activity import BUSY_PCT, IDLE_TENSOR_PCT, THROTTLED_SHARE, job_activity, job_mfu
 from costs.intelligence import base_build, job_intelligence, score_cost_curve
-from dashboard import figures, fleetstate, health, launched, readings
+from dashboard import figures, fleetstate, health, launched, readings, views_queue
 from dashboard.forms import FORM_CONFIG, PRESETS, STOP_LOSS_FIELDS, LaunchForm, StartForm, stop_loss_input
 from dashboard.timerange import RANGES, from_request
 from launch.models import Recipe
@@ -274,6 +274,7 @@ def _jobs_context(request, form=None, filters=None, what=None):
         "spark_max": readings.SPARK_POINTS,
         "workers": launched.worker_rows(workers), "worker_nodes": sorted({w.host for w in workers}),
         "worker_pools": sorted({w.team for w in workers} - {""}),
+        "priorities": views_queue.priorities(request.user), **views_queue.panel_context(request),
     }
 
 
@@ -355,9 +356,13 @@ def start_job(request):
     if job is None:
         return render(request, "dashboard/jobs.html", {**_jobs_context(request, form), "form_open": True},
                       status=400)
-    messages.success(request, f"Job {job.pk} {job.name!r} queued" + (
-        f": recipe {job.launch.recipe_name} v{job.launch.recipe_version}, sent to {job.placed_on}." if isinstance(
-            form, LaunchForm) else "."))
+    if job.in_line:
+        where = f", {job.waiting_for}."
+    elif isinstance(form, LaunchForm):
+        where = f": recipe {job.launch.recipe_name} v{job.launch.recipe_version}, sent to {job.placed_on or 'its cluster'}."
+    else:
+        where = "."
+    messages.success(request, f"Job {job.pk} {job.name!r} queued{where}")
     return redirect("job", job_id=job.pk)
 
 
@@ -434,6 +439,7 @@ def job_page(request, job_id):
         "busy_pct": round(BUSY_PCT), "idle_tensor_pct": round(IDLE_TENSOR_PCT),
         "stop_loss_fields": _stop_loss_fields(), "stop_loss_text": stoploss.describe(job.stop_loss),
         "stop_loss_values": {f"stop_loss.{k}": v for k, v in job.stop_loss.items()},
+        "priorities": views_queue.priorities(request.user),
     })
 
 

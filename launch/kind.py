@@ -90,6 +90,9 @@ class Launched(Kind):
     def runs_on(self, worker):
         return worker.name.startswith(QUEUE_PREFIX)
 
+    def joined_line(self, job, now):
+        place_waiting(now)
+
     def place_at(self, job, worker, gpus, cores):
         NODE.dispatch(job, LaunchPlacement(worker.name, worker.name, node=worker.host, gpus=gpus, cores=cores))
 

@@ -19,7 +19,7 @@ from yardstick.http import bad, int_param, methods
 from yardstick.inputs import InputError, json_object
 
 LAUNCH_FIELDS = ("recipe", "params", "name", "team", "env", "budget_usd", "node", "pool", "init_from", "init_step",
-                 "stop_loss", "cluster")
+                 "stop_loss", "cluster", "priority")
 OUTPUT_LIMIT, OUTPUT_LIMIT_MAX = 1000, 10000
 
 FORMATS = ("json", "yaml")
@@ -197,8 +197,9 @@ cluster_api = methods(GET=_cluster, DELETE=_unregister)
 @require_role("operator")
 def _launch(request):
     """Launch a recipe: {recipe, params: {name: value}, name, team, env, budget_usd, node, pool, init_from,
-    init_step, stop_loss}; 201 with the job. A value its parameter refuses, or devices no launch worker has free,
-    is a 400 naming the field."""
+    init_step, stop_loss, cluster, priority}; 201 with the job, which waits in the line while its devices are
+    busy. A value its parameter refuses, or devices no live launch worker could ever give, is a 400 naming the
+    field."""
     try:
         body = json_object(request.body)
         unknown = sorted(set(body) - set(LAUNCH_FIELDS))

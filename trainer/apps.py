@@ -14,3 +14,8 @@ class TrainerConfig(AppConfig):
         from trainer.kinds.embedded import EMBEDDED
 
         register(EMBEDDED)
+        # The line of waiting jobs moves when a job ends and frees what it held.
+        from trainer import queue
+        from trainer.signals import devices_freed
+
+        devices_freed.connect(queue.on_devices_freed, dispatch_uid="trainer.queue")

@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from trainer import stoploss
 from trainer.kinds import kind_for, kind_of, kinds
+from trainer.signals import devices_freed
 from yardstick.inputs import InputError
 from yardstick.live import publish
 
@@ -209,10 +210,8 @@ class Job(models.Model):
                                                          reason=reason)
                     self.refresh_from_db()
                     self._announce(old, reason, change)
-                    if to in ENDED:  # what it held is free: the next in line may start
-                        from trainer import queue  # trainer.queue imports this module
-
-                        transaction.on_commit(queue.serve_waiting)
+                    if to in ENDED:  # what it held is free: the next in line may start (trainer/queue.py)
+                        transaction.on_commit(lambda: devices_freed.send(sender=Job, job=self))
                     return old
         self.refresh_from_db()
         return None
@@ -321,9 +320,7 @@ class Job(models.Model):
             if old is None:
                 return False
             if placement is None:
-                from trainer import queue  # trainer.queue imports this module
-
-                queue.place_waiting(now)
+                kind.joined_line(self, now)
                 self.refresh_from_db()
             else:
                 kind.dispatch(self, placement)
@@ -458,20 +455,6 @@ class Job(models.Model):
             return None
         end = self.placed_at or (now or timezone.now() if self.in_line else self.queued_at)
         return max(0.0, (end - self.queued_at).total_seconds())
-
-    def set_priority(self, priority, by=None):
-        """Change a waiting job's priority (a Priority value or label); its place follows at the placer's next pass,
-        made now. InputError when the value is not one, or the job no longer waits."""
-        value = Priority.parse(priority)
-        if not Job.objects.filter(pk=self.pk, status=Status.QUEUED, placed_at__isnull=True).update(priority=value):
-            self.refresh_from_db()
-            raise InputError("priority", f"job {self.pk} is {self.status}, not waiting in line: only a waiting job's "
-                                         "priority can change")
-        self.priority = value
-        from trainer import queue  # trainer.queue imports this module
-
-        queue.place_waiting()
-        self.refresh_from_db()
 
     # The one rule for which controls a job offers: the pages, the API and the live events ask these.
 
@@ -805,29 +788,6 @@ class TeamCap(models.Model):
     def to_dict(self):
         return {"team": self.team, "kind": self.kind, "devices": self.devices, "set_by": self.set_by,
                 "set_at": _iso(self.set_at)}
-
-    @classmethod
-    def put(cls, team, kind, devices, by=""):
-        """Set (or, with devices None or "", remove) `team`'s cap of `kind`; InputError naming the bad field."""
-        from trainer import inputs  # trainer.inputs imports this module
-
-        team = inputs.text("team", team, TEAM_MAX)
-        if kind not in cls.KINDS:
-            raise InputError("kind", f"kind must be cuda (GPUs) or cpu (cores), got {kind!r}")
-        if devices is None or (isinstance(devices, str) and not devices.strip()):
-            cls.objects.filter(team=team, kind=kind).delete()
-            return None
-        number = -1
-        if isinstance(devices, int) and not isinstance(devices, bool):
-            number = devices
-        elif isinstance(devices, str) and devices.strip().isdigit() and devices.strip().isascii():
-            number = int(devices.strip())
-        if not 0 <= number <= 100_000:
-            raise InputError("devices", f"devices must be a whole number from 0 to 100000 (empty: no cap), got "
-                                        f"{devices!r}")
-        cap, _ = cls.objects.update_or_create(team=team, kind=kind, defaults={"devices": number, "set_by": str(by),
-                                                                               "set_at": timezone.now()})
-        return cap
 
 
 class Worker(models.Model):

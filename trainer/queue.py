@@ -29,15 +29,18 @@ from dataclasses import dataclass
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from trainer.kinds import kind_of
-from trainer.models import ACTIVE, Job, Status, TeamCap
+from trainer import inputs
+from trainer.kinds import kind_of, kinds
+from trainer.models import ACTIVE, TEAM_MAX, Job, Status, TeamCap
 from trainer.workers import free_devices, held_by, live_workers
+from yardstick.inputs import InputError
 from yardstick.live import publish
 
 log = logging.getLogger(__name__)
 
 # pg_advisory_xact_lock's key: one placer pass at a time, across every process of the control plane and the nodes.
 LOCK_KEY = 0x59_53_51_55  # "YSQU"
+CAP_MAX = 100_000
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,52 @@ def _announce(done):
                                          "note": j.status_note} for j in done.placed + done.waiting]})
 
 
+def on_devices_freed(sender=None, job=None, **kwargs):
+    """trainer.signals.devices_freed's receiver: a pass when anyone waits."""
+    serve_waiting()
+
+
+def set_priority(job, priority, by=None):
+    """Change waiting `job`'s priority ("low", "normal", "high"; high for admins: `by`, the user asking, None for
+    Yardstick itself), then a pass: its place follows. InputError when the value is not one, the user may not ask
+    for it, or the job no longer waits."""
+    value = inputs.priority(priority, by)
+    with transaction.atomic():
+        if not Job.objects.filter(pk=job.pk, status=Status.QUEUED, queued_at__isnull=False,
+                                  placed_at__isnull=True).update(priority=value):
+            job.refresh_from_db()
+            raise InputError("priority", f"job {job.pk} is {job.status}, not waiting in line: only a waiting job's "
+                                         "priority can change")
+        place_waiting()
+    job.refresh_from_db()
+    return job
+
+
+def set_cap(team, kind, devices, by=""):
+    """Set `team`'s cap of `kind` ("cuda": GPUs, "cpu": cores) to `devices` held at once, or remove it (None or
+    empty), then a pass (a raised cap may start what waited for it); the TeamCap or None. InputError naming the bad
+    field; nothing changes then."""
+    team = inputs.text("team", team, TEAM_MAX)
+    if not isinstance(kind, str) or kind not in TeamCap.KINDS:
+        raise InputError("kind", f"kind must be cuda (GPUs) or cpu (cores), got {kind!r}")
+    if devices is None or (isinstance(devices, str) and not devices.strip()):
+        TeamCap.objects.filter(team=team, kind=kind).delete()
+        serve_waiting()
+        return None
+    number = -1
+    if isinstance(devices, int) and not isinstance(devices, bool):
+        number = devices
+    elif isinstance(devices, str) and devices.strip().isascii() and devices.strip().isdigit():
+        number = int(devices.strip())
+    if not 0 <= number <= CAP_MAX:
+        raise InputError("devices", f"devices must be a whole number from 0 to {CAP_MAX} (empty: no cap), got "
+                                    f"{devices!r}")
+    cap, _ = TeamCap.objects.update_or_create(team=team, kind=kind, defaults={"devices": number, "set_by": str(by),
+                                                                               "set_at": timezone.now()})
+    serve_waiting()
+    return cap
+
+
 def serve_waiting():
     """A pass when anyone waits (after the commit that ended a job, when a worker reports); an error is logged, never
     raised into what called it (beat's pass comes next). Return the Pass, or None."""
@@ -173,3 +222,42 @@ def serve_waiting():
     except DatabaseError as err:
         log.warning("the placer's pass failed: %s", err)
     return None
+
+
+def summary(now=None):
+    """The line as the queue panel and /api/queue show it: per pool (the shared one is ""), its workers' GPUs (all,
+    free, held), the jobs running that the line placed, the waiting ones in order (the first is the next to start);
+    and the team caps."""
+    now = now or timezone.now()
+    pools = {}
+
+    def pool(name):
+        return pools.setdefault(name, {"pool": name, "workers": [], "gpus": 0, "free_gpus": 0, "held_gpus": 0,
+                                       "cores": 0, "running": 0, "waiting": []})
+
+    for worker in sorted(live_workers(now), key=lambda w: w.name):
+        if not any(kind.runs_on(worker) for kind in kinds()):
+            continue
+        held = held_by(worker)
+        free_gpus, _cores = free_devices(worker, held)
+        row = pool(worker.team)
+        row["workers"].append(worker.name)
+        row["gpus"] += len(worker.gpus)
+        row["free_gpus"] += len(free_gpus)
+        row["held_gpus"] += len(worker.gpus) - len(free_gpus)
+        row["cores"] += worker.cores
+    placed = Job.objects.filter(status__in=[Status.QUEUED, *ACTIVE], queued_at__isnull=False,
+                                placed_at__isnull=False)
+    for name, count in Counter(placed.values_list("pool", flat=True)).items():
+        pool(name)["running"] = count
+    for job in waiting():
+        want = kind_of(job).wants(job)
+        pool(job.pool)["waiting"].append({
+            "id": job.pk, "name": job.name, "team": job.team, "priority": job.get_priority_display(),
+            "place": job.line_place, "wants": str(want) if want else "", "waiting_for": job.waiting_for,
+            "queued_at": job.queued_at.isoformat(), "waited_s": round(job.waited_s(now), 3)})
+    rows = [pools[name] for name in sorted(pools)]
+    for row in rows:
+        row["next"] = row["waiting"][0] if row["waiting"] else None
+    return {"pools": rows, "waiting": sum(len(r["waiting"]) for r in rows),
+            "caps": [cap.to_dict() for cap in TeamCap.objects.all()]}

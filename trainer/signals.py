@@ -9,3 +9,4 @@ one is logged, never raised into the run.
 from django.dispatch import Signal
 
 run_ended = Signal()
+devices_freed = Signal()

@@ -10,5 +10,8 @@ urlpatterns = [
     path("api/jobs/<int:job_id>/resume", views.resume_job, name="api-job-resume"),
     path("api/jobs/<int:job_id>/steps", views.job_steps, name="api-job-steps"),
     path("api/jobs/<int:job_id>/samples", views.job_samples, name="api-job-samples"),
+    path("api/jobs/<int:job_id>/priority", views.priority, name="api-job-priority"),
     path("api/workers", views.workers, name="api-workers"),
+    path("api/queue", views.queue_api, name="api-queue"),
+    path("api/caps", views.caps, name="api-caps"),
 ]

@@ -7,8 +7,9 @@ job in the wrong state (409).
 
 from django.http import JsonResponse
 
+from trainer import queue
 from trainer.inputs import status_filter
-from trainer.models import CONTROLS, Job, Sample, Step
+from trainer.models import CONTROLS, Job, Sample, Step, TeamCap
 from trainer.workers import live_workers, with_devices
 from yardstick.auth import require_role
 from yardstick.http import bad, int_param, methods
@@ -199,3 +200,62 @@ def _workers(request):
 
 
 workers = methods(GET=_workers)
+
+
+# -- /api/queue, /api/jobs/<id>/priority, /api/caps ----------------------------------------------------------
+
+
+@require_role("viewer")
+def _queue(request):
+    """The line of jobs waiting for devices, per pool (trainer.queue.summary)."""
+    return JsonResponse(queue.summary())
+
+
+queue_api = methods(GET=_queue)
+
+
+@require_role("operator")
+def _priority(request, job_id):
+    """Change a waiting job's priority: {"priority": "low" | "normal" | "high"} (high: admins); the job with its new
+    place, 400 naming the field, or 409 for a job that no longer waits."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return _missing(job_id)
+    try:
+        body = json_object(request.body)
+        if set(body) != {"priority"}:
+            raise InputError("priority", "give {\"priority\": \"low\" | \"normal\" | \"high\"} and nothing else")
+        if not job.in_line:
+            return JsonResponse({"error": f"job {job.pk} is {job.status}, not waiting in line: only a waiting job's "
+                                          "priority can change", "status": job.status}, status=409)
+        queue.set_priority(job, body["priority"], by=request.user)
+    except InputError as err:
+        return bad(err.field, err.message)
+    return JsonResponse(job.to_dict())
+
+
+priority = methods(POST=_priority)
+
+
+@require_role("viewer")
+def _caps(request):
+    return JsonResponse({"caps": [cap.to_dict() for cap in TeamCap.objects.all()]})
+
+
+@require_role("admin")
+def _put_cap(request):
+    """Set a team's cap: {"team", "kind": "cuda" | "cpu", "devices": N, or null to remove it}; the caps after it."""
+    try:
+        body = json_object(request.body)
+        unknown = sorted(set(body) - {"team", "kind", "devices"})
+        if unknown:
+            raise InputError(unknown[0], f"unknown field {unknown[0]!r}; accepted fields are team, kind, devices")
+        if "devices" not in body:
+            raise InputError("devices", "devices is required: a whole number, or null to remove the cap")
+        queue.set_cap(body.get("team"), body.get("kind", "cuda"), body["devices"], by=request.user.username)
+    except InputError as err:
+        return bad(err.field, err.message)
+    return _caps(request)
+
+
+caps = methods(GET=_caps, PUT=_put_cap)

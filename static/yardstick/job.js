@@ -131,7 +131,7 @@
     if (d.change) addHistory(d.change);
     if (d.stints) showStints(d.stints);
     // A message announced a status ("Job 3 is stopping."): once the job has another, it is no longer true.
-    document.querySelectorAll(".messages li[data-while-status]").forEach(function (li) {
+    document.querySelectorAll(".messages li[data-while-status], #job-line[data-while-status]").forEach(function (li) {
       if (li.dataset.job === String(d.id) && li.dataset.whileStatus !== d.status) li.remove();
     });
     document.querySelectorAll(".messages").forEach(function (ul) { if (!ul.children.length) ul.remove(); });

@@ -53,6 +53,51 @@
     else if (t && d.steps === 0 && d.steps_done !== undefined) t.textContent = "step " + d.steps_done;
     Y.showControls(row, d);
   });
+  // The line moved (trainer/queue.py): each moved job's note (what it waits for, its place), then the queue panel as
+  // the server renders it now. A status change moves the line too (an ended job frees its devices).
+  Y.on("queue", function (ev) {
+    (ev.data.jobs || []).forEach(function (j) {
+      const row = rowOf(j.id);
+      if (!row) return;
+      const note = row.querySelector(".status-note");
+      if (note) { note.textContent = j.note || ""; note.title = j.note || ""; note.hidden = !j.note; }
+      const waited = row.querySelector(".waited");
+      if (waited && !j.in_line) waited.remove();
+    });
+    refreshPanel();
+  });
+  Y.on("status", function () { refreshPanel(); });
+  let panelTimer = null;
+  function refreshPanel() {
+    if (panelTimer) return;
+    panelTimer = setTimeout(async function () {
+      panelTimer = null;
+      const panel = document.getElementById("queue");
+      if (!panel) return;
+      const resp = await fetch("/jobs/queue", { cache: "no-store" });
+      if (!resp.ok) return;
+      const box = document.createElement("div");
+      box.innerHTML = await resp.text();
+      const fresh = box.querySelector("#queue");
+      if (fresh) {
+        // A half-typed cap stays as it was.
+        const form = panel.querySelector("#cap-form");
+        if (form && fresh.querySelector("#cap-form")) fresh.querySelector("#cap-form").replaceWith(form);
+        panel.replaceWith(fresh);
+      }
+    }, 200);
+  }
+  // "waiting 2 min" beside a waiting job's note, counted here between events.
+  function tickWaits() {
+    document.querySelectorAll(".waited[data-since]").forEach(function (el) {
+      const s = Math.max(0, (Date.now() - Date.parse(el.dataset.since)) / 1000);
+      el.textContent = "waiting " + (s < 60 ? Math.floor(s) + " s" : s < 3600 ? Math.floor(s / 60) + " min"
+        : Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min");
+    });
+  }
+  tickWaits();
+  setInterval(tickWaits, 1000);
+
   // What the worker is doing now ("building the base policy ...", "training"); hidden when empty.
   function phase(ev) {
     const d = ev.data;

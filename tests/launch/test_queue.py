@@ -9,7 +9,7 @@ import pytest
 from launch.kind import start
 from launch.models import Launch
 from trainer.models import Job, Status, TeamCap, Worker
-from trainer.queue import place_waiting
+from trainer.queue import place_waiting, set_cap, set_priority
 from yardstick.inputs import InputError
 
 PY = sys.executable
@@ -77,17 +77,20 @@ def test_a_high_priority_launch_overtakes_a_normal_one_and_only_an_admin_may_ask
     assert line() == [(low.pk, 1)]
 
 
-def test_a_waiting_jobs_priority_changes_its_place_and_a_placed_jobs_cannot(two_gpus, operator):
+def test_a_waiting_jobs_priority_changes_its_place_and_a_placed_jobs_cannot(two_gpus, operator, admin_user):
     running = run("one", operator)
     run("one", operator)
     first, second = run("one", operator), run("one", operator)
 
-    second.set_priority("high", by="ada")
+    set_priority(second, "high", by=admin_user)
     assert line() == [(second.pk, 1), (first.pk, 2)]
     with pytest.raises(InputError, match=rf"^job {running.pk} is queued, not waiting in line"):
-        running.set_priority("low")
+        set_priority(running, "low")
     with pytest.raises(InputError, match="^priority must be one of low, normal, high; got 7$"):
-        first.set_priority(7)
+        set_priority(first, 7)
+    with pytest.raises(InputError, match="^priority high is for admins; choose low or normal$"):
+        set_priority(first, "high", by=operator)
+    assert line() == [(second.pk, 1), (first.pk, 2)]
 
 
 def test_a_2_gpu_job_is_not_starved_by_a_stream_of_1_gpu_jobs(two_gpus, operator):
@@ -104,7 +107,7 @@ def test_a_2_gpu_job_is_not_starved_by_a_stream_of_1_gpu_jobs(two_gpus, operator
 
 
 def test_a_team_cap_holds_the_teams_second_job_while_another_teams_job_runs(two_gpus, operator):
-    TeamCap.put("research", "cuda", 1, by="ada")
+    set_cap("research", "cuda", 1, by="ada")
     first = run("one", operator)
     capped = run("one", operator)
     other = run("one", operator, team="infra")
@@ -114,7 +117,7 @@ def test_a_team_cap_holds_the_teams_second_job_while_another_teams_job_runs(two_
                                   "its cap of 1 GPU)")
     assert end(other).placed == [], "a free GPU, but the team is at its cap"
     assert end(first).placed == [capped]
-    TeamCap.put("research", "cuda", "", by="ada")
+    set_cap("research", "cuda", "", by="ada")
     assert not TeamCap.objects.exists()
 
 
@@ -124,11 +127,12 @@ def test_a_team_cap_holds_the_teams_second_job_while_another_teams_job_runs(two_
     (True, "cuda", "devices must be a whole number from 0 to 100000 (empty: no cap), got True"),
     (1.5, "cuda", "devices must be a whole number from 0 to 100000 (empty: no cap), got 1.5"),
     (1, "tpu", "kind must be cuda (GPUs) or cpu (cores), got 'tpu'"),
+    (1, [], "kind must be cuda (GPUs) or cpu (cores), got []"),
 ])
 def test_a_bad_cap_is_refused_naming_the_field_and_keeps_the_old_one(db, devices, kind, why):
-    TeamCap.put("research", "cuda", 2)
+    set_cap("research", "cuda", 2)
     with pytest.raises(InputError) as refused:
-        TeamCap.put("research", kind, devices)
+        set_cap("research", kind, devices)
     assert refused.value.message == why
     assert list(TeamCap.objects.values_list("team", "kind", "devices")) == [("research", "cuda", 2)]
 

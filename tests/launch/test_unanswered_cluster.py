@@ -5,6 +5,7 @@ its cluster has not answered; an admin forgets the dead cluster, which ends its 
 real pass (launch.remote.follow) runs against the real database; no Ray is needed (tests/launch/test_ray.py runs
 the same on a real head whose link is cut, and takes the cluster's word once it answers again)."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -47,7 +48,8 @@ def test_a_stop_ends_a_job_whose_cluster_does_not_answer_once_its_graces_are_ove
     client.force_login(admin_user)
     for page in ("/jobs", f"/jobs/{job.pk}"):
         html = client.get(page).content.decode()
-        assert f'<span class="badge warn status-note" data-job="{job.pk}">cluster dead not answering since' in html
+        assert re.search(rf'<span class="badge warn status-note" data-job="{job.pk}"\s+title="[^"]+">cluster dead not '
+                         'answering since', html), html
 
     assert job.request_stop(by="ada")
     remote.follow(job.pk)  # graces of 0 s: the flag, no cancel (nobody to ask), then the end, in one pass

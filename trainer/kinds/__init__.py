@@ -60,6 +60,10 @@ class Kind:
         """Whether `worker` (a trainer.models.Worker) runs this kind's waiting jobs."""
         return False
 
+    def joined_line(self, job, now):
+        """`job` (re)joined the line (a Resume): the placer's pass, in the caller's transaction."""
+        raise NotImplementedError(f"{self.source} jobs do not wait in the line")
+
     def place_at(self, job, worker, gpus, cores):
         """Give waiting `job` these devices of `worker` (GPUs by NVML index, or cores) and send it there once the
         transaction commits (the placer calls this, holding its lock)."""
