@@ -57,7 +57,7 @@ STOP_LOSS_FIELDS = [
 TOP_FIELDS = ("name", "team", "env", "budget_usd", "device", "devices", "node", "pool")
 # Values the trainer certainly accepts, used only to probe the other fields (never saved).
 _GOOD = {"name": "probe", "team": "probe", "env": "arithmetic", "budget_usd": None, "device": "auto", "devices": 1,
-         "node": "", "pool": ""}
+         "node": "", "pool": "", "priority": "normal"}
 
 
 def stop_loss_input(data):
@@ -117,7 +117,7 @@ class StartForm:
             "device": (self.data.get("device") or "auto").strip(),
             "devices": _number(self.data.get("devices", ""), "int") or 1,
             "node": self.data.get("node", "").strip(), "pool": self.data.get("pool", "").strip(),
-            "stop_loss": stop_loss_input(self.data),
+            "stop_loss": stop_loss_input(self.data), "priority": self.data.get("priority", "").strip(),
         }
 
     def save(self, user):

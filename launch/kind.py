@@ -176,7 +176,8 @@ class NodeExecutor(Executor):
     def held(self, worker):
         gpus, cores = {}, {}
         # A job waiting in the line holds nothing, whatever its last start was given.
-        rows = Launch.objects.filter(worker=worker.name, job__status__in=LIVE).exclude(
+        # By node: the node's jobs worker must not give them out either.
+        rows = Launch.objects.filter(node=worker.host, executor=self.name, job__status__in=LIVE).exclude(
             job__queued_at__isnull=False, job__placed_at__isnull=True)
         for launch in rows.only("job_id", "gpus", "cores"):
             gpus.update({index: launch.job_id for index in launch.gpus})

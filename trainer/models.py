@@ -151,6 +151,7 @@ class Job(models.Model):
     placed_at = models.DateTimeField(null=True, blank=True, help_text="when it was last given devices; null: waiting")
     waiting_for = models.TextField(blank=True, default="", help_text="what it waits (or last waited) for, for people")
     line_place = models.PositiveIntegerField(null=True, blank=True, help_text="its place among those waiting in its pool")
+    gpus = models.JSONField(default=list, blank=True, help_text="NVML indices of the GPUs the line gave it, on placed_on")
     # The rule that stops a run which stopped buying intelligence (trainer/stoploss.py); {} for none.
     stop_loss = models.JSONField(default=dict, blank=True)
     # What the stop-loss found when it stopped the job (alerts/stoploss.py: reason, window, the money it
@@ -527,6 +528,7 @@ class Job(models.Model):
             "queued_at": _iso(self.queued_at),
             "placed_at": _iso(self.placed_at),
             "in_line": self.in_line,
+            "gpus": self.gpus,
             "line_place": self.line_place,
             "waiting_for": self.waiting_for,
             "waited_s": self.waited_s(),

@@ -1,25 +1,27 @@
 """The line of jobs waiting for devices on the nodes' own workers, and the one placer that gives them out.
 
-A job of a kind that waits (`Kind.wants(job)` is not None: today a recipe launched on a node's launch worker) joins
-the line when it is started or resumed: queued, `queued_at` set, `placed_at` empty. `place_waiting` is the placer:
-one pass, under a PostgreSQL advisory lock (one pass at a time, in any process), over the line in order of priority
-(high, normal, low), then of when each job joined, then of id. Each job is given what it wants out of what no job
-holds (trainer.workers.free_devices: GPUs by NVML index, what every kind's jobs hold taken out), on the live worker
-of its kind, pool and node with the most free, and sent there (`Kind.place_at`); what does not fit waits, saying what
-for and its place among the waiting jobs of its pool ("waiting for 2 × GPU in the shared pool: 1st in line ...").
+A job of a kind that waits (`Kind.wants(job)` is not None: a recipe launched on a node's launch worker, a built-in
+job that trains on GPUs) joins the line when it is started or resumed: queued, `queued_at` set, `placed_at` empty.
+`place_waiting` is the placer: one pass, under a PostgreSQL advisory lock (one pass at a time, in any process), over
+the line in order of priority (high, normal, low), then of when each job joined, then of id. Each job is given what
+it wants out of what no job holds on a node (trainer.workers.free_devices: GPUs by NVML index less what every kind's
+jobs hold there: a node's jobs worker and launch worker give out the same GPUs), on the live worker of its kind,
+pool and node with the most free, and sent there (`Kind.place_at`); what does not fit waits, saying what for and its
+place among the waiting jobs of its pool ("waiting for 2 × GPUs in the shared pool: 1st in line (...)").
 
-No starving: a GPU job that does not fit holds back the free GPUs of the worker where it will fit soonest (of those
-that have enough GPUs for it, the one with the most free): no job behind it in the line is given those, so they
-gather until it fits, while jobs behind it may still start on other workers. A job of higher priority comes before
+No starving: a GPU job that does not fit holds back the free GPUs of the node where it will fit soonest (of those
+whose worker has enough GPUs for it, the one with the most free): no job behind it in the line is given those, so
+they gather until it fits, while jobs behind it may still start on other nodes. A job of higher priority comes before
 it in the line and is served first. A cpu job shares its node's cores (as many as the worker has) and never waits
 for them.
 
-Team caps (trainer.models.TeamCap): a job whose team's running jobs already hold its team's cap of GPUs waits,
-saying so, and holds nothing back for itself.
+Team caps (trainer.models.TeamCap): a job whose team's placed jobs already hold its team's cap of GPUs waits, saying
+so, and holds nothing back for itself.
 
-A pass runs when a job joins the line, when a job ends (Job.transition, after commit: what it held is free), when
-a waiting job's priority changes, when a worker reports, and from beat every settings.QUEUE_PASS_S (a worker that
-came back, a control plane restarted). Everything is in the database: a restart loses no place.
+A pass runs when a job joins the line, when a job ends (trainer.signals.devices_freed, after the commit: what it held
+is free), when a waiting job's priority or a cap changes, when a worker reports, and from beat every
+settings.QUEUE_PASS_S (a worker that came back, a control plane restarted). Everything is in the database: a restart
+loses no place.
 """
 
 import logging
@@ -32,7 +34,7 @@ from django.utils import timezone
 from trainer import inputs
 from trainer.kinds import kind_of, kinds
 from trainer.models import ACTIVE, TEAM_MAX, Job, Status, TeamCap
-from trainer.workers import free_devices, held_by, live_workers
+from trainer.workers import free_devices, gpu_indices, held_by, live_workers
 from yardstick.inputs import InputError
 from yardstick.live import publish
 
@@ -52,12 +54,21 @@ class Want:
     count: int
     node: str = ""
     pool: str = ""
+    index: int | None = None  # that GPU (NVML index) and no other: a built-in job's cuda:N
 
     def __str__(self):
         what = "GPU" if self.kind == "cuda" else "core"
         where = (f" on node {self.node}" if self.node else "") + (f" in pool {self.pool}" if self.pool
                                                                    else " in the shared pool")
+        if self.index is not None:
+            return f"GPU {self.index}{where}"
         return f"{self.count} × {what}{'s' if self.count > 1 else ''}{where}"
+
+    def fits(self, free):
+        """The GPUs of `free` (indices) it would be given, or None."""
+        if self.index is not None:
+            return [self.index] if self.index in free else None
+        return free[:self.count] if len(free) >= self.count else None
 
 
 def waiting():
@@ -88,9 +99,13 @@ def place_waiting(now=None):
         if not line:
             return Pass([], [])
         workers = sorted(live_workers(now), key=lambda w: w.name)
-        free = {w.name: list(free_devices(w, held_by(w))) for w in workers}
+        # By node: a node's jobs worker and launch worker give out the same GPUs.
+        free = {}
+        for w in workers:
+            if w.host not in free:
+                free[w.host] = list(free_devices(w, held_by(w)))
         caps, team_held = _caps()
-        held_back = set()  # workers whose free GPUs wait for a job ahead in the line
+        held_back = set()  # nodes whose free GPUs wait for a job ahead in the line
         places = Counter()
         done = Pass([], [])
         for job in line:
@@ -100,17 +115,19 @@ def place_waiting(now=None):
                 continue
             mine = [w for w in workers if kind.runs_on(w) and w.team == want.pool and (not want.node
                                                                                         or w.host == want.node)]
-            big_enough = [w for w in mine if _size(w, want.kind) >= want.count]
+            big_enough = [w for w in mine if _size(w, want.kind) >= want.count and (
+                want.index is None or want.index in gpu_indices(w))]
             cap = caps.get((job.team, want.kind))
             over_cap = cap is not None and team_held[(job.team, want.kind)] + want.count > cap
             if not over_cap:
                 fits = [w for w in big_enough if want.kind == "cpu"
-                        or (w.name not in held_back and len(free[w.name][0]) >= want.count)]
+                        or (w.host not in held_back and want.fits(free[w.host][0]) is not None)]
                 if fits:
-                    chosen = min(fits, key=lambda w: (-_free(free[w.name], want.kind), w.name))
-                    gpus, cores = free[chosen.name]
-                    given = gpus[:want.count] if want.kind == "cuda" else []
-                    free[chosen.name] = [gpus[len(given):], cores - (want.count if want.kind == "cpu" else 0)]
+                    chosen = min(fits, key=lambda w: (-_free(free[w.host], want.kind), w.name))
+                    gpus, cores = free[chosen.host]
+                    given = want.fits(gpus) if want.kind == "cuda" else []
+                    gpus = [i for i in gpus if i not in given]
+                    free[chosen.host] = [gpus, cores - (want.count if want.kind == "cpu" else 0)]
                     team_held[(job.team, want.kind)] += want.count
                     Job.objects.filter(pk=job.pk).update(placed_at=now, placed_on=chosen.name, line_place=None)
                     job.placed_at, job.placed_on, job.line_place = now, chosen.name, None
@@ -118,8 +135,8 @@ def place_waiting(now=None):
                     done.placed.append(job)
                     continue
                 if want.kind == "cuda" and big_enough:
-                    open_ = [w for w in big_enough if w.name not in held_back] or big_enough
-                    held_back.add(min(open_, key=lambda w: (-len(free[w.name][0]), w.name)).name)
+                    open_ = [w for w in big_enough if w.host not in held_back] or big_enough
+                    held_back.add(min(open_, key=lambda w: (-len(free[w.host][0]), w.name)).host)
             places[want.pool] += 1
             if over_cap:
                 why = (f"team {job.team} holds {team_held[(job.team, want.kind)]} of its cap of {cap} "
@@ -140,7 +157,7 @@ def place_waiting(now=None):
 
 
 def _size(worker, kind):
-    return len(worker.gpus) if kind == "cuda" else worker.cores
+    return len(gpu_indices(worker)) if kind == "cuda" else worker.cores
 
 
 def _free(free, kind):
@@ -235,16 +252,19 @@ def summary(now=None):
         return pools.setdefault(name, {"pool": name, "workers": [], "gpus": 0, "free_gpus": 0, "held_gpus": 0,
                                        "cores": 0, "running": 0, "waiting": []})
 
+    counted = set()  # (pool, node): a node's jobs worker and launch worker share its GPUs
     for worker in sorted(live_workers(now), key=lambda w: w.name):
         if not any(kind.runs_on(worker) for kind in kinds()):
             continue
-        held = held_by(worker)
-        free_gpus, _cores = free_devices(worker, held)
         row = pool(worker.team)
         row["workers"].append(worker.name)
-        row["gpus"] += len(worker.gpus)
+        if (worker.team, worker.host) in counted:
+            continue
+        counted.add((worker.team, worker.host))
+        free_gpus, _cores = free_devices(worker, held_by(worker))
+        row["gpus"] += len(gpu_indices(worker))
         row["free_gpus"] += len(free_gpus)
-        row["held_gpus"] += len(worker.gpus) - len(free_gpus)
+        row["held_gpus"] += len(gpu_indices(worker)) - len(free_gpus)
         row["cores"] += worker.cores
     placed = Job.objects.filter(status__in=[Status.QUEUED, *ACTIVE], queued_at__isnull=False,
                                 placed_at__isnull=False)

@@ -240,7 +240,9 @@ def run(job_id, progress=None):
     stints = []  # rank 0's, then (on several devices) the other ranks'
     beat = None
     try:
-        devices = resolve_devices(job.device, job.devices)
+        # The GPUs the line gave it (trainer/queue.py; NVML's indices, CUDA's on a node whose GPUs are alike), else
+        # what its device names here.
+        devices = [f"cuda:{i}" for i in job.gpus] if job.gpus else resolve_devices(job.device, job.devices)
         stints.append(_open_stint(job, devices[0], os.getpid()))
         job.announce_stints()  # "Where it ran" shows this stint from now (the claim's status event had none)
         # INFO of Yardstick's own: `up`'s terminal shows it (yardstick/logs.py), as it does the end below.

@@ -47,15 +47,16 @@ def list_jobs(request):
 @require_role("operator")
 def create_job(request):
     """Start a job from {name, team, env, config: {...}, budget_usd, device, devices, node, pool, init_from,
-    init_step, stop_loss}; 201 with the job. init_from (a job id) continues that job's policy from its checkpoint at
-    init_step (default: its final one) instead of the base policy. devices (default 1), node and pool say
-    where it may run: a job no live jobs worker can run is refused (400) naming what they have."""
+    init_step, stop_loss, priority}; 201 with the job. init_from (a job id) continues that job's policy from its
+    checkpoint at init_step (default: its final one) instead of the base policy. devices (default 1), node and pool
+    say where it may run: a job no live jobs worker can run is refused (400) naming what they have; one on GPUs waits
+    in the line (trainer/queue.py) by its priority while they are busy."""
     try:
         body = json_object(request.body)
     except InputError as err:
         return bad(err.field, err.message)
     accepted = ("name", "team", "env", "config", "budget_usd", "device", "devices", "node", "pool", "init_from",
-                "init_step", "stop_loss")
+                "init_step", "stop_loss", "priority")
     unknown = sorted(set(body) - set(accepted))
     if unknown:
         return bad(unknown[0], f"unknown field {unknown[0]!r}; accepted fields are {', '.join(accepted)}")
@@ -65,6 +66,7 @@ def create_job(request):
             budget_usd=body.get("budget_usd"), device=body.get("device", "auto"), devices=body.get("devices", 1),
             node=body.get("node", ""), pool=body.get("pool", ""), created_by=request.user,
             init_from=body.get("init_from"), init_step=body.get("init_step"), stop_loss=body.get("stop_loss"),
+            priority=body.get("priority", "normal"),
         )
     except InputError as err:
         return bad(err.field, err.message)

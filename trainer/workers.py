@@ -213,10 +213,17 @@ def _instead(field):
             "devices": "ask for at most what one worker has"}[field]
 
 
+def gpu_indices(worker):
+    """The GPUs of `worker`'s node by NVML index: NVML's list, else (no NVML there) the cuda devices torch sees."""
+    return sorted(g["index"] for g in worker.gpus if g.get("index") is not None) or sorted(
+        int(d.partition(":")[2]) for d in worker.devices if d.startswith("cuda:"))
+
+
 def free_devices(worker, held=None):
-    """(free GPU indices, free cores) of `worker` now: its GPUs and cores less what every kind's jobs hold."""
+    """(free GPU indices, free cores) of `worker` now: its GPUs and cores less what every kind's jobs hold on its
+    node (a node's jobs worker and launch worker share its GPUs)."""
     held = held or held_by(worker)
-    gpus = sorted(g["index"] for g in worker.gpus if g.get("index") not in held["gpus"])
+    gpus = [i for i in gpu_indices(worker) if i not in held["gpus"]]
     return gpus, max(0, worker.cores - sum(held["cores"].values()))
 
 

@@ -82,7 +82,7 @@ PARAMS = {
     "api-device-samples": [("GET", "query", ["resolution", "from", "to"])],
     "api-jobs": [("GET", "query", ["status", "team", "limit"]),
                  ("POST", "json", ["name", "team", "env", "config", "budget_usd", "device", "devices", "node", "pool",
-                                   "init_from", "init_step", "stop_loss"])],
+                                   "init_from", "init_step", "stop_loss", "priority"])],
     "api-job": [("GET", "query", [])],
     "api-job-stop": [("POST", "json", [])],
     "api-job-stop-loss": [("PUT", "json", ["usd", "points", "reward_drop", "kl_max", "entropy_min", "steps"]),

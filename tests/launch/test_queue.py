@@ -163,3 +163,39 @@ def test_a_resumed_job_waits_in_line_on_the_node_that_holds_its_checkpoints(db, 
     assert job.in_line and job.waiting_for == (f"waiting for 1 × GPU on node {node} in the shared pool: 1st in line "
                                                "(every GPU that would do is held)")
     assert end(other).placed == [job] and Launch.objects.get(pk=job.pk).worker == f"launch@{node}"
+
+
+@pytest.fixture
+def one_node_two_workers(db, recipe):
+    """A node's jobs worker and launch worker, both seeing its two GPUs (torch's cuda:0 and cuda:1, NVML's 0 and 1)."""
+    for name in ("jobs@gpu-a", "launch@gpu-a"):
+        Worker.report(name, "gpu-a", [name, "jobs"] if name.startswith("jobs") else [name],
+                      ["cpu", "cuda:0", "cuda:1"], cores=8, gpus=H100)
+    recipe("one", [PY, "-c", "pass"], devices={"kind": "cuda", "count": 1})
+
+
+def builtin(user, **fields):
+    return Job.start(name="grpo", team="research", env="arithmetic", config={"steps": 2}, created_by=user, **fields)
+
+
+def test_a_built_in_job_and_a_launch_never_share_a_gpu_of_their_node(one_node_two_workers, operator):
+    trainer = builtin(operator)  # device auto on a node with GPUs: a GPU job, from the line
+    launched = run("one", operator)
+    waits = run("one", operator)
+    named = builtin(operator, device="cuda:1")
+
+    assert (trainer.gpus, trainer.placed_on, gpus(launched)) == ([0], "jobs@gpu-a", [1])
+    assert [pk for pk, _ in line()] == [waits.pk, named.pk]
+    assert named.waiting_for == ("waiting for GPU 1 in the shared pool: 2nd in line (every GPU that would do is "
+                                 "held)")
+    assert end(launched).placed == [waits], "the launch first in line takes GPU 1, named or not"
+    assert gpus(waits) == [1]
+    assert end(waits).placed == [named]
+    named.refresh_from_db()
+    assert named.gpus == [1] and named.placed_on == "jobs@gpu-a"
+    assert end(trainer).placed == [] and line() == []
+
+
+def test_a_built_in_job_on_cpu_is_not_in_the_line(one_node_two_workers, operator):
+    job = builtin(operator, device="cpu")
+    assert not job.in_line and job.gpus == [] and job.waited_s() == 0

@@ -7,11 +7,15 @@ trains and writes checkpoints under the job's checkpoint_dir, which a Resume and
 
 from celery import current_app
 from django.db import transaction
+from django.utils import timezone
 
 from trainer import inputs, stoploss
 from trainer.kinds import Kind
-from trainer.models import NAME_MAX, TEAM_MAX, Job, Source, Status, Stint
-from trainer.workers import device_refusal, live_jobs_workers, place
+from trainer.models import ACTIVE, NAME_MAX, TEAM_MAX, Job, Source, Status, Stint, Worker
+from trainer.queue import Want, place_waiting
+from trainer.workers import Placement, device_refusal, gpu_indices, is_jobs_worker, live_jobs_workers, place
+
+LIVE = (Status.QUEUED, *ACTIVE)
 from yardstick.inputs import InputError
 
 # The Celery task that runs a job (trainer.tasks.run_job), routed to the jobs queue by this name.
@@ -33,11 +37,15 @@ class Embedded(Kind):
         return sorted(int(p.stem.removeprefix("step-")) for p in job.checkpoint_dir.glob("step-*.pt"))
 
     def held(self, worker):
-        """A running embedded job on `worker`'s node holds the GPUs its open stints name (by UUID), and one core a
-        rank: whichever of the node's workers runs it (its jobs worker), another (its launch worker) must not give
-        them out."""
+        """An embedded job on `worker`'s node holds the GPUs the line gave it (from its placement on, before it
+        starts) and those its open stints name (by UUID), and one core a rank: whichever of the node's workers runs it
+        (its jobs worker), another (its launch worker) must not give them out."""
         index = {g.get("uuid"): g.get("index") for g in worker.gpus}
         gpus, cores = {}, {}
+        here = Worker.objects.filter(host=worker.host).values("name")
+        for job_id, given in Job.objects.filter(source=self.source, status__in=LIVE, placed_on__in=here).exclude(
+                gpus=[]).exclude(queued_at__isnull=False, placed_at__isnull=True).values_list("pk", "gpus"):
+            gpus.update({i: job_id for i in given})
         for job_id, device in Stint.objects.filter(ended_at__isnull=True, node=worker.host,
                                                    job__source=self.source).values_list("job_id", "device"):
             if device in index:
@@ -45,6 +53,25 @@ class Embedded(Kind):
             else:
                 cores[job_id] = cores.get(job_id, 0) + 1
         return {"gpus": gpus, "cores": cores}
+
+    def wants(self, job):
+        # A job that asks for GPUs waits in the line for them (start decides: a cuda device, or auto where a jobs
+        # worker has GPUs); one on cpu is placed as it starts (cores are shared).
+        if job.queued_at is None or not wants_gpus(job.device, job.node, job.pool):
+            return None
+        index = int(job.device.partition(":")[2]) if job.device.startswith("cuda:") else None
+        return Want("cuda", job.devices, job.node, job.pool, index=index)
+
+    def runs_on(self, worker):
+        return is_jobs_worker(worker)
+
+    def joined_line(self, job, now):
+        place_waiting(now)
+
+    def place_at(self, job, worker, gpus, cores):
+        Job.objects.filter(pk=job.pk).update(gpus=gpus)
+        job.gpus = gpus
+        self.dispatch(job, Placement(worker.name, worker.name))
 
     def dispatch(self, job, placement):
         # By the task's name: trainer.tasks imports this module, so this one does not import it back.
@@ -55,9 +82,18 @@ class Embedded(Kind):
 EMBEDDED = Embedded()
 
 
+def wants_gpus(device, node="", pool=""):
+    """Whether a job of `device` trains on GPUs, so waits in the line for them: cuda or cuda:N, or auto where a live
+    jobs worker of its pool (and node) has GPUs."""
+    if device.startswith("cuda"):
+        return True
+    return device == "auto" and any(gpu_indices(w) for w in live_jobs_workers() if w.team == pool
+                                    and (not node or w.host == node))
+
+
 def start(*, name, team, env, config=None, budget_usd=None, device="auto", devices=1, node="", pool="",
           created_by=None, enqueue=True, runs_here=False, init_from=None, init_step=None, stop_loss=None,
-          check_only=False):
+          check_only=False, priority="normal"):
     """Validate the input, create a queued job and (after commit) enqueue its task.
 
     Raise InputError naming the first bad field; nothing is created then.
@@ -69,7 +105,8 @@ def start(*, name, team, env, config=None, budget_usd=None, device="auto", devic
     placed on a jobs worker that has them all (trainer.workers.place), or refused.
     `stop_loss`: the rule that stops it once it stops buying intelligence (trainer/stoploss.py).
     `check_only`: check every field and the placement, create nothing and return None (a created row rolled back
-    would still use up a job id).
+    would still use up a job id). A job that trains on GPUs (`wants_gpus`) waits in the line for them
+    (trainer/queue.py), by `priority`; one on cpu is sent at once.
     """
     # here: trainer.rl loads torch, which only this path needs
     from trainer.rl.config import ConfigError, TrainConfig
@@ -95,6 +132,7 @@ def start(*, name, team, env, config=None, budget_usd=None, device="auto", devic
     device = inputs.device(device)
     devices = inputs.devices(devices, device)
     node, pool = inputs.name_field("node", node, 255), inputs.name_field("pool", pool, TEAM_MAX)
+    priority = inputs.priority(priority, created_by)
     if cfg.prompts_per_step < devices:  # each device takes whole prompt groups
         raise InputError("config.prompts_per_step", f"config.prompts_per_step must be at least devices ({devices}): "
                                                     f"each device takes whole prompt groups; got {cfg.prompts_per_step}")
@@ -112,16 +150,23 @@ def start(*, name, team, env, config=None, budget_usd=None, device="auto", devic
     if check_only:
         return None
 
+    in_line = enqueue and not runs_here and wants_gpus(device, node, pool)
+    now = timezone.now()
     with transaction.atomic():
         job = Job.open(
             reason=f"created by {created_by}" if created_by else "created",
             name=name, team=team, env=env, config=cfg.to_dict(), budget_usd=budget,
             device=device, devices=devices, node=node, pool=pool, created_by=created_by, init_from=source,
-            init_step=init_step, placed_on=placement.worker if placement else "",
-            stop_loss={**stop_rule, "from_step": 0} if stop_rule else {},
+            init_step=init_step, placed_on=placement.worker if placement and not in_line else "",
+            stop_loss={**stop_rule, "from_step": 0} if stop_rule else {}, priority=priority,
+            queued_at=now, placed_at=None if in_line else now,
         )
-        if enqueue:
+        if in_line:
+            place_waiting(now)
+        elif enqueue:
             EMBEDDED.dispatch(job, placement)
+    if in_line:
+        job.refresh_from_db()
     return job
 
 
@@ -131,8 +176,14 @@ def replace_orphans(now=None):
     the job first claims it, and the claim of the other finds it no longer queued."""
     live = {w.name for w in live_jobs_workers(now)}
     moved = []
+    back = False
     for job in Job.objects.filter(status=Status.QUEUED, source=EMBEDDED.source).exclude(placed_on=""):
         if job.placed_on in live:
+            continue
+        if EMBEDDED.wants(job) is not None:  # given GPUs from the line: back in it, at its place
+            back |= bool(Job.objects.filter(pk=job.pk, status=Status.QUEUED, placed_on=job.placed_on).update(
+                placed_at=None, placed_on="", gpus=[],
+                waiting_for=f"its jobs worker {job.placed_on} stopped reporting before it started the job"))
             continue
         try:
             placement = EMBEDDED.placement(job)
@@ -144,4 +195,6 @@ def replace_orphans(now=None):
                 EMBEDDED.dispatch(job, placement)
                 job.placed_on = placement.worker
                 moved.append(job)
+    if back:
+        place_waiting(now)
     return moved
