@@ -107,7 +107,9 @@ def test_a_status_filter_that_is_not_a_status_is_a_400_not_an_empty_list(viewer,
     ({"team": None}, "team", "team is required"),
     ({"env": None}, "env", "env is required: one of arithmetic, toolcalc"),
     ({"device": "tpu"}, "device", "device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
-    ({"priority": 1}, "priority", "unknown field 'priority'; accepted fields are name, team, env"),
+    ({"prio": 1}, "prio", "unknown field 'prio'; accepted fields are name, team, env"),
+    ({"priority": "urgent"}, "priority", "priority must be one of low, normal, high; got 'urgent'"),
+    ({"priority": "high"}, "priority", "priority high is for admins; choose low or normal"),
     # Only an exact accepted value: "$" in the old pattern let a trailing newline through.
     ({"device": "cuda:1\n"}, "device", "device must be auto, cpu, cuda or cuda:N, got 'cuda:1\\n'"),
     # Text PostgreSQL cannot store (NUL) or UTF-8 cannot encode (a lone surrogate) was a 500.

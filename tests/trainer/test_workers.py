@@ -61,14 +61,16 @@ def test_each_job_goes_only_to_a_worker_that_has_what_it_asks_for(db, client, op
     queues = ("jobs", "jobs@gpu-b", "jobs@cpu-a", "jobs@res-c")
     before = {q: queued_in(q) for q in queues}  # the broker outlives tests: count what this one adds
     with django_capture_on_commit_callbacks(execute=True):
-        anywhere = post_job(client).json()
+        anywhere = post_job(client, "cpu").json()
         two_gpus = post_job(client, "cuda", devices=2).json()
         on_a = post_job(client, node="cpu-a").json()
         pooled = post_job(client, pool="research").json()
         two_cpus = post_job(client, "cpu", devices=2, pool="research").json()
-    # Nothing in particular: the shared queue, which only the shared workers consume.
+    # Nothing in particular, on cpu: the shared queue, which only the shared workers consume.
     assert anywhere["placed_on"] == ""
-    assert (two_gpus["placed_on"], two_gpus["devices"]) == ("jobs@gpu-b", 2)
+    # GPUs: from the line (trainer/queue.py), on the node that has them free, given by index.
+    assert (two_gpus["placed_on"], two_gpus["devices"], two_gpus["gpus"], two_gpus["in_line"]) == (
+        "jobs@gpu-b", 2, [0, 1], False)
     assert on_a["placed_on"] == "jobs@cpu-a"
     assert pooled["placed_on"] == two_cpus["placed_on"] == "jobs@res-c"
     assert [queued_in(q) - before[q] for q in queues] == [1, 1, 1, 2]
@@ -124,12 +126,15 @@ def test_with_no_live_jobs_worker_only_a_job_any_worker_could_run_waits_in_the_q
     assert Job.objects.count() == 1
 
 
-def test_the_least_busy_capable_worker_is_chosen(db, client, operator):
+def test_gpu_jobs_go_where_most_gpus_are_free_and_the_next_waits_in_line(db, client, operator):
     fleet()
+    # No NVML there: its GPUs are the cuda devices torch sees.
     Worker.report("jobs@gpu-d", "gpu-d", ["jobs", "jobs@gpu-d"], ["cpu", "cuda:0"], cores=8)
     client.force_login(operator)
-    first, second, third = (post_job(client, "cuda").json()["placed_on"] for _ in range(3))
-    assert {first, second} == {"jobs@gpu-b", "jobs@gpu-d"} and third == first
+    placed = [post_job(client, "cuda").json() for _ in range(4)]
+    assert [(j["placed_on"], j["gpus"]) for j in placed[:3]] == [("jobs@gpu-b", [0]), ("jobs@gpu-b", [1]),
+                                                                 ("jobs@gpu-d", [0])], "most free first; ties by name"
+    assert (placed[3]["in_line"], placed[3]["line_place"], placed[3]["placed_on"]) == (True, 1, "")
 
 
 def test_resume_places_the_job_again_and_is_refused_while_nobody_can_run_it(db, client, operator):
@@ -163,8 +168,17 @@ def test_a_queued_job_whose_worker_went_away_is_sent_to_another_that_can_run_it(
     Worker.objects.filter(name="jobs@gpu-b").update(seen_at=timezone.now() - timedelta(seconds=Worker.STALE_S + 1))
     with django_capture_on_commit_callbacks(execute=True):
         moved = replace_orphans()
-    assert [j.pk for j in moved] == [job_id] and Job.objects.get(pk=job_id).placed_on == "jobs@gpu-f"
+    assert moved == [], "a GPU job is not moved: it goes back in the line, at its place"
+    job = Job.objects.get(pk=job_id)
+    assert (job.placed_on, job.gpus, job.in_line) == ("jobs@gpu-f", [0], False), "the line's pass placed it again"
+    assert job.waiting_for == "its jobs worker jobs@gpu-b stopped reporting before it started the job"
     assert queued_in("jobs@gpu-f") - before == 1
+    cpu_id = post_job(client, "cpu", pool="research").json()["id"]
+    Worker.report("jobs@res-g", "res-g", ["jobs@res-g"], ["cpu"], team="research", cores=3)
+    Worker.objects.filter(name="jobs@res-c").update(seen_at=timezone.now() - timedelta(seconds=Worker.STALE_S + 1))
+    with django_capture_on_commit_callbacks(execute=True):
+        moved = replace_orphans()
+    assert [j.pk for j in moved] == [cpu_id] and Job.objects.get(pk=cpu_id).placed_on == "jobs@res-g", "a cpu job is"
 
 
 def test_the_workers_api_and_the_start_form_show_where_jobs_can_run(db, client, operator):
