@@ -32,10 +32,10 @@ class Executor:
         """Send `job` to run at `placement` once the transaction commits; write on its Launch where it went."""
         raise NotImplementedError
 
-    def held(self, worker):
-        """What this executor's live jobs hold of a Yardstick worker: {"gpus": {index: job id}, "cores": {job id:
-        cores}} (trainer.kinds.Kind.held). A scheduler's jobs hold nothing of Yardstick's workers."""
-        return {"gpus": {}, "cores": {}}
+    def held_on(self, workers):
+        """{node: what this executor's live jobs hold there} for the nodes of Yardstick's `workers`: {"gpus": {index:
+        job id}, "cores": {job id: cores}} (trainer.kinds.Kind.held_on). A scheduler's jobs hold nothing of them."""
+        return {w.host: {"gpus": {}, "cores": {}} for w in workers}
 
 
 _EXECUTORS = {}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from celery import current_app
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -77,15 +77,23 @@ class Launched(Kind):
         executor_named(job.launch.executor).dispatch(job, placement)
 
     def wants(self, job):
-        # A node's launch worker's job waits in the line for its devices; a cluster's waits in its scheduler's.
-        launch = job.launch
-        if launch.executor != NODE.name:
-            return None
-        node = job.node
-        if not node and launch.checkpoints:
-            node = launch.node  # a Resume goes where its checkpoints are: the job's output directory is there
-        devices = launch.definition["devices"]
-        return Want(devices["kind"], devices["count"], node, job.pool)
+        return self.wants_all([job])[job.pk]
+
+    def wants_all(self, jobs):
+        # A node's launch worker's job waits in the line for its devices (the job's device and devices are its
+        # recipe's); a cluster's waits in its scheduler's. Read of the launches: only those the job alone does not
+        # tell (a cluster's; a Resume, which goes where its checkpoints are: the job's output directory is there).
+        ids = [j.pk for j in jobs]
+        other = dict(Launch.objects.filter(pk__in=ids).exclude(executor=NODE.name, checkpoints=[]).values_list(
+            "pk", "executor"))
+        ran_on = dict(Launch.objects.filter(pk__in=list(other)).values_list("pk", "node")) if other else {}
+        out = {}
+        for job in jobs:
+            if other.get(job.pk, NODE.name) != NODE.name:
+                out[job.pk] = None
+                continue
+            out[job.pk] = Want(job.device, job.devices, job.node or ran_on.get(job.pk, ""), job.pool)
+        return out
 
     def runs_on(self, worker):
         return worker.name.startswith(QUEUE_PREFIX)
@@ -142,7 +150,10 @@ class Launched(Kind):
             if launch else []
 
     def held(self, worker):
-        return NODE.held(worker)
+        return NODE.held_on([worker])[worker.host]
+
+    def held_on(self, workers):
+        return NODE.held_on(workers)
 
     def beating(self):
         # A cluster's job has no Yardstick worker to beat for it: its follower reconciles it with the scheduler.
@@ -173,17 +184,29 @@ class NodeExecutor(Executor):
         job_id, queue = job.pk, placement.queue
         transaction.on_commit(lambda: current_app.send_task(RUN_LAUNCH, args=[job_id], queue=queue))
 
-    def held(self, worker):
-        gpus, cores = {}, {}
-        # A job waiting in the line holds nothing, whatever its last start was given.
-        # By node: the node's jobs worker must not give them out either.
-        rows = Launch.objects.filter(node=worker.host, executor=self.name, job__status__in=LIVE).exclude(
+    def held_on(self, workers):
+        """{node: {"gpus": {index: job id}, "cores": {job id: cores}}} of the live launches on the nodes of `workers`:
+        by node (the node's jobs worker must not give them out either); a job waiting in the line holds nothing,
+        whatever its last start was given."""
+        out = {w.host: {"gpus": {}, "cores": {}} for w in workers}
+        # Per node, in one row: the GPUs held and their jobs as integer arrays (a fleet's worth of JSON lists, read
+        # and decoded one launch at a time, took most of a placer's pass), then the cores of cpu launches. Every
+        # node's: matching each row's node against a thousand names cost more than the nodes not asked for.
+        launch, job = Launch._meta.db_table, Job._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT l.node, array_agg(g.value::int), array_agg(l.job_id) FROM {launch} l JOIN {job} j ON j.id = "
+                f"l.job_id CROSS JOIN LATERAL jsonb_array_elements_text(l.gpus) g WHERE l.executor = %s AND "
+                f"j.status = ANY(%s) AND NOT (j.queued_at IS NOT NULL AND j.placed_at IS NULL) GROUP BY l.node",
+                [self.name, list(LIVE)])
+            for host, indices, jobs in cursor.fetchall():
+                if host in out:
+                    out[host]["gpus"].update(zip(indices, jobs))
+        rows = Launch.objects.filter(node__in=list(out), executor=self.name, job__status__in=LIVE, cores__gt=0).exclude(
             job__queued_at__isnull=False, job__placed_at__isnull=True)
-        for launch in rows.only("job_id", "gpus", "cores"):
-            gpus.update({index: launch.job_id for index in launch.gpus})
-            if launch.cores:
-                cores[launch.job_id] = launch.cores
-        return {"gpus": gpus, "cores": cores}
+        for job_id, host, cores in rows.values_list("job_id", "node", "cores"):
+            out[host]["cores"][job_id] = cores
+        return out
 
 
 NODE = NodeExecutor()

@@ -24,6 +24,7 @@ settings.QUEUE_PASS_S (a worker that came back, a control plane restarted). Ever
 loses no place.
 """
 
+import heapq
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from django.utils import timezone
 from trainer import inputs
 from trainer.kinds import kind_of, kinds
 from trainer.models import ACTIVE, TEAM_MAX, Job, Status, TeamCap
-from trainer.workers import free_devices, gpu_indices, held_by, live_workers
+from trainer.workers import free_devices, gpu_indices, held_on_nodes, live_workers
 from yardstick.inputs import InputError
 from yardstick.live import publish
 
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 # pg_advisory_xact_lock's key: one placer pass at a time, across every process of the control plane and the nodes.
 LOCK_KEY = 0x59_53_51_55  # "YSQU"
 CAP_MAX = 100_000
+# What a pass reads of each waiting job (a kind's place_at or status note reads more only of the jobs it places).
+LINE_FIELDS = ("id", "source", "status", "team", "pool", "node", "device", "devices", "priority", "queued_at",
+               "placed_at", "placed_on", "waiting_for", "line_place", "gpus")
 
 
 @dataclass(frozen=True)
@@ -95,39 +99,27 @@ def place_waiting(now=None):
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
-        line = list(waiting().select_related("created_by"))
+        line = list(waiting().only(*LINE_FIELDS))
         if not line:
             return Pass([], [])
-        workers = sorted(live_workers(now), key=lambda w: w.name)
-        # By node: a node's jobs worker and launch worker give out the same GPUs.
-        free = {}
-        for w in workers:
-            if w.host not in free:
-                free[w.host] = list(free_devices(w, held_by(w)))
+        wants = _wants(line)
+        fleet = _Fleet(live_workers(now))
         caps, team_held = _caps()
-        held_back = set()  # nodes whose free GPUs wait for a job ahead in the line
         places = Counter()
         done = Pass([], [])
+        changed = []
         for job in line:
-            kind = kind_of(job)
-            want = kind.wants(job)
+            kind, want = kind_of(job), wants[job.pk]
             if want is None:  # a kind that stopped waiting (should not be in line): placed as its kind places
                 continue
-            mine = [w for w in workers if kind.runs_on(w) and w.team == want.pool and (not want.node
-                                                                                        or w.host == want.node)]
-            big_enough = [w for w in mine if _size(w, want.kind) >= want.count and (
-                want.index is None or want.index in gpu_indices(w))]
+            group = fleet.group(kind, want.pool)
+            big_enough = group.big_enough(want)
             cap = caps.get((job.team, want.kind))
             over_cap = cap is not None and team_held[(job.team, want.kind)] + want.count > cap
             if not over_cap:
-                fits = [w for w in big_enough if want.kind == "cpu"
-                        or (w.host not in held_back and want.fits(free[w.host][0]) is not None)]
-                if fits:
-                    chosen = min(fits, key=lambda w: (-_free(free[w.host], want.kind), w.name))
-                    gpus, cores = free[chosen.host]
-                    given = want.fits(gpus) if want.kind == "cuda" else []
-                    gpus = [i for i in gpus if i not in given]
-                    free[chosen.host] = [gpus, cores - (want.count if want.kind == "cpu" else 0)]
+                chosen = group.best(want)
+                if chosen is not None:
+                    given = fleet.take(chosen.host, want)
                     team_held[(job.team, want.kind)] += want.count
                     Job.objects.filter(pk=job.pk).update(placed_at=now, placed_on=chosen.name, line_place=None)
                     job.placed_at, job.placed_on, job.line_place = now, chosen.name, None
@@ -135,33 +127,158 @@ def place_waiting(now=None):
                     done.placed.append(job)
                     continue
                 if want.kind == "cuda" and big_enough:
-                    open_ = [w for w in big_enough if w.host not in held_back] or big_enough
-                    held_back.add(min(open_, key=lambda w: (-len(free[w.host][0]), w.name)).host)
+                    fleet.hold_back(group.soonest(want))
             places[want.pool] += 1
             if over_cap:
                 why = (f"team {job.team} holds {team_held[(job.team, want.kind)]} of its cap of {cap} "
                        f"{'GPU' if want.kind == 'cuda' else 'core'}{'s' if cap != 1 else ''}")
             elif big_enough:
                 why = "every GPU that would do is held" if want.kind == "cuda" else "the cores are held"
-            elif mine:
+            elif group.serves(want):
                 why = f"no live worker there has {want.count} now"
             else:
                 why = "no live worker serves it now"
             text = f"waiting for {want}: {ordinal(places[want.pool])} in line ({why})"
             if (job.waiting_for, job.line_place) != (text, places[want.pool]):
-                Job.objects.filter(pk=job.pk).update(waiting_for=text, line_place=places[want.pool])
                 job.waiting_for, job.line_place = text, places[want.pool]
+                changed.append(job)
             done.waiting.append(job)
-        transaction.on_commit(lambda: _announce(done))
+        if changed:  # one statement a row, pipelined (an UPDATE of a thousand CASEs took longer)
+            with connection.cursor() as cursor:
+                cursor.executemany(f"UPDATE {Job._meta.db_table} SET waiting_for = %s, line_place = %s WHERE id = %s",
+                                   [(j.waiting_for, j.line_place, j.pk) for j in changed])
+        moved = done.placed + changed
+        transaction.on_commit(lambda: _announce(moved))
     return done
 
 
-def _size(worker, kind):
-    return len(gpu_indices(worker)) if kind == "cuda" else worker.cores
+def _wants(jobs):
+    """{job id: Want or None}, each kind asked once for its jobs."""
+    by_source = {}
+    for job in jobs:
+        by_source.setdefault(job.source, []).append(job)
+    out = {}
+    for source_jobs in by_source.values():
+        out.update(kind_of(source_jobs[0]).wants_all(source_jobs))
+    return out
 
 
-def _free(free, kind):
-    return len(free[0]) if kind == "cuda" else free[1]
+class _Fleet:
+    """The live workers of one pass, by node: each node's free GPUs (indices) and cores, once for all its workers
+    (what every kind holds there taken out), the nodes held back for a job ahead, and the workers grouped by the kind
+    of job they run and their pool."""
+
+    def __init__(self, workers):
+        workers = sorted(workers, key=lambda w: w.name)
+        self.workers = workers
+        held = held_on_nodes(workers)
+        self.free = {}
+        self.size = {}
+        for w in workers:
+            if w.host not in self.free:
+                self.free[w.host] = list(free_devices(w, held[w.host]))
+                self.size[w.host] = len(gpu_indices(w))
+        self.version = Counter()  # a node's free changed: its heap entries of before are stale
+        self.held_back = set()
+        self.groups = {}
+
+    def group(self, kind, pool):
+        key = (kind.source, pool)
+        if key not in self.groups:
+            self.groups[key] = _Group(self, [w for w in self.workers if w.team == pool and kind.runs_on(w)])
+        return self.groups[key]
+
+    def take(self, host, want):
+        """Give `want` its devices on `host`: the GPUs, by index ([] for a cpu job, whose cores are shared)."""
+        gpus, cores = self.free[host]
+        given = want.fits(gpus) if want.kind == "cuda" else []
+        self.free[host] = [[i for i in gpus if i not in given], cores - (want.count if want.kind == "cpu" else 0)]
+        self.version[host] += 1
+        return given
+
+    def hold_back(self, host):
+        if host is not None:
+            self.held_back.add(host)
+
+
+class _Group:
+    """The workers of one kind of job in one pool (a node's worker of that kind stands for the node): the nodes in a
+    heap by most free GPUs (then the worker's name), stale entries skipped as they come up."""
+
+    def __init__(self, fleet, workers):
+        self.fleet = fleet
+        self.by_host = {}
+        for w in workers:
+            self.by_host.setdefault(w.host, w)  # sorted by name: the first of the node's workers of this kind
+        self.heap = [self._entry(host) for host in self.by_host]
+        heapq.heapify(self.heap)
+        self.largest = max((fleet.size[h] for h in self.by_host), default=0)
+        self.cores = max((w.cores for w in self.by_host.values()), default=0)
+
+    def _entry(self, host):
+        fleet = self.fleet
+        return (-len(fleet.free[host][0]), self.by_host[host].name, host, fleet.version[host])
+
+    def _top(self):
+        """The node with the most free GPUs that is not held back, or None; refreshes what changed since."""
+        fleet = self.fleet
+        while self.heap:
+            _free, _name, host, version = self.heap[0]
+            if host in fleet.held_back:
+                heapq.heappop(self.heap)
+            elif version != fleet.version[host]:
+                heapq.heapreplace(self.heap, self._entry(host))
+            else:
+                return host
+        return None
+
+    def _hosts(self, want):
+        """The nodes `want` may go to: its node, or all the group's."""
+        if want.node:
+            return [want.node] if want.node in self.by_host else []
+        return None
+
+    def serves(self, want):
+        return bool(self.by_host) and self._hosts(want) != []
+
+    def big_enough(self, want):
+        """Whether a node of the group could ever fit `want` (however busy now)."""
+        hosts = self._hosts(want)
+        if want.kind == "cpu":
+            return any(self.by_host[h].cores >= want.count for h in (hosts if hosts is not None else self.by_host))
+        if want.index is not None:
+            return any(want.index in gpu_indices(self.by_host[h]) for h in (hosts if hosts is not None
+                                                                             else self.by_host))
+        if hosts is not None:
+            return any(self.fleet.size[h] >= want.count for h in hosts)
+        return self.largest >= want.count
+
+    def best(self, want):
+        """The worker `want` is given its devices on now (the most free GPUs, then the name), or None."""
+        fleet = self.fleet
+        hosts = self._hosts(want)
+        if want.kind == "cpu":  # cores are shared: the node with the most free of those that have enough
+            fits = [h for h in (hosts if hosts is not None else self.by_host) if self.by_host[h].cores >= want.count]
+            return self.by_host[min(fits, key=lambda h: (-fleet.free[h][1], self.by_host[h].name))] if fits else None
+        if hosts is not None or want.index is not None:
+            fits = [h for h in (hosts if hosts is not None else self.by_host)
+                    if h not in fleet.held_back and want.fits(fleet.free[h][0]) is not None]
+            return self.by_host[min(fits, key=lambda h: (-len(fleet.free[h][0]), self.by_host[h].name))] \
+                if fits else None
+        host = self._top()
+        return self.by_host[host] if host is not None and want.fits(fleet.free[host][0]) is not None else None
+
+    def soonest(self, want):
+        """The node a GPU job that does not fit now will fit on soonest: of those with enough GPUs and not held back,
+        the one with the most free (then the worker's name); None when it is held back already."""
+        fleet = self.fleet
+        host = self._top() if want.node == "" and want.index is None else None
+        if host is not None and fleet.size[host] >= want.count:
+            return host
+        hosts = self._hosts(want)
+        able = [h for h in (hosts if hosts is not None else self.by_host) if h not in fleet.held_back
+                and fleet.size[h] >= want.count and (want.index is None or want.index in gpu_indices(self.by_host[h]))]
+        return min(able, key=lambda h: (-len(fleet.free[h][0]), self.by_host[h].name)) if able else None
 
 
 def _caps():
@@ -170,18 +287,20 @@ def _caps():
     held = Counter()
     if caps:
         teams = {team for team, _kind in caps}
-        for job in Job.objects.filter(team__in=teams, status__in=[Status.QUEUED, *ACTIVE]).exclude(
-                queued_at__isnull=False, placed_at__isnull=True):
-            want = kind_of(job).wants(job)
+        placed = list(Job.objects.filter(team__in=teams, status__in=[Status.QUEUED, *ACTIVE]).exclude(
+            queued_at__isnull=False, placed_at__isnull=True))
+        wants = _wants(placed)
+        for job in placed:
+            want = wants[job.pk]
             if want is not None:
                 held[(job.team, want.kind)] += want.count
     return caps, held
 
 
-def _announce(done):
+def _announce(jobs):
     """The Jobs list and the queue panel follow the line: each moved job's note, then a "queue" event."""
-    publish("jobs", "queue", {"jobs": [{"id": j.pk, "in_line": j in done.waiting, "line_place": j.line_place,
-                                         "note": j.status_note} for j in done.placed + done.waiting]})
+    publish("jobs", "queue", {"jobs": [{"id": j.pk, "in_line": j.placed_at is None, "line_place": j.line_place,
+                                         "note": j.status_note} for j in jobs]})
 
 
 def on_devices_freed(sender=None, job=None, **kwargs):
@@ -253,15 +372,15 @@ def summary(now=None):
                                        "cores": 0, "running": 0, "waiting": []})
 
     counted = set()  # (pool, node): a node's jobs worker and launch worker share its GPUs
-    for worker in sorted(live_workers(now), key=lambda w: w.name):
-        if not any(kind.runs_on(worker) for kind in kinds()):
-            continue
+    workers = [w for w in sorted(live_workers(now), key=lambda w: w.name) if any(k.runs_on(w) for k in kinds())]
+    held = held_on_nodes(workers)
+    for worker in workers:
         row = pool(worker.team)
         row["workers"].append(worker.name)
         if (worker.team, worker.host) in counted:
             continue
         counted.add((worker.team, worker.host))
-        free_gpus, _cores = free_devices(worker, held_by(worker))
+        free_gpus, _cores = free_devices(worker, held[worker.host])
         row["gpus"] += len(gpu_indices(worker))
         row["free_gpus"] += len(free_gpus)
         row["held_gpus"] += len(gpu_indices(worker)) - len(free_gpus)
@@ -270,8 +389,10 @@ def summary(now=None):
                                 placed_at__isnull=False)
     for name, count in Counter(placed.values_list("pool", flat=True)).items():
         pool(name)["running"] = count
-    for job in waiting():
-        want = kind_of(job).wants(job)
+    line = list(waiting())
+    wants = _wants(line)
+    for job in line:
+        want = wants[job.pk]
         pool(job.pool)["waiting"].append({
             "id": job.pk, "name": job.name, "team": job.team, "priority": job.get_priority_display(),
             "place": job.line_place, "wants": str(want) if want else "", "waiting_for": job.waiting_for,

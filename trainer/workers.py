@@ -228,12 +228,18 @@ def free_devices(worker, held=None):
 
 
 def held_by(worker):
-    gpus, cores = {}, {}
+    """What every kind's jobs hold on `worker`'s node: {"gpus": {NVML index: job id}, "cores": {job id: cores}}."""
+    return held_on_nodes([worker])[worker.host]
+
+
+def held_on_nodes(workers):
+    """{node: what every kind's jobs hold there} for the nodes of `workers`, one query or so a kind."""
+    out = {w.host: {"gpus": {}, "cores": {}} for w in workers}
     for kind in kinds():
-        held = kind.held(worker)
-        gpus.update(held["gpus"])
-        cores.update(held["cores"])
-    return {"gpus": gpus, "cores": cores}
+        for host, held in kind.held_on(workers).items():
+            out[host]["gpus"].update(held["gpus"])
+            out[host]["cores"].update(held["cores"])
+    return out
 
 
 def describe(worker, held=None):

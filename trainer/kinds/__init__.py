@@ -56,6 +56,11 @@ class Kind:
         when it never waits: it is placed as it starts (`placement`), or by a scheduler of its own."""
         return None
 
+    def wants_all(self, jobs):
+        """{job id: what it waits for (or None)} of `jobs`, all of this kind: `wants` for each, unless a kind reads
+        them all at once (the placer asks for a whole line)."""
+        return {job.pk: self.wants(job) for job in jobs}
+
     def runs_on(self, worker):
         """Whether `worker` (a trainer.models.Worker) runs this kind's waiting jobs."""
         return False
@@ -105,6 +110,15 @@ class Kind:
         """What this kind's active jobs hold of `worker` (a trainer.models.Worker): {"gpus": {NVML index: job id},
         "cores": {job id: cores}}; a worker's free devices are the rest (trainer.workers.free_devices)."""
         return {"gpus": {}, "cores": {}}
+
+    def held_on(self, workers):
+        """{node: what this kind's jobs hold there, as `held` says it} for the nodes of `workers` (one of each node's
+        workers stands for it): `held` of each, unless a kind reads them all at once."""
+        out = {}
+        for worker in workers:
+            if worker.host not in out:
+                out[worker.host] = self.held(worker)
+        return out
 
 
 _KINDS = {}

@@ -40,27 +40,47 @@ class Embedded(Kind):
         """An embedded job on `worker`'s node holds the GPUs the line gave it (from its placement on, before it
         starts) and those its open stints name (by UUID), and one core a rank: whichever of the node's workers runs it
         (its jobs worker), another (its launch worker) must not give them out."""
-        index = {g.get("uuid"): g.get("index") for g in worker.gpus}
-        gpus, cores = {}, {}
-        here = Worker.objects.filter(host=worker.host).values("name")
-        for job_id, given in Job.objects.filter(source=self.source, status__in=LIVE, placed_on__in=here).exclude(
-                gpus=[]).exclude(queued_at__isnull=False, placed_at__isnull=True).values_list("pk", "gpus"):
-            gpus.update({i: job_id for i in given})
-        for job_id, device in Stint.objects.filter(ended_at__isnull=True, node=worker.host,
-                                                   job__source=self.source).values_list("job_id", "device"):
-            if device in index:
-                gpus[index[device]] = job_id
+        return self.held_on([worker])[worker.host]
+
+    def held_on(self, workers):
+        hosts = {w.host for w in workers}
+        out = {host: {"gpus": {}, "cores": {}} for host in hosts}
+        placed = Job.objects.filter(source=self.source, status__in=LIVE).exclude(gpus=[]).exclude(
+            queued_at__isnull=False, placed_at__isnull=True).values_list("pk", "placed_on", "gpus")
+        placed = list(placed)  # a few: the built-in jobs on GPUs now
+        where = dict(Worker.objects.filter(name__in=[worker for _pk, worker, _gpus in placed],
+                                           host__in=hosts).values_list("name", "host"))
+        for job_id, worker, given in placed:
+            if worker in where:
+                out[where[worker]]["gpus"].update({i: job_id for i in given})
+        stints = list(Stint.objects.filter(ended_at__isnull=True, node__in=hosts, job__source=self.source)
+                      .values_list("job_id", "node", "device"))
+        index = {(w.host, g.get("uuid")): g.get("index") for w in workers if w.host in {n for _j, n, _d in stints}
+                 for g in w.gpus}
+        for job_id, host, device in stints:
+            held = out[host]
+            if (host, device) in index:
+                held["gpus"][index[(host, device)]] = job_id
             else:
-                cores[job_id] = cores.get(job_id, 0) + 1
-        return {"gpus": gpus, "cores": cores}
+                held["cores"][job_id] = held["cores"].get(job_id, 0) + 1
+        return out
 
     def wants(self, job):
+        return self.wants_all([job])[job.pk]
+
+    def wants_all(self, jobs):
         # A job that asks for GPUs waits in the line for them (start decides: a cuda device, or auto where a jobs
         # worker has GPUs); one on cpu is placed as it starts (cores are shared).
-        if job.queued_at is None or not wants_gpus(job.device, job.node, job.pool):
-            return None
-        index = int(job.device.partition(":")[2]) if job.device.startswith("cuda:") else None
-        return Want("cuda", job.devices, job.node, job.pool, index=index)
+        gpu_workers = [w for w in live_jobs_workers() if gpu_indices(w)] if any(j.device == "auto" for j in jobs) \
+            else []
+        out = {}
+        for job in jobs:
+            gpus = job.device.startswith("cuda") or (job.device == "auto" and any(
+                w.team == job.pool and (not job.node or w.host == job.node) for w in gpu_workers))
+            index = int(job.device.partition(":")[2]) if job.device.startswith("cuda:") else None
+            out[job.pk] = Want("cuda", job.devices, job.node, job.pool, index=index) \
+                if job.queued_at is not None and gpus else None
+        return out
 
     def runs_on(self, worker):
         return is_jobs_worker(worker)
