@@ -136,6 +136,19 @@ def job_failed(rule, now):
             for j in jobs.only("pk", "name", "team", "error")}
 
 
+def queued_long(rule, now):
+    """Jobs waiting in the line for devices (trainer/queue.py) for longer than `duration` minutes, saying what for and
+    their place; resolved when one starts or leaves the line."""
+    cutoff = now - timedelta(minutes=rule.duration)
+    jobs = _jobs(rule).filter(status=Status.QUEUED, queued_at__lte=cutoff, placed_at__isnull=True)
+    out = {}
+    for job in jobs.only("pk", "name", "team", "queued_at", "waiting_for"):
+        minutes = (now - job.queued_at).total_seconds() / 60
+        out[f"job:{job.pk}"] = (round(minutes, 1), f"job {job.pk} {job.name!r} ({job.team}) has waited {minutes:.0f} "
+                                                   f"min in the line: {job.waiting_for or 'not yet placed'}")
+    return out
+
+
 def budget(rule, now):
     """Jobs with a budget whose cost so far is at least `threshold` percent of it: queued or active jobs, and
     jobs stopped by their budget since the rule exists (the stop may come between two evaluations)."""
@@ -224,4 +237,5 @@ def cluster_unreachable(rule, now):
 
 CONDITIONS = {"gpu_idle": gpu_idle, "node_stale": node_stale, "device_unhealthy": device_unhealthy,
               "idle_spend": idle_spend, "job_failed": job_failed, "cluster_unreachable": cluster_unreachable,
+              "queued_long": queued_long,
               "budget": budget, "reward_drop": reward_drop, "kl_high": kl_high, "entropy_low": entropy_low}

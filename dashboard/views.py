@@ -31,7 +31,7 @@ from dashboard.timerange import RANGES, from_request
 from launch.models import Recipe
 from tracking import store as tracking_store
 from tracking.models import SCORE_KEY_TAG, TrackingError
-from trainer import stoploss
+from trainer import queue, stoploss
 from trainer.models import CONTROLS, Job, Step
 from trainer.workers import live_workers
 from yardstick.auth import require_role, role_of
@@ -543,6 +543,9 @@ def costs_page(request):
         return bad_page(request, err.field, err.message)
     table = report.build(period, group)
     stacks = readings.cost_stacks(period, group)
+    by_team = table if group == "team" else report.build(period, "team")
+    spend = {r["key"]: r["attributed_usd"] for r in by_team.rows}
+    line_waits = [{**w, "spend_usd": spend.get(w["team"])} for w in queue.waits(period.start, period.end)]
     last_day = (period.end - timedelta(microseconds=1)).date()
     params = {"from": period.start.date().isoformat(), "to": last_day.isoformat(), "group": group}
     return render(request, "dashboard/costs.html", {
@@ -555,4 +558,5 @@ def costs_page(request):
         "figures_json": script_json({"by_day": figures.costs_by_day(stacks)}),
         "generated_at": timezone.now(),
         "no_telemetry": not Node.objects.exists(),  # no collector ever reported: its empty table says to start one
+        "line_waits": line_waits,
     })

@@ -26,6 +26,8 @@ loses no place.
 
 import heapq
 import logging
+import math
+import statistics
 from collections import Counter
 from dataclasses import dataclass
 
@@ -402,3 +404,35 @@ def summary(now=None):
         row["next"] = row["waiting"][0] if row["waiting"] else None
     return {"pools": rows, "waiting": sum(len(r["waiting"]) for r in rows),
             "caps": [cap.to_dict() for cap in TeamCap.objects.all()]}
+
+
+def p90(values):
+    """The 90th percentile by nearest rank: the smallest value with at least 90 % of them at or below it."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+def waits(start, end, now=None):
+    """Per team, how long the jobs that joined the line in [start, end) waited in it for their devices (placed_at -
+    queued_at; a job still waiting: so far, and counted as waiting): [{team, jobs, waiting_now, median_s, p90_s,
+    longest_s, caps}], teams by name. Jobs that never wait in the line (cpu jobs, a cluster's, outside runs) and jobs
+    cancelled while waiting are not counted; docs/figures.md defines each figure."""
+    now = now or timezone.now()
+    jobs = list(Job.objects.filter(queued_at__gte=start, queued_at__lt=end).only(*LINE_FIELDS))
+    wants = _wants(jobs)
+    by_team = {}
+    for job in jobs:
+        if wants[job.pk] is None or (job.placed_at is None and job.status != Status.QUEUED):
+            continue
+        by_team.setdefault(job.team, []).append((job.waited_s(now), job.placed_at is None))
+    caps = {}
+    for cap in TeamCap.objects.all():
+        caps.setdefault(cap.team, []).append(cap.to_dict())
+    out = []
+    for team in sorted(set(by_team) | set(caps)):
+        seconds = [s for s, _waiting in by_team.get(team, [])]
+        out.append({"team": team, "jobs": len(seconds), "waiting_now": sum(w for _s, w in by_team.get(team, [])),
+                    "median_s": statistics.median(seconds) if seconds else None,
+                    "p90_s": p90(seconds) if seconds else None, "longest_s": max(seconds) if seconds else None,
+                    "caps": caps.get(team, [])})
+    return out

@@ -199,3 +199,60 @@ def test_a_built_in_job_and_a_launch_never_share_a_gpu_of_their_node(one_node_tw
 def test_a_built_in_job_on_cpu_is_not_in_the_line(one_node_two_workers, operator):
     job = builtin(operator, device="cpu")
     assert not job.in_line and job.gpus == [] and job.waited_s() == 0
+
+
+def test_waits_by_team_in_the_cost_review_are_the_figures_by_hand_beside_the_cap(two_gpus, operator, admin_user,
+                                                                                   client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    set_cap("research", "cuda", 1, by="ada")
+    jobs = [run("one", operator, team="research") for _ in range(5)] + [run("one", operator, team="infra")]
+    cancelled = run("one", operator, team="research")
+    Job.objects.filter(pk=cancelled.pk).update(status=Status.STOPPED)  # left the line before its turn: not counted
+    now = timezone.now()
+    # Waits of 10, 20, 30 and 100 s, and one still waiting for 50 s so far; infra's never waited.
+    for job, waited in zip(jobs, (10, 20, 30, 100, None)):
+        joined = now - timedelta(seconds=200 if waited else 50)
+        Job.objects.filter(pk=job.pk).update(status=Status.COMPLETED if waited else Status.QUEUED, queued_at=joined,
+                                             placed_at=joined + timedelta(seconds=waited) if waited else None)
+
+    from trainer.queue import waits
+
+    by_team = {w["team"]: w for w in waits(now - timedelta(hours=1), now + timedelta(seconds=1), now=now)}
+    research = by_team["research"]
+    assert (research["jobs"], research["waiting_now"], research["median_s"], research["p90_s"],
+            research["longest_s"]) == (5, 1, 30, 100, 100), research
+    assert [c["devices"] for c in research["caps"]] == [1]
+    assert (by_team["infra"]["jobs"], by_team["infra"]["median_s"]) == (1, 0.0)
+
+    client.force_login(admin_user)
+    html = client.get("/costs").content.decode()
+    row = html[html.index('<tr data-team="research">'):]
+    row = row[:row.index("</tr>")]
+    assert '<td class="num wait-median">30 s</td>' in row and '<td class="num wait-p90">100 s</td>' in row, row
+    assert "1\n        GPU" in row
+
+
+def test_an_alert_fires_for_a_job_queued_longer_than_its_rule_says_and_resolves_when_it_starts(two_gpus, operator):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from alerts.evaluate import evaluate
+    from alerts.models import Alert, AlertRule
+
+    running = [run("one", operator) for _ in range(2)]
+    waits_ = run("one", operator)
+    AlertRule.objects.create(name="queued", kind="queued_long", duration=5)
+    evaluate()
+    assert not Alert.objects.exists(), "waiting less than 5 minutes"
+    Job.objects.filter(pk=waits_.pk).update(queued_at=timezone.now() - timedelta(minutes=6))
+    evaluate()
+    alert = Alert.objects.get()
+    assert alert.subject == f"job:{waits_.pk}" and alert.message.startswith(
+        f"job {waits_.pk} 'one' (research) has waited 6 min in the line: waiting for 1 × GPU in the shared pool: 1st")
+    assert end(running[0]).placed == [waits_]
+    evaluate()
+    assert Alert.objects.get().resolved_at is not None
