@@ -2,6 +2,7 @@
 with the fake pynvml's GPUs as its devices (no machine here has an NVIDIA GPU), and recipes an admin defined; for a
 launch on a cluster, the follower's passes in a thread and the helpers its tests share."""
 
+import contextlib
 import sys
 import threading
 
@@ -37,22 +38,30 @@ def launch_data_dir(settings, tmp_path):
 @pytest.fixture
 def launch_worker(transactional_db, live_server, settings, monkeypatch, launch_data_dir):
     """This node's launch worker, in threads of this process, reporting two fake-NVML H100s."""
-    from trainer.models import Worker
-    from trainer.workers import report
-    from yardstick.celery import app
-
     settings.YARDSTICK_URL = live_server.url
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([FakeGpu(GPUS[0]), FakeGpu(GPUS[1])]))
     name = f"launch@{settings.YARDSTICK_NODE}"
     purge(name)
+    with running_launch_worker(name) as worker:
+        yield worker
+        purge(name)
+        _end_runs_left()
+    purge(name)
+
+
+@contextlib.contextmanager
+def running_launch_worker(name):
+    """A launch worker `name` in threads of this process, once it has reported what it has (the GPUs of whatever
+    pynvml is then); stopped on the way out, as a worker shuts down (its row forgotten)."""
+    from trainer.models import Worker
+    from trainer.workers import report
+    from yardstick.celery import app
+
     with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, queues=[name], hostname=name,
                       shutdown_timeout=60, loglevel="WARNING") as worker:
         report(name, [name])
         wait_for(lambda: Worker.objects.filter(name=name).exclude(gpus=[]).exists(), what="the launch worker's report")
         yield worker
-        purge(name)
-        _end_runs_left()
-    purge(name)
 
 
 def _end_runs_left():

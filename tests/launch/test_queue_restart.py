@@ -1,0 +1,63 @@
+"""The line outlives every process: jobs wait in it while the node's launch worker and the control plane are down,
+and when a new worker comes up (a real Celery worker, the fake NVML's two GPUs) they start in the line's order,
+each as soon as a GPU frees, by the pass that runs where a job ends."""
+
+import sys
+
+import pytest
+
+from tests.collector.fake_pynvml import FakeGpu, FakeNvml
+from tests.launch.conftest import GPUS, launch, purge, running_launch_worker
+from tests.waiting import wait_for
+from trainer.models import Job, Status, Worker
+
+PY = sys.executable
+pytestmark = pytest.mark.slow
+
+# Holds its GPU until its output directory holds "finish".
+HOLD = ("import os, sys, time\nwhile not os.path.exists(os.path.join(sys.argv[1], 'finish')): time.sleep(0.05)")
+
+
+def test_waiting_jobs_outlive_the_worker_and_the_control_plane_and_start_in_the_lines_order(
+        transactional_db, live_server, settings, monkeypatch, launch_data_dir, recipe, operator, admin_user):
+    from trainer.tasks import report_this_worker
+    from trainer.workers import report
+
+    settings.YARDSTICK_URL = live_server.url
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([FakeGpu(GPUS[0]), FakeGpu(GPUS[1])]))
+    name = f"launch@{settings.YARDSTICK_NODE}"
+    purge(name)
+    recipe("hold", [PY, "-c", HOLD, "{job_dir}"], devices={"kind": "cuda", "count": 1}, stop_grace_s=[1, 2])
+
+    def finish(job):
+        folder = settings.DATA_DIR / "launched" / f"job-{job.pk}"
+        wait_for(folder.is_dir, what=f"job {job.pk}'s output directory")
+        (folder / "finish").write_text("")
+
+    def running():
+        return set(Job.objects.filter(status=Status.RUNNING).values_list("pk", flat=True))
+
+    # Before: the worker had reported its two GPUs; two runs were given them, three more wait.
+    report(name, [name])
+    first, second = launch("hold", operator), launch("hold", operator)
+    normal, low = launch("hold", operator), launch("hold", operator, priority="low")
+    high = launch("hold", admin_user, priority="high")
+    assert list(Job.objects.filter(placed_at__isnull=True).order_by("line_place").values_list("pk", flat=True)) == [
+        high.pk, normal.pk, low.pk]
+    # Down: the worker is gone (its row with it), and no process holds anything of the line.
+    Worker.objects.filter(name=name).delete()
+
+    with running_launch_worker(name) as worker:
+        report_this_worker(sender=worker)  # what a started worker's worker_ready does: report, then a pass
+        wait_for(lambda: running() == {first.pk, second.pk}, what="the two placed before to run")
+        started = []
+        for ending, expected in ((first, high), (second, normal), (high, low)):
+            finish(ending)
+            wait_for(lambda e=expected: e.pk in running(), what=f"job {expected.pk} to start")
+            started.append(expected.pk)
+        assert started == [high.pk, normal.pk, low.pk]
+        assert list(Job.objects.filter(pk__in=started).order_by("started_at").values_list("pk", flat=True)) == started
+        for job in (normal, low):
+            finish(job)
+        wait_for(lambda: not running(), what="every run to end")
+    purge(name)
