@@ -1,7 +1,7 @@
 """The line of jobs waiting for GPUs (trainer/queue.py): how soon the next waiting job starts when a GPU frees, and
 what one pass of the placer costs with a long line over a large fleet.
 
-    python bench/queue.py [--rounds 30] [--nodes 1000] [--waiting 1000] [--gpus-per-node 8] [--passes 5]
+    python bench/job_queue.py [--rounds 30] [--nodes 1000] [--waiting 1000] [--gpus-per-node 8] [--passes 5]
 
 On its own database `bench_queue` (embedded PostgreSQL and Redis under YARDSTICK_DATA_DIR, default var/bench via
 `make bench`):
@@ -24,20 +24,14 @@ On its own database `bench_queue` (embedded PostgreSQL and Redis under YARDSTICK
 Prints the figures; never fails on speed; exits 0 once measured.
 """
 
+import argparse
+import contextlib
 import os
+import statistics
 import sys
-
-# Run as a script, this folder comes first on the path, where this file would stand for the standard library's
-# `queue` (which Django's imports need): take it off before anything imports it.
-if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
-    del sys.path[0]
-
-import argparse  # noqa: E402 - after the path is set right
-import contextlib  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import tempfile
+import time
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
