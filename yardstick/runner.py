@@ -269,6 +269,12 @@ class Runner:
         self.terminal_lost = False  # set when a write to `out` failed: the runner goes on without it
         self.watchdog = None  # stops every part if this process ends without doing so (yardstick/watchdog.py)
 
+    def on_signal(self, signum=None, frame=None):
+        """Ctrl-C, SIGTERM, SIGHUP: stop. The event is set from a thread of its own: a handler runs in the main thread
+        between two of its steps, perhaps while that thread holds the event's lock (Event.wait's last steps), and
+        setting the event there waited for that lock for ever (`up` hung on Ctrl-C, everything left running)."""
+        threading.Thread(target=self.stopping.set, name="up-stop", daemon=True).start()
+
     # -- output ------------------------------------------------------------
 
     def say(self, name, line, to_file=None):
@@ -356,7 +362,7 @@ class Runner:
             return 1
         self.up_log = logs.PartLog(self.log_dir / "up.log")
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, lambda *_: self.stopping.set())
+            signal.signal(sig, self.on_signal)
         if "web" in self.roles:
             # Bound here, before anything starts, and inherited by the web processes: a port another server holds
             # (an `up` left running) is said at once, and /healthz can only be this `up`'s own.

@@ -102,7 +102,9 @@ def run(options, dsn, out=None, spool_root=SPOOL_ROOT):
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+            # Set from a thread of its own: the handler runs in the main thread, perhaps inside stop.wait() while it
+            # holds the event's lock, and setting the event there would wait for that lock for ever.
+            previous[sig] = signal.signal(sig, lambda *_: threading.Thread(target=stop.set, daemon=True).start())
     log.info(
         "collecting from %s every %gs; spool %s", opts["source"], opts["interval"], spool.dir
     )

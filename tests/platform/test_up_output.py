@@ -8,7 +8,9 @@ the login last, the chatter in the files, `--verbose`) is walked in test_up.py.
 
 import io
 import logging
+import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -138,3 +140,22 @@ def test_a_part_that_exits_by_itself_has_its_last_lines_printed_and_every_line_i
     kept = (tmp_path / "log" / "demo.log").read_text()
     for text in ("-------------- demo@vm", "Task t[1] succeeded", "job 7 (demo) started", "CommandError"):
         assert text in kept
+
+
+def test_a_stop_signal_that_comes_while_the_runner_holds_its_stop_events_lock_still_stops_it(settings, tmp_path):
+    # Ctrl-C runs its handler in the main thread between two of its steps, perhaps inside Event.wait while it holds
+    # the event's lock: a handler that set the event there waited for that lock for ever (`up` hung, every part
+    # left running). The handler is called here exactly so: with the lock held by this thread.
+    settings.DATA_DIR = tmp_path
+    runner = Runner(settings, "127.0.0.1", 1, out=io.StringIO(), roles=("collector",))
+    handled = threading.Event()
+
+    def signal_arrives():
+        with runner.stopping._cond:  # what Event.wait holds on its way out
+            runner.on_signal(signal.SIGINT, None)
+            handled.set()
+
+    thread = threading.Thread(target=signal_arrives, daemon=True)
+    thread.start()
+    assert handled.wait(5), "the handler returned while the event's lock was held"
+    assert runner.stopping.wait(5), "and the runner is told to stop once the lock is free"
