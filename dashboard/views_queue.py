@@ -52,7 +52,7 @@ def set_cap(request):
         cap = queue.set_cap(data.get("team", ""), data.get("kind", "cuda"), data.get("devices", ""),
                             by=request.user.username)
     except InputError as err:
-        messages.error(request, f"Cap not set: {err.field}: {err.message}.")
+        messages.error(request, f"Cap not set: {err.message}.")
     else:
         team = data.get("team", "").strip()
         messages.success(request, f"Team {team} may now hold at most {cap.devices} {TeamCap.KINDS[cap.kind]} at once."

@@ -402,7 +402,7 @@ def summary(now=None):
     rows = [pools[name] for name in sorted(pools)]
     for row in rows:
         row["next"] = row["waiting"][0] if row["waiting"] else None
-    return {"pools": rows, "waiting": sum(len(r["waiting"]) for r in rows),
+    return {"pools": rows, "waiting": sum(len(r["waiting"]) for r in rows), "gpus": sum(r["gpus"] for r in rows),
             "caps": [cap.to_dict() for cap in TeamCap.objects.all()]}
 
 
