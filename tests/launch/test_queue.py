@@ -256,3 +256,20 @@ def test_an_alert_fires_for_a_job_queued_longer_than_its_rule_says_and_resolves_
     assert end(running[0]).placed == [waits_]
     evaluate()
     assert Alert.objects.get().resolved_at is not None
+
+
+def test_a_built_in_auto_job_in_line_keeps_waiting_for_gpus_when_the_gpu_workers_go_away(one_node_two_workers,
+                                                                                         operator):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    held = [builtin(operator) for _ in range(2)]
+    waits = builtin(operator)  # auto, where a jobs worker has GPUs: in the line for one
+    assert [j.gpus for j in held] == [[0], [1]] and waits.in_line
+    Worker.objects.update(seen_at=timezone.now() - timedelta(hours=1))
+
+    place_waiting()
+    waits.refresh_from_db()
+    assert waits.in_line and waits.waiting_for == ("waiting for 1 × GPU in the shared pool: 1st in line (no live "
+                                                   "worker serves it now)")

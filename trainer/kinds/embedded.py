@@ -75,7 +75,8 @@ class Embedded(Kind):
             else []
         out = {}
         for job in jobs:
-            gpus = job.device.startswith("cuda") or (job.device == "auto" and any(
+            # One in the line joined it for GPUs (auto where a GPU worker was live then): it waits for GPUs still.
+            gpus = job.device.startswith("cuda") or job.in_line or (job.device == "auto" and any(
                 w.team == job.pool and (not job.node or w.host == job.node) for w in gpu_workers))
             index = int(job.device.partition(":")[2]) if job.device.startswith("cuda:") else None
             out[job.pk] = Want("cuda", job.devices, job.node, job.pool, index=index) \
