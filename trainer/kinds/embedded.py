@@ -212,7 +212,7 @@ def replace_orphans(now=None):
             continue  # nobody can run it now: it waits where it is (its worker may come back)
         with transaction.atomic():
             if Job.objects.filter(pk=job.pk, status=Status.QUEUED, placed_on=job.placed_on).update(
-                    placed_on=placement.worker):
+                    placed_on=placement.worker, gpus=[]):  # on cpu now: none of the GPUs it was given
                 EMBEDDED.dispatch(job, placement)
                 job.placed_on = placement.worker
                 moved.append(job)
