@@ -3,6 +3,7 @@ and when a new worker comes up (a real Celery worker, the fake NVML's two GPUs) 
 each as soon as a GPU frees, by the pass that runs where a job ends."""
 
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,8 +20,8 @@ HOLD = ("import os, sys, time\nwhile not os.path.exists(os.path.join(sys.argv[1]
 
 
 def test_waiting_jobs_outlive_the_worker_and_the_control_plane_and_start_in_the_lines_order(
-        transactional_db, live_server, settings, monkeypatch, launch_data_dir, recipe, operator, admin_user):
-    from trainer.tasks import report_this_worker
+        transactional_db, live_server, settings, monkeypatch, launch_data_dir, recipe, operator, admin_user, request):
+    from trainer.tasks import forget_this_worker, report_this_worker
     from trainer.workers import report
 
     settings.YARDSTICK_URL = live_server.url
@@ -49,6 +50,8 @@ def test_waiting_jobs_outlive_the_worker_and_the_control_plane_and_start_in_the_
 
     with running_launch_worker(name) as worker:
         report_this_worker(sender=worker)  # what a started worker's worker_ready does: report, then a pass
+        # Its reporting thread ends with this test (a worker's shutdown signal does it; the test worker sends none).
+        request.addfinalizer(lambda: forget_this_worker(sender=SimpleNamespace(hostname=worker.hostname)))
         wait_for(lambda: running() == {first.pk, second.pk}, what="the two placed before to run")
         started = []
         for ending, expected in ((first, high), (second, normal), (high, low)):
