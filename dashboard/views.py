@@ -543,9 +543,11 @@ def costs_page(request):
         return bad_page(request, err.field, err.message)
     table = report.build(period, group)
     stacks = readings.cost_stacks(period, group)
-    by_team = table if group == "team" else report.build(period, "team")
-    spend = {r["key"]: r["attributed_usd"] for r in by_team.rows}
-    line_waits = [{**w, "spend_usd": spend.get(w["team"])} for w in queue.waits(period.start, period.end)]
+    line_waits = queue.waits(period.start, period.end)
+    if line_waits:  # each team's spend beside its waits: the table grouped by team (built again only if not so)
+        by_team = table if group == "team" else report.build(period, "team")
+        spend = {r["key"]: r["attributed_usd"] for r in by_team.rows}
+        line_waits = [{**w, "spend_usd": spend.get(w["team"])} for w in line_waits]
     last_day = (period.end - timedelta(microseconds=1)).date()
     params = {"from": period.start.date().isoformat(), "to": last_day.isoformat(), "group": group}
     return render(request, "dashboard/costs.html", {

@@ -22,10 +22,10 @@ class Executor:
     # True when a scheduler outside Yardstick places the job and gives it its devices (a cluster's executor).
     remote = False
 
-    def place(self, definition, *, node="", pool="", cluster=None, job=None, wait=False):
+    def place(self, definition, *, node="", pool="", cluster=None, job=None):
         """Where a launch of `definition` goes now: a trainer.workers.Placement (launch.kind.LaunchPlacement).
-        Raise InputError naming what nobody can meet. `job`: a job being resumed. `wait`: None when the job is to
-        wait in the line (trainer/queue.py) for its devices, which this executor's jobs then do."""
+        None when the job is to wait in the line (trainer/queue.py) for its devices. Raise InputError naming what
+        nobody can meet. `job`: a job being resumed."""
         raise NotImplementedError
 
     def dispatch(self, job, placement):

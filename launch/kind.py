@@ -32,7 +32,7 @@ from trainer import inputs, stoploss
 from trainer.kinds import Kind
 from trainer.models import ACTIVE, ENV_MAX, NAME_MAX, TEAM_MAX, Job, Source, Status, Stint, Worker
 from trainer.queue import Want, place_waiting
-from trainer.workers import LAUNCH_PREFIX, Placement, describe, free_devices, held_by
+from trainer.workers import LAUNCH_PREFIX, Placement, describe
 from yardstick.inputs import InputError
 from yardstick.models import ApiToken
 
@@ -68,10 +68,10 @@ class Launched(Kind):
     def start(self, **fields):
         return start(**fields)
 
-    def placement(self, job, wait=False):
+    def placement(self, job):
         launch = job.launch
         return executor_named(launch.executor).place(launch.definition, node=job.node, pool=job.pool,
-                                                     cluster=launch.cluster, job=job, wait=wait)
+                                                     cluster=launch.cluster, job=job)
 
     def dispatch(self, job, placement):
         executor_named(job.launch.executor).dispatch(job, placement)
@@ -149,9 +149,6 @@ class Launched(Kind):
         return sorted({step for step, _name in checkpoint_names(launch.checkpoints, launch.definition)}) \
             if launch else []
 
-    def held(self, worker):
-        return NODE.held_on([worker])[worker.host]
-
     def held_on(self, workers):
         return NODE.held_on(workers)
 
@@ -164,18 +161,16 @@ LAUNCHED = Launched()
 
 
 class NodeExecutor(Executor):
-    """A GPU node's launch worker runs the job (launch/executor.py): placed here on free devices, sent to that
-    worker's own queue."""
+    """A GPU node's launch worker runs the job (launch/executor.py): its jobs wait in the line (trainer/queue.py),
+    which gives them free devices and sends each to its worker's own queue."""
 
     name = "node"
 
-    def place(self, definition, *, node="", pool="", cluster=None, job=None, wait=False):
+    def place(self, definition, *, node="", pool="", cluster=None, job=None):
         if job is not None and not node and job.launch.checkpoints:
             node = job.launch.node  # a Resume goes where its checkpoints are: the job's output directory is there
-        if wait:  # it joins the line: refused only when no live worker could ever run it
-            refusal(definition["devices"], node, pool)
-            return None
-        return place(definition["devices"], node, pool, job=job)
+        refusal(definition["devices"], node, pool)  # what no live worker could ever run, however long it waited
+        return None
 
     def dispatch(self, job, placement):
         # What the placement gave the job is held from now: the next placement sees it taken.
@@ -245,8 +240,8 @@ class LaunchPlacement(Placement):
 
 
 def refusal(devices, node="", pool="", now=None):
-    """The live launch workers on `node` / in `pool` when one of them could ever run a launch asking for `devices`
-    ({kind, count}), however busy; else InputError naming what nobody has (waiting cannot help)."""
+    """InputError naming what nobody has when no live launch worker on `node` / in `pool` could ever run a launch
+    asking for `devices` ({kind, count}), however long it waited in the line; else nothing."""
     kind, count = devices["kind"], devices["count"]
     want = f"{count} × {'GPU' if kind == 'cuda' else 'core'}{'s' if count > 1 else ''}"
     workers = [w for w in launch_workers(now) if w.team == pool and (not node or w.host == node)]
@@ -264,34 +259,6 @@ def refusal(devices, node="", pool="", now=None):
         have = "; ".join(describe(w) for w in workers)
         raise InputError("devices", f"no launch worker has {want} (cpu recipes share a node's cores, but need that "
                                     f"many): {have}; ask for fewer")
-    return workers
-
-
-def place(devices, node="", pool="", job=None, now=None):
-    """The Placement of a launch asking for `devices` ({kind, count}) on `node` / in `pool` now: the live launch
-    worker with enough free devices that has the most free (ties: by name). Raise InputError naming what nobody
-    can meet and what the workers have free. `job`: a job being resumed (what it holds itself is free to it)."""
-    kind, count = devices["kind"], devices["count"]
-    want = f"{count} × {'GPU' if kind == 'cuda' else 'core'}{'s' if count > 1 else ''}"
-    workers = refusal(devices, node, pool, now)
-    fits = []
-    for worker in workers:
-        held = held_by(worker)
-        if job is not None:
-            held = {"gpus": {i: j for i, j in held["gpus"].items() if j != job.pk},
-                    "cores": {j: n for j, n in held["cores"].items() if j != job.pk}}
-        gpus, cores = free_devices(worker, held)
-        # GPUs are given to one job at a time; cpu recipes share the node's cores, as many as the worker has.
-        fits_here = len(gpus) >= count if kind == "cuda" else worker.cores >= count
-        if fits_here:
-            fits.append((-(len(gpus) if kind == "cuda" else cores), worker.name, worker, gpus))
-    if not fits:
-        have = "; ".join(describe(w) for w in workers)
-        raise InputError("devices", f"no launch worker has {want} free now: {have}; all are busy: wait for a job to "
-                                    "end, or ask for fewer")
-    _free, _name, worker, gpus = min(fits, key=lambda f: f[:2])
-    return LaunchPlacement(worker.name, worker.name, node=worker.host, gpus=gpus[:count] if kind == "cuda" else [],
-                           cores=count if kind == "cpu" else 0)
 
 
 def where_text(node, pool):
@@ -364,7 +331,7 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
     _check_experiment(env)  # before the job is created: a refusal after it would use up a job id
     # On a node's launch worker it waits in the line (trainer/queue.py) until its devices are free; refused only
     # when no live worker could ever run it. A cluster's scheduler keeps a line of its own.
-    placement = executor.place(definition, node=node, pool=pool, cluster=target, wait=True)
+    placement = executor.place(definition, node=node, pool=pool, cluster=target)
     with transaction.atomic():
         now = timezone.now()
         job = Job.open(

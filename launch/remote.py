@@ -157,7 +157,7 @@ class RemoteExecutor(Executor):
 
     # -- what every scheduler shares --------------------------------------------------------
 
-    def place(self, definition, *, node="", pool="", cluster=None, job=None, wait=False):
+    def place(self, definition, *, node="", pool="", cluster=None, job=None):
         if node:
             raise InputError("node", f"this recipe runs on a {self.name} cluster, whose scheduler places it: leave "
                                      "node empty")

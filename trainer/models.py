@@ -183,10 +183,6 @@ class Job(models.Model):
             job._announce("", change=change)
         return job
 
-    def placement(self):
-        """Where this job would be sent now (its kind's placement); InputError when nobody can run it."""
-        return kind_of(self).placement(self)
-
     # -- transitions ------------------------------------------------------------
 
     def transition(self, from_statuses, to, reason="", where=None, **fields):
@@ -302,9 +298,8 @@ class Job(models.Model):
         kind = kind_of(self)
         if kind.resume_refusal(self):
             return False  # its own process resumes it (an external run: start_run with the run's id)
-        waits = kind.wants(self) is not None  # it joins the line (trainer/queue.py) for its devices
         try:
-            placement = kind.placement(self, wait=waits)
+            placement = kind.placement(self)  # None: it joins the line (trainer/queue.py) for its devices
         except InputError:
             return False  # nobody can run it now (resume_refusal says what the workers have)
         who = f" by {by}" if by else ""

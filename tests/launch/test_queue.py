@@ -273,3 +273,33 @@ def test_a_built_in_auto_job_in_line_keeps_waiting_for_gpus_when_the_gpu_workers
     waits.refresh_from_db()
     assert waits.in_line and waits.waiting_for == ("waiting for 1 × GPU in the shared pool: 1st in line (no live "
                                                    "worker serves it now)")
+
+
+def test_a_resumed_built_in_gpu_job_waits_in_the_line_and_says_why_while_the_gpus_are_held(one_node_two_workers,
+                                                                                           operator):
+    trainer = builtin(operator)
+    assert trainer.gpus == [0] and trainer.claim() and trainer.finish(Status.STOPPED)
+    holders = [run("one", operator) for _ in range(2)]
+    assert [gpus(j) for j in holders] == [[0], [1]]
+    trainer.refresh_from_db()
+    assert trainer.resume_refusal() == "", "a Resume can help: it waits in the line"
+
+    assert trainer.resume(by="ada")
+    trainer.refresh_from_db()
+    assert trainer.in_line and trainer.placed_on == "" and trainer.waiting_for.startswith(
+        "waiting for 1 × GPU in the shared pool: 1st in line")
+    assert end(holders[1]).placed == [trainer]
+    trainer.refresh_from_db()
+    assert trainer.gpus == [1] and trainer.placed_on == "jobs@gpu-a"
+
+
+def test_a_launch_whose_gpus_are_held_is_not_refused_a_resume_it_waits(two_gpus, recipe, operator):
+    recipe("resumable", [PY, "-c", "pass"], devices={"kind": "cuda", "count": 1}, resume_argv=["{checkpoint}"])
+    job = run("resumable", operator)
+    assert job.claim() and job.finish(Status.FAILED, error="boom")
+    Launch.objects.filter(pk=job.pk).update(checkpoints=["step_3"])
+    run("one", operator), run("one", operator)
+    job.refresh_from_db()
+    assert job.resume_refusal() == "" and job.resume(by="ada")
+    job.refresh_from_db()
+    assert job.in_line and job.line_place == 1

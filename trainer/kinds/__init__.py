@@ -45,10 +45,10 @@ class Kind:
         InputError naming the first bad field (nothing is created then)."""
         raise InputError("source", f"Yardstick does not start {self.source} runs")
 
-    def placement(self, job, wait=False):
-        """Where `job` would be sent to run now (trainer.workers.Placement: a queue and a worker); raise
-        InputError naming what nobody can meet. `wait` (a kind whose jobs wait in the line): None when some live
-        worker could ever run it, however busy."""
+    def placement(self, job):
+        """Where `job` would be sent to run now (trainer.workers.Placement: a queue and a worker), or None when it
+        is to wait in the line for its devices (trainer/queue.py gives them); raise InputError naming what nobody can
+        meet, however long it waited."""
         raise InputError("source", f"job {job.pk} is a {self.source} run: Yardstick does not send it anywhere")
 
     def wants(self, job):
@@ -106,19 +106,11 @@ class Kind:
         """A Q of the jobs of this kind a worker beats for (with `worker_beats`): all of them by default."""
         return Q()
 
-    def held(self, worker):
-        """What this kind's active jobs hold of `worker` (a trainer.models.Worker): {"gpus": {NVML index: job id},
-        "cores": {job id: cores}}; a worker's free devices are the rest (trainer.workers.free_devices)."""
-        return {"gpus": {}, "cores": {}}
-
     def held_on(self, workers):
-        """{node: what this kind's jobs hold there, as `held` says it} for the nodes of `workers` (one of each node's
-        workers stands for it): `held` of each, unless a kind reads them all at once."""
-        out = {}
-        for worker in workers:
-            if worker.host not in out:
-                out[worker.host] = self.held(worker)
-        return out
+        """{node: what this kind's active jobs hold there} for the nodes of `workers` (trainer.models.Worker rows):
+        {"gpus": {NVML index: job id}, "cores": {job id: cores}}; a node's free devices are the rest
+        (trainer.workers.free_devices). Nothing, for a kind whose jobs hold no worker's devices."""
+        return {w.host: {"gpus": {}, "cores": {}} for w in workers}
 
 
 _KINDS = {}

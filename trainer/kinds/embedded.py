@@ -27,8 +27,9 @@ class Embedded(Kind):
     holds_policy = True
     worker_beats = True
 
-    def placement(self, job, wait=False):
-        return place(job.device, job.devices, job.node, job.pool)
+    def placement(self, job):
+        placement = place(job.device, job.devices, job.node, job.pool)  # refuses what no worker could ever run
+        return None if self.wants(job) is not None else placement  # on GPUs: in the line
 
     def start(self, **fields):
         return start(**fields)
@@ -36,13 +37,10 @@ class Embedded(Kind):
     def checkpoint_steps(self, job):
         return sorted(int(p.stem.removeprefix("step-")) for p in job.checkpoint_dir.glob("step-*.pt"))
 
-    def held(self, worker):
-        """An embedded job on `worker`'s node holds the GPUs the line gave it (from its placement on, before it
-        starts) and those its open stints name (by UUID), and one core a rank: whichever of the node's workers runs it
-        (its jobs worker), another (its launch worker) must not give them out."""
-        return self.held_on([worker])[worker.host]
-
     def held_on(self, workers):
+        """An embedded job on a node holds the GPUs the line gave it (from its placement on, before it starts) and
+        those its open stints name (by UUID), and one core a rank: whichever of the node's workers runs it (its jobs
+        worker), another (its launch worker) must not give them out."""
         hosts = {w.host for w in workers}
         out = {host: {"gpus": {}, "cores": {}} for host in hosts}
         placed = Job.objects.filter(source=self.source, status__in=LIVE).exclude(gpus=[]).exclude(
@@ -76,8 +74,7 @@ class Embedded(Kind):
         out = {}
         for job in jobs:
             # One in the line joined it for GPUs (auto where a GPU worker was live then): it waits for GPUs still.
-            gpus = job.device.startswith("cuda") or job.in_line or (job.device == "auto" and any(
-                w.team == job.pool and (not job.node or w.host == job.node) for w in gpu_workers))
+            gpus = job.in_line or wants_gpus(job.device, job.node, job.pool, gpu_workers)
             index = int(job.device.partition(":")[2]) if job.device.startswith("cuda:") else None
             out[job.pk] = Want("cuda", job.devices, job.node, job.pool, index=index) \
                 if job.queued_at is not None and gpus else None
@@ -103,13 +100,16 @@ class Embedded(Kind):
 EMBEDDED = Embedded()
 
 
-def wants_gpus(device, node="", pool=""):
+def wants_gpus(device, node="", pool="", gpu_workers=None):
     """Whether a job of `device` trains on GPUs, so waits in the line for them: cuda or cuda:N, or auto where a live
-    jobs worker of its pool (and node) has GPUs."""
+    jobs worker of its pool (and node) has GPUs. `gpu_workers`: those live jobs workers with GPUs, if read already."""
     if device.startswith("cuda"):
         return True
-    return device == "auto" and any(gpu_indices(w) for w in live_jobs_workers() if w.team == pool
-                                    and (not node or w.host == node))
+    if device != "auto":
+        return False
+    if gpu_workers is None:
+        gpu_workers = [w for w in live_jobs_workers() if gpu_indices(w)]
+    return any(w.team == pool and (not node or w.host == node) for w in gpu_workers)
 
 
 def start(*, name, team, env, config=None, budget_usd=None, device="auto", devices=1, node="", pool="",
