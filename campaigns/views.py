@@ -8,7 +8,6 @@ the wrong state (409), as /api/jobs answers.
 
 import csv
 import io
-import json
 
 from django.contrib import messages
 from django.http import HttpResponse, JsonResponse
@@ -22,7 +21,7 @@ from launch.models import Recipe, evaluates, names_init_from
 from trainer.models import Job
 from yardstick.auth import require_role
 from yardstick.http import bad, bad_page, int_param, methods, script_json
-from yardstick.inputs import InputError, json_object
+from yardstick.inputs import InputError, form_json_object, json_object
 from yardstick.text import csv_text
 
 CREATE_FIELDS = ("name", "team", "envs", "schedule", "run_config", "budget_usd", "device", "eval_size",
@@ -189,20 +188,10 @@ def campaigns_page(request):
         place = ("first" if not names_init_from(recipe.definition) else "scorers" if evaluates(recipe.definition)
                  else "more")
         recipes[place].append(recipe)
-    return render(request, "campaigns/campaigns.html", {"rows": rows, "envs": ENV_NAMES, "recipes": recipes})
-
-
-def _json_object(field, text):
-    """A form field holding a JSON object ({} when empty); InputError naming it otherwise."""
-    if not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise InputError(field, f"{field} must be a JSON object such as {{\"max_steps\": 200}}, got {text[:80]!r}")
-    return value
+    # A link may fill the New campaign form in (a sweep's "Start a campaign from this trial").
+    prefill = {k: request.GET.get(k, "")[:2000] for k in ("name", "team", "run_recipe", "run_params")}
+    return render(request, "campaigns/campaigns.html", {"rows": rows, "envs": ENV_NAMES, "recipes": recipes,
+                                                        "prefill": prefill, "prefilled": any(prefill.values())})
 
 
 @require_POST
@@ -222,7 +211,8 @@ def create_campaign(request):
         launched = {}
         if post.get("run_recipe") or post.get("continue_recipe") or post.get("eval_recipe") or post.get("run_params"):
             launched = {"run_recipe": post.get("run_recipe", ""), "continue_recipe": post.get("continue_recipe", ""),
-                        "run_params": _json_object("run_params", post.get("run_params", "")),
+                        "run_params": form_json_object("run_params", post.get("run_params", ""),
+                                                                 '{"max_steps": 200}'),
                         "eval_recipes": {env: post["eval_recipe"] for env in envs} if post.get("eval_recipe") else {}}
         campaign = Campaign.create(name=post.get("name"), team=post.get("team"), envs=envs, schedule=schedule,
                                    run_config=run_config, budget_usd=post.get("budget_usd") or None,

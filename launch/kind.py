@@ -328,7 +328,7 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
     target = _cluster(definition, cluster) if executor.remote else None
     if source is not None and not node and not executor.remote:
         node = source.launch.node  # {init_from} is a folder on the node the job it continues ran on
-    _check_experiment(env)  # before the job is created: a refusal after it would use up a job id
+    check_experiment(env)  # before the job is created: a refusal after it would use up a job id
     # On a node's launch worker it waits in the line (trainer/queue.py) until its devices are free; refused only
     # when no live worker could ever run it. A cluster's scheduler keeps a line of its own.
     placement = executor.place(definition, node=node, pool=pool, cluster=target)
@@ -348,7 +348,7 @@ def start(*, recipe=None, params=None, name="", team=None, env="", budget_usd=No
         try:
             tracking_store.attach_run(job, experiment=env, score_key=definition.get("score_key", ""),
                                       created_by=created_by)
-        except TrackingError as err:  # deleted since _check_experiment
+        except TrackingError as err:  # deleted since check_experiment
             raise InputError("env", f"env: {err.message}") from None
         if placement:
             executor.dispatch(job, placement)
@@ -368,7 +368,7 @@ def steps_config(values):
     return {}
 
 
-def _check_experiment(env):
+def check_experiment(env):
     """InputError when the job's MLflow run could not go into experiment `env` (a deleted one of that name)."""
     try:
         found = tracking_store.get_experiment_by_name(env)

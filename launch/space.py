@@ -40,6 +40,14 @@ class Dimension:
         return {"name": self.name, "low": self.low, "high": self.high, "log": self.log,
                 "integer": self.kind == "integer"}
 
+    @classmethod
+    def from_dict(cls, raw):
+        """The Dimension `to_dict` wrote (as a sweep keeps its space)."""
+        if "choices" in raw:
+            return cls(raw["name"], "choice", choices=tuple(raw["choices"]))
+        return cls(raw["name"], "integer" if raw["integer"] else "float", low=raw["low"], high=raw["high"],
+                   log=raw["log"])
+
 
 def parse_space(raw, params):
     """[Dimension] of the space `raw` ({name: {...}}) over the recipe's `params` ([Param] or their specs); ParamError

@@ -4,9 +4,10 @@ Tests that build their own fixtures miss what the shipped data breaks (the Jobs 
 recipes were imported, with every test green). `seed()` imports launch/examples/recipes.yaml and puts beside it: a
 priced node with telemetry and a live worker, a launched job in every status on a node, on a Ray cluster that
 stopped answering (on a node no agent measures) and on a Slurm cluster (with what each scheduler says, an allocation, output lines and a
-traceback), built-in and outside runs, a campaign of launched runs with an evaluation job, alert rules of every kind
+traceback), built-in and outside runs, a campaign of launched runs with an evaluation job, a running sweep with its
+trials in the line and a stopped one, alert rules of every kind
 with a firing alert, and a channel. Each row goes in through the code that owns it where that code needs no running
-process (a worker's claim and finish, Recipe import, Campaign.create_launched, AlertRule.create); what only a
+process (a worker's claim and finish, Recipe import, Campaign.create_launched, Sweep.create, AlertRule.create); what only a
 running process would write (a scheduler's word, an exit status, output lines) is written as it would write it.
 """
 
@@ -25,11 +26,12 @@ TRACEBACK = ["Traceback (most recent call last):", '  File "train.py", line 3, i
 
 def seed(admin, operator):
     """Fill the database as above; return {"jobs": {label: job id}, "recipes", "clusters", "nodes", "devices",
-    "campaigns", "alerts", "rules", "runs", "experiments"} (the ids and names its URLs take)."""
+    "campaigns", "sweeps", "alerts", "rules", "runs", "experiments"} (the ids and names its URLs take)."""
     from alerts.models import Alert, AlertRule, Channel
     from campaigns.models import Campaign
     from launch import kind
     from launch.models import Cluster, Launch, OutputLine, Recipe, import_all
+    from sweeps.models import Sweep
     from tracking import store
     from tracking.models import Run
     from trainer.models import Job, Status, Worker
@@ -131,6 +133,15 @@ def seed(admin, operator):
     campaign.add_run(Job.objects.get(pk=jobs["ray completed"]))  # a run nothing measured
     campaign.add_run(Job.objects.get(pk=evaluation.pk), role="eval")
 
+    sweeps = [Sweep.create(created_by=operator, name="lr hunt", team="research", recipe="trl-grpo",
+                           space={"learning_rate": {"low": 1e-6, "high": 1e-3, "log": True},
+                                  "num_generations": {"choices": [4, 8]}},
+                           objective="front", budget_usd="20", parallel=2, max_trials=6),
+              Sweep.create(created_by=operator, name="to 50", team="search", recipe="builtin-grpo",
+                           space={"lr": {"low": 1e-5, "high": 1e-2, "log": True}}, objective="cheapest", target_score=50,
+                           budget_usd="5")]
+    sweeps[1].stop(by=operator.username)
+
     channel = Channel.create(name="ops hook", kind="webhook", target="http://127.0.0.1:9/hook")
     rules = [AlertRule.create({"name": f"every {kind_}", "kind": kind_, "channels": [channel.pk]}, by=admin)
              for kind_ in ("job_failed", "cluster_unreachable", "gpu_idle", "node_stale", "device_unhealthy")]
@@ -138,5 +149,5 @@ def seed(admin, operator):
     b.attribute(now)
     return {"jobs": jobs, "recipes": list(Recipe.objects.values_list("name", flat=True)),
             "clusters": ["ray-a", "hpc"], "nodes": ["gpu-a"], "devices": [d.uuid for d in devices],
-            "campaigns": [campaign.pk], "alerts": [alert.pk] if alert else [], "rules": [r.pk for r in rules],
+            "campaigns": [campaign.pk], "sweeps": [sw.pk for sw in sweeps], "alerts": [alert.pk] if alert else [], "rules": [r.pk for r in rules],
             "runs": list(Run.objects.values_list("run_id", flat=True)), "experiments": [experiment.pk]}

@@ -113,6 +113,21 @@ def json_object(raw, max_depth=MAX_JSON_DEPTH):
     return body
 
 
+def form_json_object(field, text, example):
+    """The JSON object a form's text field `field` holds ({} when empty); InputError naming it and showing
+    `example` otherwise."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        raise InputError(field, f"{field} must be a JSON object such as {example}, got {text[:80]!r}")
+    _check_value(value, field, 1, MAX_JSON_DEPTH)
+    return value
+
+
 class RefuseUnstorableText:
     """Answer 400 to a request whose query parameters, form fields or path parts hold text that cannot be stored.
 

@@ -138,6 +138,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 LAUNCH_FOLLOW_S = envint("YARDSTICK_LAUNCH_FOLLOW_S", 2, minimum=1)
 # How often the placer passes over the line of jobs waiting for devices, besides whenever a job ends.
 QUEUE_PASS_S = envint("YARDSTICK_QUEUE_PASS_S", 5, minimum=1)
+# How often each running sweep takes its pass (sweeps/models.py), besides whenever one of its trials ends.
+SWEEP_PASS_S = envint("YARDSTICK_SWEEP_PASS_S", 15, minimum=1)
 # Periodic upkeep; each task sits beside the domain code it maintains.
 CELERY_BEAT_SCHEDULE = {
     "beat-tick": {"task": "yardstick.tasks.beat_tick", "schedule": 10.0},
@@ -156,6 +158,8 @@ CELERY_BEAT_SCHEDULE = {
     # A pass not started before the next is due is dropped: passes never pile up behind a slow cluster.
     "launch-follow-clusters": {"task": "launch.tasks.follow_clusters", "schedule": float(LAUNCH_FOLLOW_S),
                                "options": {"expires": float(LAUNCH_FOLLOW_S)}},
+    "sweeps-advance": {"task": "sweeps.tasks.advance", "schedule": float(SWEEP_PASS_S),
+                       "options": {"expires": float(SWEEP_PASS_S)}},
     "campaigns-join-tagged-runs": {"task": "campaigns.tasks.join_tagged_runs", "schedule": 30.0},
     "alerts-evaluate": {"task": "alerts.tasks.evaluate", "schedule": 30.0},
     "alerts-deliver": {"task": "alerts.tasks.deliver", "schedule": 15.0},
@@ -287,6 +291,7 @@ INSTALLED_APPS = [
     "alerts.apps.AlertsConfig",
     "exporter.apps.ExporterConfig",
     "launch.apps.LaunchConfig",
+    "sweeps.apps.SweepsConfig",
 ]
 
 MIDDLEWARE = [

@@ -25,6 +25,7 @@ urlpatterns = [
     path("", include("trainer.urls")),
     path("", include("costs.urls")),
     path("", include("campaigns.urls")),
+    path("", include("sweeps.urls")),
     path("", include("alerts.urls")),
     path("", include("exporter.urls")),
     # One URL style: pages have no trailing slash, and one asked for with it is sent to its address.

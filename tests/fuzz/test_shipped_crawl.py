@@ -39,7 +39,7 @@ def path_values(url_name, part, world):
     if part == "name":
         return world["recipes"] if "recipe" in url_name else world["clusters"] if "cluster" in url_name else world["nodes"]
     return {"job_id": list(world["jobs"].values()), "part": ["controls", "launch", "base_build"], "run_id": world["runs"],
-            "experiment_id": world["experiments"], "campaign_id": world["campaigns"], "alert_id": world["alerts"],
+            "experiment_id": world["experiments"], "campaign_id": world["campaigns"], "sweep_id": world["sweeps"], "alert_id": world["alerts"],
             "rule_id": world["rules"], "uuid": world["devices"], "version": [plotly.__version__],
             "path": ["model/config.json"]}[part]
 

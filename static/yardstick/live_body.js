@@ -1,17 +1,16 @@
-// The campaign page. dashboard.js draws its figures and keeps the socket (topics campaign.<id>, jobs, costs);
-// any event it hears that can change a figure makes this re-read the page's body (?part=body: the same
-// template and figures, from the server) at most once a second, so no number is recomputed here.
+// A page whose body the server redraws: the campaign and sweep pages (data-live-body: the body's element id,
+// data-live-topics: what it follows, e.g. campaign.<id>,jobs,costs). dashboard.js keeps the socket; any event it
+// hears that can change a figure makes this re-read the page's body (?part=body: the same template and figures,
+// from the server) at most once a second, so no number is recomputed here. This draws the body's figures.
 (function () {
   "use strict";
-  const root = document.querySelector('.page[data-page="campaign"]');
+  const root = document.querySelector(".page[data-live-body]");
   if (!root) return;
-  // What dashboard.js follows once live is turned on, when the page was paused on load.
-  if (window.Yardstick) window.Yardstick.resumeTopics = "campaign." + root.dataset.campaign + ",jobs,costs";
   const config = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
-  const QUIET = new Set(["progress", "phase", "step", "samples"]); // they change no campaign figure
+  const QUIET = new Set(["progress", "phase", "step", "samples"]); // they change no figure of these pages
   let timer = null;
   // Paused on load: what dashboard.js follows once live is turned on.
-  if (window.Yardstick) window.Yardstick.resumeTopics = "campaign." + root.dataset.campaign + ",jobs,costs";
+  if (window.Yardstick) window.Yardstick.resumeTopics = root.dataset.liveTopics;
 
   function draw() {
     const el = document.getElementById("figures");
@@ -36,7 +35,7 @@
       url.searchParams.set("part", "body");
       const resp = await fetch(url, { cache: "no-store" });
       if (!resp.ok) return;
-      document.getElementById("campaign-body").innerHTML = await resp.text();
+      document.getElementById(root.dataset.liveBody).innerHTML = await resp.text();
       draw();
       root.dataset.refreshed = String(Number(root.dataset.refreshed || 0) + 1);
     } catch (e) { /* the next event tries again */ }

@@ -1,0 +1,14 @@
+from django.apps import AppConfig
+
+
+class SweepsConfig(AppConfig):
+    name = "sweeps"
+
+    def ready(self):
+        # trainer never imports sweeps: a job's end (trainer.signals.devices_freed, after its commit) is when a
+        # sweep whose trial it was takes its next pass.
+        # here: apps.py is loaded before the models are
+        from sweeps import models
+        from trainer.signals import devices_freed
+
+        devices_freed.connect(models.on_job_ended, dispatch_uid="sweeps.on_job_ended")

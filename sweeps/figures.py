@@ -1,0 +1,62 @@
+"""What a sweep bought, as its page, /api/sweeps/<id>, its CSV and the cost review read it (docs/figures.md,
+"Sweeps"): each trial's dollars, score and points per dollar from the cost figures (costs.intelligence, unrounded),
+the sweep's dollars as their sum, the front, the best trial for each objective, and Optuna's parameter importance.
+"""
+
+from decimal import Decimal
+
+from costs.money import exact_usd, ipd_text, usd_text
+from sweeps import search
+from sweeps.models import State
+
+
+def summary(sweep, figs=None):
+    figs = sweep.figures() if figs is None else figs
+    spent = sum((f.usd for f in figs), Decimal(0))
+    rows = [_row(f) for f in figs]
+    scored = [i for i, f in enumerate(figs) if f.told_state == "ended" and f.score is not None
+              and f.money.get("cost_usd") is not None]
+    on_front = {scored[i] for i in search.front([(figs[j].score, figs[j].usd) for j in scored])}
+    for i, row in enumerate(rows):
+        row["on_front"] = i in on_front
+    front = sorted((rows[i] for i in on_front), key=lambda r: Decimal(r["cost_usd"]))
+    ended = [rows[i] for i in scored]
+    best = {
+        "score": max(ended, key=lambda r: (r["score"], -Decimal(r["cost_usd"])), default=None),
+        "per_dollar": max((r for r in ended if r["points_per_usd"] is not None),
+                          key=lambda r: r["points_per_usd"], default=None),
+        "cheapest": (min((r for r in ended if r["score"] >= sweep.target_score), key=lambda r: Decimal(r["cost_usd"]),
+                         default=None) if sweep.target_score is not None else None),
+    }
+    left = sweep.budget_usd - spent
+    return {
+        "id": sweep.pk, "state": sweep.state, "why": sweep.why, "reason": sweep.reason,
+        "objective": sweep.objective, "objective_text": search.OBJECTIVES[sweep.objective],
+        "target_score": sweep.target_score,
+        "spent_usd": exact_usd(spent), "spent_display": usd_text(spent),
+        "budget_usd": exact_usd(sweep.budget_usd), "budget_display": usd_text(sweep.budget_usd),
+        "left_usd": exact_usd(left), "left_display": usd_text(left),
+        "budget_used_fraction": float(min(Decimal(1), spent / sweep.budget_usd)) if sweep.budget_usd else None,
+        "trials": rows, "started": len(rows), "active": sum(1 for f in figs if f.active),
+        "stopped_by_sweep": sum(1 for f in figs if f.stopped_by_sweep),
+        "front": [r["number"] for r in front],
+        "best": {k: (None if v is None else v["number"]) for k, v in best.items()},
+        "importance": search.importance(sweep.dimensions, sweep.objective, [f.told for f in figs],
+                                        sweep.target_score),
+        "running": sweep.state != State.ENDED,
+    }
+
+
+def _row(f):
+    job, money = f.trial.job, f.money
+    return {
+        "number": f.trial.number, "job_id": job.pk, "name": job.name, "status": job.status,
+        "params": f.trial.params, "stopped_by_sweep": f.stopped_by_sweep,
+        "stop_reason": f.stopped_by_sweep or (job.stop_reason if job.status != "completed" else ""),
+        "cost_usd": money["cost_usd"] if money else exact_usd(f.usd),
+        "cost_display": money.get("cost_display", usd_text(f.usd)), "cost_title": money.get("cost_title", ""),
+        "score": f.score, "gain_points": f.gain,
+        "points_per_usd": money.get("points_per_usd"),
+        "ipd_display": money.get("ipd_display") or ipd_text(None),
+        "curve": [{"usd": float(p.usd), "score": p.score} for p in f.curve],
+    }

@@ -1,0 +1,471 @@
+"""Sweeps: a search of a recipe's parameters for the most intelligence per dollar.
+
+A `Sweep` is a recipe, a search space over its typed parameters (launch/space.py), an objective (sweeps/search.py:
+the front of score against dollars, the most points per dollar, or the cheapest run that reaches a score), a budget
+in dollars and how many trials run at once. Each `SweepTrial` is one launched job of the recipe (launch.kind.start:
+through the line of jobs waiting for devices, on a node, a Ray cluster or Slurm); its dollars are its job's, the
+sweep's dollars are its trials' summed, unrounded.
+
+`advance` is the sweep's one pass, under a lock on its row, run when it is created, whenever a job ends
+(trainer.signals.devices_freed) and from beat every YARDSTICK_SWEEP_PASS_S:
+
+1. the budget: once the trials' dollars reach it, no more trials, and the running ones are stopped (Stop's three
+   steps: the stop flag, SIGTERM, SIGKILL);
+2. stopping by the dollar (sweeps/stopping.py): a running trial whose newest score is below most earlier trials'
+   at the same dollars is stopped, the reason kept on it;
+3. new trials while fewer than `parallel` are active: Optuna (sweeps/search.py) is asked for their parameters from
+   every trial so far; none when `max_trials` have started, or when the next trial would pass the budget (its cost
+   taken as the mean of the completed trials').
+
+    running ──budget spent, next trial would pass it, max_trials started, or Stop──► ending ──last trial ends──► ended
+       ▲                                                                                 │
+       └──────────────────── an admin raises the budget (when that was why) ◄───────────┘
+
+Every state is in the rows: a restart of the control plane loses no trial and repeats none.
+"""
+
+import logging
+import math
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models, transaction
+from django.utils import timezone
+
+from costs.intelligence import Scores, charged_usd, jobs_money, score_cost_curve
+from costs.money import exact_usd, usd_text
+from costs.prices import PriceBook
+from launch import kind as launch_kind
+from launch.models import Recipe, evaluates, names_init_from
+from launch.params import ParamError
+from launch.space import Dimension, parse_space
+from sweeps import search
+from sweeps.stopping import MIN_TRIALS_DEFAULT, SHARE_DEFAULT, Point, judge
+from trainer import inputs
+from trainer.models import ENDED, ENV_MAX, NAME_MAX, TEAM_MAX, Job, Priority, Status
+from yardstick.auth import has_role
+from yardstick.inputs import InputError
+from yardstick.live import publish
+
+log = logging.getLogger(__name__)
+
+PARALLEL_MAX = 64
+TRIALS_MAX = 1000
+TRIALS_DEFAULT = 20
+PARALLEL_DEFAULT = 2
+FIELDS = ("name", "team", "recipe", "space", "params", "objective", "target_score", "budget_usd", "parallel",
+          "max_trials", "seed", "stop_share", "stop_min_trials", "defaults_first", "env", "node", "pool", "cluster",
+          "priority")
+
+
+class State(models.TextChoices):
+    RUNNING = "running"
+    ENDING = "ending"  # no more trials; waiting for the active ones to end
+    ENDED = "ended"
+
+
+class Why(models.TextChoices):
+    """Why a sweep stopped launching trials (what raising its budget can undo)."""
+
+    NONE = ""
+    BUDGET = "budget"
+    TRIALS = "trials"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class Sweep(models.Model):
+    name = models.CharField(max_length=NAME_MAX)
+    team = models.CharField(max_length=TEAM_MAX, db_index=True, help_text="who pays for it")
+    recipe_name = models.CharField(max_length=100)
+    recipe_version = models.PositiveIntegerField()
+    space = models.JSONField(help_text="[Dimension.to_dict()]: the searched parameters")
+    params = models.JSONField(default=dict, help_text="values of the parameters it does not search")
+    objective = models.CharField(max_length=20, choices=[(k, k) for k in search.OBJECTIVES])
+    target_score = models.FloatField(null=True, blank=True, help_text="the cheapest objective's score to reach")
+    budget_usd = models.DecimalField(max_digits=16, decimal_places=6)
+    parallel = models.PositiveIntegerField(default=PARALLEL_DEFAULT)
+    max_trials = models.PositiveIntegerField(default=TRIALS_DEFAULT)
+    seed = models.BigIntegerField(default=0)
+    stop_share = models.FloatField(default=SHARE_DEFAULT, help_text="0: never stop a trial by the dollar")
+    stop_min_trials = models.PositiveIntegerField(default=MIN_TRIALS_DEFAULT)
+    defaults_first = models.BooleanField(default=True, help_text="trial 0 runs the recipe's defaults, to compare")
+    env = models.CharField(max_length=ENV_MAX)
+    node = models.CharField(max_length=255, blank=True, default="")
+    pool = models.CharField(max_length=TEAM_MAX, blank=True, default="")
+    cluster = models.CharField(max_length=100, blank=True, default="")
+    priority = models.IntegerField(choices=Priority.choices, default=Priority.NORMAL)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.RUNNING)
+    why = models.CharField(max_length=10, choices=Why.choices, default=Why.NONE, blank=True)
+    reason = models.TextField(blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"sweep {self.pk} {self.name}"
+
+    # -- creating ----------------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, *, created_by, **raw):
+        """A running sweep from `raw` (FIELDS), its first trials launched; InputError naming the first bad field
+        (nothing is created then)."""
+        unknown = sorted(set(raw) - set(FIELDS))
+        if unknown:
+            raise InputError(unknown[0], f"a sweep has no field {unknown[0]!r}; its fields are {', '.join(FIELDS)}")
+        clean = _clean(raw, created_by)
+        with transaction.atomic():
+            sweep = cls.objects.create(**clean, created_by=created_by)
+        sweep.advance()
+        sweep.refresh_from_db()
+        return sweep
+
+    def again(self, by):
+        """A new sweep with this one's definition and the next seed ("Run again")."""
+        return Sweep.create(created_by=by, **{**self.definition(), "name": f"{self.name} (again)",
+                                              "seed": self.seed + 1})
+
+    def definition(self):
+        """The fields `create` takes, as this sweep was made."""
+        return {"name": self.name, "team": self.team, "recipe": self.recipe_name,
+                "space": {d["name"]: _space_entry(d) for d in self.space}, "params": dict(self.params),
+                "objective": self.objective, "target_score": self.target_score,
+                "budget_usd": exact_usd(self.budget_usd), "parallel": self.parallel, "max_trials": self.max_trials,
+                "seed": self.seed, "stop_share": self.stop_share, "stop_min_trials": self.stop_min_trials,
+                "defaults_first": self.defaults_first, "env": self.env, "node": self.node, "pool": self.pool, "cluster": self.cluster,
+                "priority": Priority(self.priority).label}
+
+    # -- reading -----------------------------------------------------------------------------------------
+
+    @property
+    def dimensions(self):
+        return [Dimension.from_dict(d) for d in self.space]
+
+    def trial_rows(self):
+        return list(self.trials.select_related("job").order_by("number"))
+
+    def figures(self, trials=None, book=None):
+        """[TrialFigures] of the sweep's trials, in number order: what the pages, the API, the CSV and each pass
+        read."""
+        trials = self.trial_rows() if trials is None else trials
+        ids = [t.job_id for t in trials]
+        if not ids:
+            return []
+        book = book or PriceBook()
+        money = jobs_money(ids, book)
+        scores = Scores(ids)
+        return [TrialFigures(t, money[t.job_id], scores, book) for t in trials]
+
+    def defaults(self):
+        """The recipe's default values of the searched parameters (trial 0's, so the sweep says what its best
+        bought over the run people would have started anyway); None when a default lies outside the space."""
+        recipe = Recipe.objects.filter(name=self.recipe_name).first()
+        if recipe is None:
+            return None
+        given = {p["name"]: p["default"] for p in recipe.definition["params"]}
+        out = {}
+        for d in self.dimensions:
+            value = self.params.get(d.name, given.get(d.name))
+            inside = value in d.choices if d.kind == "choice" else (
+                isinstance(value, (int, float)) and d.low <= value <= d.high)
+            if not inside:
+                return None
+            out[d.name] = value
+        return out
+
+    # -- the pass ----------------------------------------------------------------------------------------
+
+    def advance(self, now=None):
+        """The sweep's pass (the module's docstring): budget, stopping by the dollar, new trials; then ended when
+        nothing is left to run. Return True when it changed something."""
+        with transaction.atomic():
+            me = Sweep.objects.select_for_update().filter(pk=self.pk).first()
+            if me is None or me.state == State.ENDED:
+                return False
+            changed = me._pass(now or timezone.now())
+        if changed:
+            publish(f"sweep.{self.pk}", "sweep", {"sweep": self.pk})
+        self.refresh_from_db()
+        return changed
+
+    def _pass(self, now):
+        trials = self.trial_rows()
+        figs = self.figures(trials)
+        spent = sum((f.usd for f in figs), Decimal(0))
+        active = [f for f in figs if f.active]
+        changed = False
+        if self.state == State.RUNNING and spent >= self.budget_usd:
+            changed |= self._stop_launching(Why.BUDGET, f"the budget {usd_text(self.budget_usd)} is spent "
+                                                        f"({usd_text(spent)} charged to its trials)")
+            for f in active:
+                f.trial.job.request_stop(by="the sweep", reason=f"the sweep's budget {usd_text(self.budget_usd)} is "
+                                                                  "spent")
+        if self.state == State.RUNNING and self.stop_share > 0:
+            changed |= self._stop_by_the_dollar(figs)
+        while self.state == State.RUNNING and len(active) < self.parallel:
+            refusal = self._next_refusal(figs, spent)
+            if refusal:
+                changed |= self._stop_launching(*refusal)
+                break
+            launched = self._launch(figs)
+            changed = True
+            if launched is None:
+                break
+            active.append(launched)
+            figs.append(launched)
+        if self.state != State.RUNNING and not any(Job.objects.filter(pk=f.trial.job_id).exclude(status__in=ENDED)
+                                                   .exists() for f in active):
+            Sweep.objects.filter(pk=self.pk).update(state=State.ENDED, ended_at=now)
+            changed = True
+        return changed
+
+    def _stop_by_the_dollar(self, figs):
+        earlier = [(f.curve, f.usd) for f in figs if f.told_state == "ended"]
+        changed = False
+        for f in figs:
+            if f.trial.job.status != Status.RUNNING or f.trial.stopped_reason:
+                continue
+            reason = judge(f.curve, earlier, self.stop_share, self.stop_min_trials, money=usd_text)
+            if reason:
+                SweepTrial.objects.filter(pk=f.trial.pk).update(stopped_reason=reason)
+                f.trial.stopped_reason = reason
+                f.trial.job.request_stop(by="the sweep", reason=reason)
+                log.info("sweep %s: trial %s (job %s) %s", self.pk, f.trial.number, f.trial.job_id, reason)
+                changed = True
+        return changed
+
+    def _next_refusal(self, figs, spent):
+        """(why, reason) the sweep starts no more trials, or None."""
+        if len(figs) >= self.max_trials:
+            return Why.TRIALS, f"all {self.max_trials} trials started"
+        done = [f.usd for f in figs if f.trial.job.status == Status.COMPLETED]
+        if not done:
+            return None
+        estimate = sum(done, Decimal(0)) / len(done)
+        committed = spent + sum((max(Decimal(0), estimate - f.usd) for f in figs if f.active), Decimal(0))
+        if committed + estimate > self.budget_usd:
+            return Why.BUDGET, (f"the next trial would pass the budget: a trial costs about {usd_text(estimate)} "
+                                f"(the mean of {len(done)} completed), {usd_text(self.budget_usd - committed)} is left "
+                                f"of {usd_text(self.budget_usd)} after what the running trials will spend")
+        return None
+
+    def _launch(self, figs):
+        """Start the next trial (its parameters asked of the search); None (and the sweep ending, saying why) when
+        the launch is refused."""
+        number = len(figs)
+        told = [f.told for f in figs]
+        params = self.defaults() if number == 0 and self.defaults_first else None
+        if params is None:
+            params = search.ask(self.dimensions, self.objective, told, self.seed, self.target_score)
+        left = self.budget_usd - sum((f.usd for f in figs), Decimal(0))
+        try:
+            with transaction.atomic():
+                job = launch_kind.start(
+                    recipe=self.recipe_name, params={**self.params, **params}, name=f"{self.name} · trial {number}",
+                    team=self.team, env=self.env, budget_usd=max(left, Decimal(0)), node=self.node, pool=self.pool,
+                    created_by=self.created_by, cluster=self.cluster or None, priority=Priority(self.priority).label)
+                trial = SweepTrial.objects.create(sweep=self, number=number, job=job, params=params)
+        except InputError as err:
+            self._stop_launching(Why.FAILED, f"could not start trial {number}: {err.message}")
+            return None
+        log.info("sweep %s: trial %s is job %s with %s", self.pk, number, job.pk, params)
+        return TrialFigures(trial, None, None, None)
+
+    def _stop_launching(self, why, reason):
+        if self.state != State.RUNNING:
+            return False
+        Sweep.objects.filter(pk=self.pk).update(state=State.ENDING, why=why, reason=reason)
+        self.state, self.why, self.reason = State.ENDING, why, reason
+        log.info("sweep %s: no more trials: %s", self.pk, reason)
+        return True
+
+    # -- people's controls -------------------------------------------------------------------------------
+
+    def stop(self, by=None):
+        """Start no more trials and stop the active ones. False when it had already ended or was ending."""
+        who = f" by {by}" if by else ""
+        with transaction.atomic():
+            me = Sweep.objects.select_for_update().get(pk=self.pk)
+            if not me._stop_launching(Why.STOPPED, f"stopped{who}"):
+                return False
+            for trial in me.trials.select_related("job").exclude(job__status__in=ENDED):
+                trial.job.request_stop(by=f"the sweep's Stop{who}")
+            publish(f"sweep.{self.pk}", "sweep", {"sweep": self.pk})
+        self.advance()
+        return True
+
+    def set_budget(self, value, by):
+        """Change the budget. Raising it is an admin's call (it is the team's money); anyone who may run sweeps may
+        lower it. A sweep that stopped launching at its budget runs again when the new one leaves room."""
+        budget = inputs.budget(value)
+        if budget is None or budget <= 0:
+            raise InputError("budget_usd", f"budget_usd must be a number of dollars above 0, got {value!r}")
+        if budget > self.budget_usd and not has_role(by, "admin"):
+            raise InputError("budget_usd", f"only an admin can raise a sweep's budget (it is {usd_text(self.budget_usd)}"
+                                           f"); you can lower it")
+        with transaction.atomic():
+            me = Sweep.objects.select_for_update().get(pk=self.pk)
+            me.budget_usd = budget
+            fields = ["budget_usd"]
+            if me.why == Why.BUDGET and me.state != State.RUNNING and budget > self.budget_usd:
+                me.state, me.why, me.reason, me.ended_at = State.RUNNING, Why.NONE, f"budget raised by {by}", None
+                fields += ["state", "why", "reason", "ended_at"]
+            me.save(update_fields=fields)
+        self.advance()
+        publish(f"sweep.{self.pk}", "sweep", {"sweep": self.pk})
+        return self
+
+
+class SweepTrial(models.Model):
+    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="trials")
+    number = models.PositiveIntegerField()
+    job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="sweep_trial")
+    params = models.JSONField(help_text="the searched parameters' values Optuna drew")
+    stopped_reason = models.TextField(blank=True, default="", help_text="why the sweep stopped it early")
+
+    class Meta:
+        ordering = ["sweep", "number"]
+        constraints = [models.UniqueConstraint(fields=["sweep", "number"], name="one_trial_per_number")]
+
+
+class TrialFigures:
+    """A trial's figures: its dollars (`usd`, unrounded Decimal; the job's cost), newest score, gain over its first,
+    points per dollar, its score-against-dollars curve, and how the search is told of it (`told`)."""
+
+    def __init__(self, trial, money, scores, book):
+        self.trial = trial
+        job = trial.job
+        self.money = money or {}
+        self.usd = charged_usd(money) if money else Decimal(0)
+        self.score = scores.latest(job.pk) if scores else None
+        self.gain = self.money.get("gain_points")
+        self.ppd = self.money.get("points_per_usd")
+        self.curve = ([Point(Decimal(repr(p["cost_usd"])), p["pass1"]) for p in score_cost_curve(job, book, scores)]
+                      if scores and job.status != Status.QUEUED else [])
+        self.active = job.status not in ENDED
+        # Said while it stops and once it has; a trial that completed before the stop reached it was not stopped.
+        self.stopped_by_sweep = trial.stopped_reason if job.status != Status.COMPLETED else ""
+        self.told_state = ("running" if self.active else "failed" if job.status == Status.FAILED else "ended")
+        self.told = search.Told(trial.number, trial.params, self.told_state, score=self.score, gain=self.gain,
+                                usd=float(self.usd) if money and money.get("cost_usd") is not None else None)
+
+
+def _space_entry(d):
+    if "choices" in d:
+        return {"choices": d["choices"]}
+    return {"low": d["low"], "high": d["high"], "log": d["log"]}
+
+
+def _number(field, value, low, high, integer=False, default=None):
+    if value is None or value == "":
+        if default is None:
+            raise InputError(field, f"{field} is required: {'an integer' if integer else 'a number'} from {low} to "
+                                    f"{high}")
+        return default
+    if isinstance(value, str):
+        try:
+            value = float(value) if not integer else int(value.strip())
+        except ValueError:
+            pass
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+          and low <= value <= high and (not integer or float(value).is_integer()))
+    if not ok:
+        raise InputError(field, f"{field} must be {'an integer' if integer else 'a number'} from {low} to {high}, "
+                                f"got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _flag(field, value):
+    if value in (True, "true", "on", "1"):
+        return True
+    if value in (False, "false", "off", "0"):
+        return False
+    raise InputError(field, f"{field} must be true or false, got {value!r}")
+
+
+def _clean(raw, user):
+    """The model's fields from `raw`, every one checked; InputError naming the first bad one."""
+    name = inputs.text("name", raw.get("name"), NAME_MAX)
+    team = inputs.text("team", raw.get("team"), TEAM_MAX)
+    recipe_name = raw.get("recipe")
+    if not isinstance(recipe_name, str) or not recipe_name:
+        raise InputError("recipe", "recipe is required: the name of one of the admins' recipes, whose parameters the "
+                                   "sweep searches")
+    recipe = Recipe.objects.filter(name=recipe_name).first()
+    if recipe is None:
+        names = ", ".join(Recipe.objects.values_list("name", flat=True)) or "none yet (an admin defines them)"
+        raise InputError("recipe", f"there is no recipe {recipe_name!r}; recipes: {names}")
+    definition = recipe.definition
+    if evaluates(definition) or names_init_from(definition):
+        raise InputError("recipe", f"recipe {recipe_name} starts from another job's checkpoint ({{init_from}}); a "
+                                   "sweep's trials each train from the recipe's own start: choose a recipe without it")
+    try:
+        space = parse_space(raw.get("space"), definition["params"])
+    except ParamError as err:
+        raise InputError(err.field, err.message) from None
+    params = raw.get("params") or {}
+    if not isinstance(params, dict):
+        raise InputError("params", f"params must be an object of the values of parameters the sweep does not search, "
+                                   f"got {params!r}")
+    searched = sorted(set(params) & {d.name for d in space})
+    if searched:
+        raise InputError(f"params.{searched[0]}", f"params.{searched[0]} is searched (space.{searched[0]}): leave "
+                                                  "it out of params")
+    launch_kind.parameter_values(definition, params)  # each value its parameter's (InputError: params.<name>)
+    objective = raw.get("objective") or "front"
+    if objective not in search.OBJECTIVES:
+        accepted = "; ".join(f"{k}: {v}" for k, v in search.OBJECTIVES.items())
+        raise InputError("objective", f"objective must be one of {accepted}; got {objective!r}")
+    target = raw.get("target_score")
+    if objective == "cheapest":
+        target = _number("target_score", target, -1e9, 1e9)
+    elif target not in (None, ""):
+        raise InputError("target_score", f"target_score is the cheapest objective's score to reach; this sweep's "
+                                         f"objective is {objective}")
+    else:
+        target = None
+    budget = inputs.budget(raw.get("budget_usd"))
+    if budget is None or budget <= 0:
+        raise InputError("budget_usd", "budget_usd is required: the dollars the sweep may spend on its trials, above 0")
+    env = inputs.text("env", raw.get("env") or recipe_name, ENV_MAX)
+    launch_kind.check_experiment(env)
+    cluster = raw.get("cluster") or ""
+    if not isinstance(cluster, str):
+        raise InputError("cluster", f"cluster must be the name of a registered cluster, got {cluster!r}")
+    return {
+        "name": name, "team": team, "recipe_name": recipe.name, "recipe_version": recipe.version,
+        "space": [d.to_dict() for d in space], "params": params, "objective": objective, "target_score": target,
+        "budget_usd": budget,
+        "parallel": _number("parallel", raw.get("parallel"), 1, PARALLEL_MAX, True, PARALLEL_DEFAULT),
+        "max_trials": _number("max_trials", raw.get("max_trials"), 1, TRIALS_MAX, True, TRIALS_DEFAULT),
+        "seed": _number("seed", raw.get("seed"), 0, 2**31 - 1, True, 0),
+        "stop_share": _number("stop_share", raw.get("stop_share"), 0, 0.99, default=SHARE_DEFAULT),
+        "stop_min_trials": _number("stop_min_trials", raw.get("stop_min_trials"), 1, 100, True, MIN_TRIALS_DEFAULT),
+        "defaults_first": _flag("defaults_first", raw.get("defaults_first", True)),
+        "env": env, "node": inputs.name_field("node", raw.get("node"), 255),
+        "pool": inputs.name_field("pool", raw.get("pool"), TEAM_MAX), "cluster": cluster,
+        "priority": inputs.priority(raw.get("priority"), user),
+    }
+
+
+def advance_all(now=None):
+    """One pass of every sweep not yet ended; return how many changed."""
+    changed = 0
+    for sweep in Sweep.objects.exclude(state=State.ENDED):
+        try:
+            changed += sweep.advance(now)
+        except Exception:  # noqa: BLE001 - one sweep's trouble must not stop the others' passes
+            log.exception("sweep %s: pass failed", sweep.pk)
+    return changed
+
+
+def on_job_ended(sender=None, job=None, **kwargs):
+    """trainer.signals.devices_freed's receiver: a pass of the sweep whose trial `job` was (its devices are free,
+    and its figures final)."""
+    trial = SweepTrial.objects.filter(job_id=getattr(job, "pk", None)).select_related("sweep").first()
+    if trial is not None and trial.sweep.state != State.ENDED:
+        trial.sweep.advance()

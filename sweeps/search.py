@@ -1,0 +1,153 @@
+"""The search of a sweep: Optuna's samplers, asked for the next trial's parameters from the trials so far.
+
+Yardstick keeps no Optuna storage. Each pass replays the sweep's trials, read from Yardstick's own rows (their
+parameters, and their scores and dollars as the cost figures give them now), into a new in-memory study, tells it
+what each ended trial bought, and asks it for the next parameters. One source of truth: a trial's dollars keep
+changing after it ends (attribution charges whole minutes a minute or two late, an admin's price fix re-prices
+them), and a copy of them in Optuna's tables would drift from the figures every page shows. A restart loses
+nothing: the rows are the study. The sampler is seeded with the sweep's seed and the trial's number, so a pass
+asks for the same parameters given the same trials.
+
+The objectives (docs/sweeps.md):
+- front: the highest score for the fewest dollars, two objectives (maximise the score, minimise the dollars);
+- per_dollar: the most points per dollar, the net gain (newest score minus the first) over the dollars;
+- cheapest: the fewest dollars among trials that reach `target` points (a constraint: target - score <= 0).
+
+The sampler is TPE for all three (multi-objective TPE for the front): sweeps run tens of trials, where NSGA-II's
+generations of a population would still be drawing at random. Running trials are told as running (TPE's
+constant liar keeps parallel trials apart). A trial the sweep stopped early is told what it reached for what it
+spent, a real point of the front; a failed trial, or one with no score or no dollars, as failed (not learned from).
+
+Imports nothing from Django: it is given plain records (tests/sweeps/test_search.py).
+"""
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+from optuna.trial import TrialState, create_trial
+
+OBJECTIVES = {
+    "front": "the highest score for the fewest dollars (score and dollars, two objectives)",
+    "per_dollar": "the most points per dollar (net gain over dollars)",
+    "cheapest": "the fewest dollars for a run that reaches the target score",
+}
+STARTUP_TRIALS = 4  # drawn at random before TPE models the space
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@dataclass(frozen=True)
+class Told:
+    """A trial as the search sees it: `state` running, ended (its figures are final or at its stop) or failed;
+    `score` its newest score, `gain` over its first, `usd` the dollars charged to it (float)."""
+
+    number: int
+    params: dict
+    state: str
+    score: float | None = None
+    gain: float | None = None
+    usd: float | None = None
+
+
+def distributions(space):
+    """{name: Optuna distribution} of a sweep's space ([Dimension])."""
+    out = {}
+    for d in space:
+        if d.kind == "choice":
+            out[d.name] = CategoricalDistribution(list(d.choices))
+        elif d.kind == "integer":
+            out[d.name] = IntDistribution(int(d.low), int(d.high), log=d.log)
+        else:
+            out[d.name] = FloatDistribution(float(d.low), float(d.high), log=d.log)
+    return out
+
+
+def values(objective, trial, target=None):
+    """(values, constraints) Optuna is told for an ended trial, or None when it bought nothing to learn from."""
+    if trial.score is None or trial.usd is None or not math.isfinite(trial.score):
+        return None
+    if objective == "front":
+        return [trial.score, trial.usd], None
+    if objective == "per_dollar":
+        if trial.gain is None or trial.usd <= 0:
+            return None
+        return [trial.gain / trial.usd], None
+    return [trial.usd], {"score": float(target) - trial.score}
+
+
+def study(space, objective, trials, seed, target=None):
+    """A new in-memory study holding `trials` ([Told]); its sampler seeded by `seed`."""
+    directions = {"front": ["maximize", "minimize"], "per_dollar": ["maximize"], "cheapest": ["minimize"]}[objective]
+    sampler = optuna.samplers.TPESampler(seed=seed % 2**32, n_startup_trials=STARTUP_TRIALS, multivariate=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        out = optuna.create_study(directions=directions, sampler=sampler)
+    dists = distributions(space)
+    for t in sorted(trials, key=lambda t: t.number):
+        params = {k: v for k, v in t.params.items() if k in dists}
+        told = values(objective, t, target) if t.state == "ended" else None
+        if t.state == "running":
+            frozen = create_trial(state=TrialState.RUNNING, params=params, distributions=dists)
+        elif told is None:
+            frozen = create_trial(state=TrialState.FAIL, params=params, distributions=dists)
+        else:
+            frozen = create_trial(state=TrialState.COMPLETE, values=told[0], params=params, distributions=dists,
+                                  constraints=told[1])
+        out.add_trial(frozen)
+    return out
+
+
+def ask(space, objective, trials, seed, target=None):
+    """The next trial's parameters ({name: value}, each a value its parameter accepts)."""
+    number = len(trials)
+    s = study(space, objective, trials, seed * 100_003 + number, target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        trial = s.ask(distributions(space))
+    by_name = {d.name: d for d in space}
+    return {name: _plain(by_name[name], value) for name, value in trial.params.items()}
+
+
+def _plain(dimension, value):
+    if dimension.kind == "integer":
+        return int(value)
+    if dimension.kind == "float":
+        return float(value)
+    return value
+
+
+def importance(space, objective, trials, target=None):
+    """{objective's name: {parameter: share of the variance it explains, 0 to 1}} by Optuna's fANOVA over the
+    ended trials, or {} while fewer than two trials can be told (or no parameter varies)."""
+    searched = [d for d in space if d.kind != "choice" or len(d.choices) > 1]
+    if not searched:
+        return {}
+    s = study(space, objective, trials, 0, target)
+    done = [t for t in s.trials if t.state == TrialState.COMPLETE]
+    if len(done) < 2:
+        return {}
+    names = {"front": ["score", "dollars"], "per_dollar": ["points per dollar"], "cheapest": ["dollars"]}[objective]
+    out = {}
+    for i, name in enumerate(names):
+        try:
+            got = get_param_importances(s, evaluator=FanovaImportanceEvaluator(seed=0),
+                                        target=lambda t, i=i: t.values[i])
+        except (RuntimeError, ValueError):  # every told trial alike: nothing to apportion
+            continue
+        out[name] = {k: float(v) for k, v in got.items()}
+    return out
+
+
+def front(points):
+    """The indices of `points` ([(score, dollars)]) no other point beats: none has as high a score for no more
+    dollars and is better in one of the two. In order of dollars."""
+    out = []
+    for i, (s, d) in enumerate(points):
+        beaten = any((s2 >= s and d2 <= d) and (s2 > s or d2 < d) for j, (s2, d2) in enumerate(points) if j != i)
+        if not beaten:
+            out.append(i)
+    return sorted(out, key=lambda i: (points[i][1], -points[i][0]))
+

@@ -1,0 +1,257 @@
+"""Sweep pages and the /api/sweeps API: each view parses its input and makes one call into sweeps.models (state)
+or sweeps.figures (what the sweep bought).
+
+Viewers read; operators (and admins) create sweeps of any recipe, stop them, lower their budgets and run them
+again; only admins raise a budget. API errors are `{"error": message}`, plus `"field"` for bad input (400) and
+`"state"` when the sweep is in the wrong state (409), as /api/campaigns answers.
+"""
+
+import csv
+import io
+import json
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from launch.models import Recipe, evaluates, names_init_from
+from launch.space import SPACE_MAX
+from sweeps import charts, figures, search
+from sweeps.models import FIELDS, PARALLEL_DEFAULT, TRIALS_DEFAULT, State, Sweep
+from yardstick.auth import require_role
+from yardstick.http import bad, methods, script_json
+from yardstick.inputs import InputError, form_json_object, json_object
+from yardstick.text import csv_text
+
+SPACE_EXAMPLE = '{"lr": {"low": 1e-5, "high": 1e-3, "log": true}}'
+
+
+def _missing(sweep_id):
+    return JsonResponse({"error": f"no sweep {sweep_id}"}, status=404)
+
+
+def to_dict(sweep, summary=None):
+    return {**sweep.definition(), "id": sweep.pk, "recipe_version": sweep.recipe_version, "state": sweep.state,
+            "why": sweep.why, "reason": sweep.reason,
+            "created_by": sweep.created_by.username if sweep.created_by_id else None,
+            "created_at": sweep.created_at.isoformat(),
+            "ended_at": sweep.ended_at.isoformat() if sweep.ended_at else None,
+            **({"figures": summary} if summary is not None else {})}
+
+
+# -- /api/sweeps -----------------------------------------------------------------------------------------
+
+
+@require_role("viewer")
+def _list(request):
+    return JsonResponse({"sweeps": [{**to_dict(s), "spent_usd": figures.summary(s)["spent_usd"]}
+                                    for s in Sweep.objects.select_related("created_by")[:200]]})
+
+
+@require_role("operator")
+def _create(request):
+    """Create from {FIELDS}; 201 with the sweep and its first trials."""
+    try:
+        body = json_object(request.body)
+        sweep = Sweep.create(created_by=request.user, **body)
+    except InputError as err:
+        return bad(err.field, err.message)
+    return JsonResponse(to_dict(sweep, figures.summary(sweep)), status=201)
+
+
+sweeps_api = methods(GET=_list, POST=_create)
+
+
+@require_role("viewer")
+def _detail(request, sweep_id):
+    sweep = Sweep.objects.filter(pk=sweep_id).first()
+    if sweep is None:
+        return _missing(sweep_id)
+    return JsonResponse(to_dict(sweep, figures.summary(sweep)))
+
+
+sweep_api = methods(GET=_detail)
+
+
+@require_role("operator")
+def _stop(request, sweep_id):
+    sweep = Sweep.objects.filter(pk=sweep_id).first()
+    if sweep is None:
+        return _missing(sweep_id)
+    if not sweep.stop(by=request.user.username):
+        return JsonResponse({"error": f"sweep {sweep.pk} is {sweep.state}: it starts no more trials already",
+                             "state": sweep.state}, status=409)
+    sweep.refresh_from_db()
+    return JsonResponse(to_dict(sweep))
+
+
+@require_role("operator")
+def _budget(request, sweep_id):
+    """{"budget_usd": dollars}: lower it (operators) or raise it (admins)."""
+    sweep = Sweep.objects.filter(pk=sweep_id).first()
+    if sweep is None:
+        return _missing(sweep_id)
+    try:
+        body = json_object(request.body)
+        unknown = sorted(set(body) - {"budget_usd"})
+        if unknown:
+            raise InputError(unknown[0], f"unknown field {unknown[0]!r}; give budget_usd")
+        sweep.set_budget(body.get("budget_usd"), request.user)
+    except InputError as err:
+        return bad(err.field, err.message)
+    sweep.refresh_from_db()
+    return JsonResponse(to_dict(sweep))
+
+
+@require_role("operator")
+def _again(request, sweep_id):
+    sweep = Sweep.objects.filter(pk=sweep_id).first()
+    if sweep is None:
+        return _missing(sweep_id)
+    try:
+        new = sweep.again(request.user)
+    except InputError as err:
+        return bad(err.field, err.message)
+    return JsonResponse(to_dict(new), status=201)
+
+
+sweep_stop_api = methods(POST=_stop)
+sweep_budget_api = methods(POST=_budget)
+sweep_again_api = methods(POST=_again)
+
+
+# -- CSV ---------------------------------------------------------------------------------------------------
+
+CSV_COLUMNS = ("trial", "job_id", "name", "status", "params", "cost_usd", "score_points", "gain_points",
+               "points_per_usd", "on_front", "stopped_by_sweep")
+
+
+def to_csv(sweep, s):
+    """Per trial its figures, then a total row: money exact to the micro-dollar, names guarded against spreadsheet
+    formulas as the cost review's CSV guards them."""
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    out.writerow(CSV_COLUMNS)
+
+    def cell(v):
+        return "" if v is None else str(v)
+
+    for r in s["trials"]:
+        out.writerow([r["number"], r["job_id"], csv_text(r["name"]), r["status"],
+                      csv_text(json.dumps(r["params"], sort_keys=True)), cell(r["cost_usd"]), cell(r["score"]),
+                      cell(r["gain_points"]), cell(r["points_per_usd"]), "yes" if r["on_front"] else "",
+                      csv_text(r["stopped_by_sweep"])])
+    out.writerow(["TOTAL", "", csv_text(sweep.name), sweep.state, "", s["spent_usd"], "", "", "", "", ""])
+    return buf.getvalue()
+
+
+@never_cache
+@require_GET
+@require_role("viewer")
+def sweep_csv(request, sweep_id):
+    sweep = Sweep.objects.filter(pk=sweep_id).first()
+    if sweep is None:
+        return _missing(sweep_id)
+    resp = HttpResponse(to_csv(sweep, figures.summary(sweep)), content_type="text/csv; charset=utf-8")
+    resp["Content-Disposition"] = f'attachment; filename="sweep-{sweep.pk}.csv"'
+    return resp
+
+
+# -- pages -------------------------------------------------------------------------------------------------
+
+
+def _recipes():
+    """The recipes a sweep can search: not an evaluation recipe, none that continues another job."""
+    return [r for r in Recipe.objects.all() if not evaluates(r.definition) and not names_init_from(r.definition)]
+
+
+@require_GET
+@require_role("viewer")
+def sweeps_page(request):
+    rows = [(s, figures.summary(s)) for s in Sweep.objects.select_related("created_by")[:200]]
+    recipes = _recipes()
+    return render(request, "sweeps/sweeps.html", {
+        "rows": rows, "recipes": recipes, "objectives": search.OBJECTIVES, "space_max": SPACE_MAX,
+        "parallel_default": PARALLEL_DEFAULT, "trials_default": TRIALS_DEFAULT,
+        "recipe_params": script_json({r.name: r.definition["params"] for r in recipes})})
+
+
+@require_POST
+@require_role("operator")
+def create_sweep(request):
+    """The list page's form: the space and the fixed parameters as JSON objects, the rest as fields."""
+    post = request.POST
+    try:
+        raw = {k: post.get(k, "") for k in FIELDS if k not in ("space", "params")}
+        raw["space"] = form_json_object("space", post.get("space", ""), SPACE_EXAMPLE)
+        raw["params"] = form_json_object("params", post.get("params", ""), '{"steps": 100}')
+        sweep = Sweep.create(created_by=request.user, **{k: v for k, v in raw.items() if v not in ("", None)})
+    except InputError as err:
+        messages.error(request, f"Sweep not created: {err.message}.")
+        return redirect("sweeps")
+    messages.success(request, f"Sweep {sweep.pk} {sweep.name!r} created: {sweep.trials.count()} trial(s) started.")
+    return redirect("sweep", sweep_id=sweep.pk)
+
+
+@require_GET
+@require_role("viewer")
+def sweep_page(request, sweep_id):
+    sweep = get_object_or_404(Sweep, pk=sweep_id)
+    s = figures.summary(sweep)
+    live = request.GET.get("live", "1") != "0"
+    by_number = {r["number"]: r for r in s["trials"]}
+    best = {k: by_number.get(v) for k, v in s["best"].items()}
+    context = {"sweep": sweep, "s": s, "best": best, "figures_json": script_json(charts.sweep_charts(s)),
+               "live": live, "topics": f"sweep.{sweep.pk},jobs,costs" if live else "",
+               "campaign_links": {n: _campaign_link(sweep, r) for n, r in by_number.items()}}
+    template = "sweeps/_body.html" if request.GET.get("part") == "body" else "sweeps/sweep.html"
+    return render(request, template, context)
+
+
+def _campaign_link(sweep, row):
+    """The campaigns page's New campaign form, filled in with this trial's recipe and parameter values."""
+    query = {"run_recipe": sweep.recipe_name, "run_params": json.dumps({**sweep.params, **row["params"]}),
+             "team": sweep.team, "name": f"{sweep.name} · trial {row['number']}"}
+    return "/campaigns?" + urlencode(query) + "#new-campaign"
+
+
+@require_POST
+@require_role("operator")
+def stop_sweep(request, sweep_id):
+    sweep = get_object_or_404(Sweep, pk=sweep_id)
+    if sweep.stop(by=request.user.username):
+        messages.success(request, f"Sweep {sweep.pk} starts no more trials; its running trials are stopping.")
+    else:
+        messages.error(request, f"Sweep {sweep.pk} is {sweep.state}: it starts no more trials already.")
+    return redirect("sweep", sweep_id=sweep.pk)
+
+
+@require_POST
+@require_role("operator")
+def sweep_budget(request, sweep_id):
+    sweep = get_object_or_404(Sweep, pk=sweep_id)
+    try:
+        sweep.set_budget(request.POST.get("budget_usd", "").strip() or None, request.user)
+    except InputError as err:
+        messages.error(request, f"Budget not changed: {err.message}.")
+        return redirect("sweep", sweep_id=sweep.pk)
+    sweep.refresh_from_db()
+    messages.success(request, f"Sweep {sweep.pk}'s budget is now ${sweep.budget_usd.normalize():f}"
+                              f"{'; it is running again' if sweep.state == State.RUNNING else ''}.")
+    return redirect("sweep", sweep_id=sweep.pk)
+
+
+@require_POST
+@require_role("operator")
+def sweep_again(request, sweep_id):
+    sweep = get_object_or_404(Sweep, pk=sweep_id)
+    try:
+        new = sweep.again(request.user)
+    except InputError as err:
+        messages.error(request, f"Not run again: {err.message}.")
+        return redirect("sweep", sweep_id=sweep.pk)
+    messages.success(request, f"Sweep {new.pk} runs sweep {sweep.pk} again with seed {new.seed}.")
+    return redirect("sweep", sweep_id=new.pk)

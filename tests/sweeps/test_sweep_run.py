@@ -1,0 +1,176 @@
+"""A sweep end to end on a real launch worker: its trials are launched jobs of a script whose score is a known
+function of its parameters and of its dollars (tests/sweeps/surface_script.py, charged a known price per step by
+tests/sweeps/bill.py), through the line; a trial whose score at its dollars is below most earlier trials' is
+stopped by the sweep, saying so; the budget stops launching and stops what runs; the sweep's dollars are its
+trials', to the micro-dollar; a pass in a fresh process goes on where the last left off, repeating no trial."""
+
+import json
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from costs.intelligence import jobs_money
+from sweeps import search
+from sweeps.figures import summary
+from sweeps.models import State, Sweep
+from tests.sweeps.bill import MINUTE_USD, bill, prices
+from tests.waiting import wait_for
+from trainer.models import ENDED, Job, Status
+
+pytestmark = pytest.mark.slow
+PY = sys.executable
+SCRIPT = str(Path(__file__).with_name("surface_script.py"))
+sys.path.insert(0, str(Path(__file__).parent))
+import surface_script  # noqa: E402
+
+PARAMS = [{"name": "x", "kind": "float", "default": 0.5, "minimum": 0.0, "maximum": 1.0, "help": "where on the hill"},
+          {"name": "steps", "kind": "integer", "default": 6, "minimum": 1, "maximum": 40, "help": "steps"},
+          {"name": "gate", "kind": "string", "default": "", "help": "the test's gate folder"}]
+
+
+@pytest.fixture
+def surface(recipe, launch_worker, tmp_path):
+    recipe("surface", [PY, SCRIPT, "--x", "{x}", "--steps", "{steps}", "--gate", "{gate}"], params=PARAMS,
+           score_key="score")
+    prices()
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    return gate
+
+
+def drive(sweep, gate, until, timeout_s=90):
+    """Play the node's clock: each trial waiting at a gate is charged the steps it logged, the sweep takes a pass
+    (as it would once attribution caught up), then the trial is let go, until `until(sweep)`."""
+    released = set()
+
+    def step():
+        for trial in sweep.trials.select_related("job"):
+            job = trial.job
+            if job.status in ENDED:
+                continue
+            waiting = [line for line in job.output_lines.values_list("text", flat=True) if line.startswith("waiting")]
+            for line in waiting:
+                at = int(line.split()[-1])
+                if (job.pk, at) in released:
+                    continue
+                bill(job)
+                sweep.advance()
+                if Job.objects.get(pk=job.pk).status == Status.RUNNING:  # not asked to stop by the pass
+                    (gate / f"{job.pk}-{at}").touch()
+                released.add((job.pk, at))
+        sweep.advance()
+        sweep.refresh_from_db()
+        return until(sweep)
+
+    return wait_for(step, timeout_s=timeout_s, what=lambda: (
+        f"the sweep: {sweep.state} {sweep.reason}; trials: "
+        f"{[(t.number, t.job_id, t.job.status, t.params) for t in sweep.trials.select_related('job')]}"))
+
+
+def test_a_sweep_stops_a_hopeless_trial_by_the_dollar_counts_its_dollars_and_ends_at_its_budget(
+        surface, operator, client):
+    client.force_login(operator)
+    body = {"name": "hill", "team": "research", "recipe": "surface", "space": {"x": {"low": 0.0, "high": 1.0}},
+            "params": {"steps": 6, "gate": str(surface)}, "objective": "per_dollar", "budget_usd": "2.0",
+            "parallel": 2, "max_trials": 8, "seed": 3, "stop_min_trials": 2}
+    resp = client.post("/api/sweeps", json.dumps(body), content_type="application/json")
+    assert resp.status_code == 201, resp.content
+    sweep = Sweep.objects.get(pk=resp.json()["id"])
+    first = list(sweep.trials.order_by("number"))
+    assert [t.params for t in first[:1]] == [{"x": 0.5}], "trial 0 runs the recipe's defaults"
+    assert len(first) == 2 and all(t.job.queued_at for t in first), "two at once, each through the line"
+
+    drive(sweep, surface, lambda s: s.state == State.ENDED, timeout_s=120)
+    trials = list(sweep.trials.select_related("job").order_by("number"))
+    by_sweep = [t for t in trials if t.stopped_reason and t.job.status == Status.STOPPED]
+    assert by_sweep, [(t.number, t.params, t.job.status) for t in trials]
+    stopped = by_sweep[0]
+    assert stopped.job.status == Status.STOPPED and stopped.job.stop_reason == stopped.stopped_reason
+    assert stopped.stopped_reason.startswith("stopped by the sweep: ") and " earlier trials had " in stopped.stopped_reason
+    # It was judged at its first gate (step 3 of 6): it spent 3 minutes, not 6.
+    money = jobs_money([t.job_id for t in trials])
+    assert Decimal(money[stopped.job_id]["cost_usd"]) == 3 * MINUTE_USD
+    # What it had reached there was below more than half of the earlier trials' scores at those dollars.
+    q = surface_script.score(stopped.params["x"], 3)
+    earlier = [t for t in trials if t.number < stopped.number and t.job.status == Status.COMPLETED]
+    better = [t for t in earlier if surface_script.score(t.params["x"], 3) > q]
+    assert len(better) > len(earlier) / 2
+
+    # The sweep's dollars are its trials', to the micro-dollar, the stopped one's included.
+    s = summary(sweep)
+    assert Decimal(s["spent_usd"]) == sum((Decimal(money[t.job_id]["cost_usd"]) for t in trials), Decimal(0))
+    for t in trials:
+        charged = Decimal(money[t.job_id]["cost_usd"])
+        assert charged in (3 * MINUTE_USD, 6 * MINUTE_USD), (t.number, charged)
+    # The budget ended it: no trial it started would have passed it had it been known, and it says so.
+    assert sweep.why in ("budget", "trials"), sweep.reason
+    if sweep.why == "budget":
+        assert "would pass the budget" in sweep.reason or "is spent" in sweep.reason
+    assert Decimal(s["spent_usd"]) <= Decimal("2.0") + 6 * MINUTE_USD
+    # The best points per dollar is a completed trial's, and at least as good as the defaults' (trial 0).
+    best = next(r for r in s["trials"] if r["number"] == s["best"]["per_dollar"])
+    assert best["points_per_usd"] >= s["trials"][0]["points_per_usd"]
+
+
+def test_the_budget_lowered_below_the_spend_stops_the_running_trials_and_only_an_admin_raises_it(
+        surface, operator, admin_user, client):
+    client.force_login(operator)
+    body = {"name": "short", "team": "research", "recipe": "surface", "space": {"x": {"low": 0.2, "high": 0.4}},
+            "params": {"steps": 4, "gate": str(surface)}, "budget_usd": "5", "parallel": 2, "max_trials": 6}
+    sweep = Sweep.objects.get(pk=client.post("/api/sweeps", json.dumps(body), content_type="application/json")
+                              .json()["id"])
+    running = wait_for(lambda: [t for t in sweep.trials.select_related("job") if t.job.status == Status.RUNNING
+                                and t.job.output_lines.filter(text__startswith="waiting").exists()] or None,
+                       what="a trial waiting at its first gate")
+    bill(running[0].job)  # 2 minutes: $0.1205
+    resp = client.post(f"/api/sweeps/{sweep.pk}/budget", json.dumps({"budget_usd": "0.1"}),
+                       content_type="application/json")
+    assert resp.status_code == 200, resp.content
+    sweep.refresh_from_db()
+    assert sweep.state in (State.ENDING, State.ENDED) and sweep.why == "budget"
+    assert "the budget $0.10 is spent" in sweep.reason
+    for trial in sweep.trials.select_related("job"):
+        wait_for(lambda t=trial: Job.objects.get(pk=t.job_id).status in ENDED, what=f"trial {trial.number} to end")
+        assert Job.objects.get(pk=trial.job_id).status == Status.STOPPED
+    assert sweep.trials.count() == 2, "no trial started after the budget was spent"
+    raise_ = client.post(f"/api/sweeps/{sweep.pk}/budget", json.dumps({"budget_usd": "3"}),
+                         content_type="application/json")
+    assert raise_.status_code == 400 and raise_.json()["field"] == "budget_usd"
+    assert "only an admin can raise" in raise_.json()["error"]
+    client.force_login(admin_user)
+    assert client.post(f"/api/sweeps/{sweep.pk}/budget", json.dumps({"budget_usd": "3"}),
+                       content_type="application/json").status_code == 200
+    sweep.refresh_from_db()
+    assert sweep.state == State.RUNNING and sweep.trials.count() == 4, "raised: it goes on with two more trials"
+    client.post(f"/api/sweeps/{sweep.pk}/stop")
+    for trial in sweep.trials.select_related("job"):
+        wait_for(lambda t=trial: Job.objects.get(pk=t.job_id).status in ENDED, what=f"trial {trial.number} to end")
+
+
+def test_the_front_drawn_is_the_known_front_and_a_fresh_process_goes_on_without_repeating_a_trial(
+        surface, operator, client, settings):
+    client.force_login(operator)
+    body = {"name": "front", "team": "research", "recipe": "surface",
+            "space": {"x": {"low": 0.0, "high": 1.0}, "steps": {"low": 1, "high": 8}},
+            "params": {"gate": str(surface)}, "objective": "front", "budget_usd": "100", "parallel": 2,
+            "max_trials": 6, "seed": 11, "stop_share": 0}
+    sweep = Sweep.objects.get(pk=client.post("/api/sweeps", json.dumps(body), content_type="application/json")
+                              .json()["id"])
+    drive(sweep, surface, lambda s: s.trials.count() >= 4)
+    seen = {t.number: t.params for t in sweep.trials.all()}
+    # A pass as a freshly started process takes it: what the sweep knows is in its rows.
+    fresh = Sweep.objects.get(pk=sweep.pk)
+    fresh.advance()
+    assert {t.number: t.params for t in sweep.trials.all() if t.number in seen} == seen
+    drive(sweep, surface, lambda s: s.state == State.ENDED)
+    trials = list(sweep.trials.select_related("job").order_by("number"))
+    assert [t.number for t in trials] == list(range(6)) and len({json.dumps(t.params) for t in trials}) == 6
+    s = summary(sweep)
+    known = [(surface_script.score(t.params["x"], t.params["steps"]), float(t.params["steps"] * MINUTE_USD))
+             for t in trials]
+    assert sorted(s["front"]) == sorted(trials[i].number for i in search.front(known))
+    for r, (score, usd) in zip(s["trials"], known):
+        assert r["score"] == pytest.approx(score) and Decimal(r["cost_usd"]) == Decimal(str(usd)).quantize(
+            Decimal("0.000001"))
