@@ -1,0 +1,150 @@
+"""/api/sweeps and the sweep pages on the real database: who may do what, every bad field refused by name with nothing
+created, the first trials in the line, Stop, the budget (raised by admins only), Run again, the CSV, and the campaign
+form a trial fills in. The trials wait in the line here: a launch worker has reported, none runs."""
+
+import csv
+import io
+import json
+
+import pytest
+
+from launch.models import Recipe
+from sweeps.models import State, Sweep
+from trainer.models import Job, Status, Worker
+
+GPUS = [{"index": i, "uuid": f"GPU-api-{i}", "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559} for i in (0,)]
+PARAMS = [{"name": "lr", "kind": "float", "default": 1e-3, "minimum": 1e-7, "maximum": 1.0},
+          {"name": "kl_coef", "kind": "float", "default": 0.04, "minimum": 0.0, "maximum": 1.0},
+          {"name": "steps", "kind": "integer", "default": 100, "minimum": 1, "maximum": 1000}]
+GOOD = {"name": "lr hunt", "team": "research", "recipe": "train",
+        "space": {"lr": {"low": 1e-5, "high": 1e-2, "log": True}, "kl_coef": {"low": 0.0, "high": 0.2}},
+        "params": {"steps": 50}, "objective": "per_dollar", "budget_usd": "10", "parallel": 2, "max_trials": 5}
+
+
+@pytest.fixture
+def recipes(db, admin_user):
+    Recipe.define("train", {"argv": ["python", "train.py", "--lr", "{lr}", "--kl", "{kl_coef}", "--steps", "{steps}"],
+                            "params": PARAMS, "devices": {"kind": "cuda", "count": 1}, "score_key": "eval/pass1"},
+                  admin_user)
+    Recipe.define("more", {"argv": ["python", "train.py", "--from", "{init_from}"]}, admin_user)
+    Worker.report("launch@gpu-a", "gpu-a", ["launch@gpu-a"], ["cpu", "cuda:0"], cores=8, gpus=GPUS)
+
+
+def post(client, url, body=None):
+    return client.post(url, json.dumps(body or {}), content_type="application/json")
+
+
+@pytest.mark.parametrize("change, field, says", [
+    ({"space": {"lr": {"low": 1e-5, "high": 2.0}}}, "space.lr.high", "space.lr.high must be from 1e-07 to 1.0"),
+    ({"space": {"kl_coef": {"low": 0.0, "high": 0.2, "log": True}}}, "space.kl_coef.low", "above 0 for a log scale"),
+    ({"space": {"warmup": {"low": 0, "high": 1}}}, "space.warmup", "the recipe has no parameter 'warmup'"),
+    ({"space": {}}, "space", "space must be an object naming at least one parameter"),
+    ({"params": {"lr": 0.1}}, "params.lr", "params.lr is searched (space.lr): leave it out of params"),
+    ({"params": {"steps": 0}}, "params.steps", "params.steps must be from 1 to 1000, got 0"),
+    ({"objective": "fastest"}, "objective", "objective must be one of front: "),
+    ({"objective": "cheapest"}, "target_score", "target_score is required"),
+    ({"target_score": 50}, "target_score", "target_score is the cheapest objective's score to reach"),
+    ({"budget_usd": None}, "budget_usd", "budget_usd is required"),
+    ({"budget_usd": "0"}, "budget_usd", "above 0"),
+    ({"budget_usd": "-3"}, "budget_usd", "budget_usd must be a number of dollars >= 0"),
+    ({"parallel": 0}, "parallel", "parallel must be an integer from 1 to 64, got 0"),
+    ({"max_trials": 2.5}, "max_trials", "max_trials must be an integer from 1 to 1000"),
+    ({"stop_share": 1.5}, "stop_share", "stop_share must be a number from 0 to 0.99"),
+    ({"recipe": "nope"}, "recipe", "there is no recipe 'nope'; recipes: "),
+    ({"recipe": "more", "space": {}}, "recipe", "starts from another job's checkpoint"),
+    ({"priority": "high"}, "priority", "priority high is for admins"),
+    ({"team": ""}, "team", "team is required"),
+    ({"colour": "red"}, "colour", "a sweep has no field 'colour'"),
+])
+def test_a_bad_field_is_refused_by_name_and_nothing_is_created(recipes, operator, client, change, field, says):
+    client.force_login(operator)
+    resp = post(client, "/api/sweeps", {**GOOD, **change})
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["field"] == field and says in resp.json()["error"], resp.json()
+    assert not Sweep.objects.exists() and not Job.objects.exists()
+
+
+def test_an_operator_runs_a_sweep_whose_first_trials_wait_in_the_line(recipes, operator, viewer, client):
+    client.force_login(viewer)
+    assert post(client, "/api/sweeps", GOOD).status_code == 403
+    client.force_login(operator)
+    resp = post(client, "/api/sweeps", GOOD)
+    assert resp.status_code == 201, resp.content
+    body = resp.json()
+    assert body["state"] == "running" and body["figures"]["started"] == 2
+    sweep = Sweep.objects.get(pk=body["id"])
+    trials = list(sweep.trials.select_related("job__launch").order_by("number"))
+    assert trials[0].params == {"lr": 1e-3, "kl_coef": 0.04}, "trial 0: the recipe's defaults"
+    assert 1e-5 <= trials[1].params["lr"] <= 1e-2 and trials[1].params != trials[0].params
+    for t in trials:
+        assert t.job.status == Status.QUEUED and t.job.queued_at is not None and t.job.team == "research"
+        assert t.job.launch.values == {"lr": t.params["lr"], "kl_coef": t.params["kl_coef"], "steps": 50}
+        assert t.job.name == f"lr hunt · trial {t.number}"
+    assert [t.job.placed_at is not None for t in trials] == [True, False], "one GPU: the second waits"
+    sweep.advance()
+    assert sweep.trials.count() == 2, "two at once: no third while both are active"
+    listed = client.get("/api/sweeps").json()["sweeps"]
+    assert [(s["id"], s["spent_usd"]) for s in listed] == [(sweep.pk, "0.00")]
+
+
+def test_stop_budget_and_run_again(recipes, operator, admin_user, client):
+    client.force_login(operator)
+    sweep = Sweep.objects.get(pk=post(client, "/api/sweeps", GOOD).json()["id"])
+    lowered = post(client, f"/api/sweeps/{sweep.pk}/budget", {"budget_usd": "4"})
+    assert lowered.status_code == 200 and lowered.json()["budget_usd"] == "4.00"
+    raised = post(client, f"/api/sweeps/{sweep.pk}/budget", {"budget_usd": "40"})
+    assert raised.status_code == 400 and "only an admin can raise a sweep's budget" in raised.json()["error"]
+    assert post(client, f"/api/sweeps/{sweep.pk}/budget", {"budget_usd": "x"}).json()["field"] == "budget_usd"
+    client.force_login(admin_user)
+    assert post(client, f"/api/sweeps/{sweep.pk}/budget", {"budget_usd": "40"}).json()["budget_usd"] == "40.00"
+    client.force_login(operator)
+
+    stopped = post(client, f"/api/sweeps/{sweep.pk}/stop")
+    assert stopped.status_code == 200 and stopped.json()["state"] == "ended", "queued trials are cancelled at once"
+    assert stopped.json()["reason"] == "stopped by otto"
+    assert set(Job.objects.values_list("status", flat=True)) == {Status.STOPPED}
+    again = post(client, f"/api/sweeps/{sweep.pk}/stop")
+    assert again.status_code == 409 and again.json()["state"] == "ended"
+
+    copy = post(client, f"/api/sweeps/{sweep.pk}/again")
+    assert copy.status_code == 201
+    new = Sweep.objects.get(pk=copy.json()["id"])
+    sweep.refresh_from_db()
+    assert (new.seed, new.name, new.space, new.budget_usd) == (1, "lr hunt (again)", sweep.space, sweep.budget_usd)
+    assert new.state == State.RUNNING and new.trials.count() == 2
+    assert client.get("/api/sweeps/999").status_code == 404
+
+
+def test_the_csv_and_pages_show_each_trial_and_a_trial_fills_in_the_campaign_form(recipes, operator, client):
+    client.force_login(operator)
+    sweep = Sweep.objects.get(pk=post(client, "/api/sweeps", GOOD).json()["id"])
+    rows = list(csv.reader(io.StringIO(client.get(f"/api/sweeps/{sweep.pk}/csv").content.decode())))
+    assert rows[0][:6] == ["trial", "job_id", "name", "status", "params", "cost_usd"]
+    assert [r[0] for r in rows[1:]] == ["0", "1", "TOTAL"] and rows[-1][5] == "0.00"
+    assert json.loads(rows[1][4]) == {"kl_coef": 0.04, "lr": 0.001}
+    page = client.get(f"/sweeps/{sweep.pk}").content.decode()
+    assert 'id="trials-table"' in page and 'data-trial="0"' in page and 'data-trial="1"' in page
+    assert "the most points per dollar" in page and 'id="sweep-stop"' in page
+    assert "you can lower it; raising it is an admin" in page
+    listing = client.get("/sweeps").content.decode()
+    assert f'data-sweep="{sweep.pk}"' in listing and '<option value="train">' in listing
+    assert '<option value="more">' not in listing, "a recipe that continues a job is no sweep's"
+    filled = client.get("/campaigns", {"run_recipe": "train", "run_params": '{"lr": 0.001}', "team": "research",
+                                       "name": "from trial 0"}).content.decode()
+    assert '<details class="card start" id="new-campaign" open>' in filled
+    assert '<option value="train" selected>' in filled and 'value="{&quot;lr&quot;: 0.001}"' in filled
+
+
+def test_the_form_creates_a_sweep_or_says_what_was_wrong(recipes, operator, client):
+    client.force_login(operator)
+    form = {"name": "by form", "team": "research", "recipe": "train", "space": '{"kl_coef": {"low": 0, "high": 0.1, '
+            '"log": true}}', "budget_usd": "5", "objective": "front"}
+    resp = client.post("/sweeps/create", form, follow=True)
+    assert "Sweep not created: space.kl_coef.low must be above 0 for a log scale" in resp.content.decode()
+    resp = client.post("/sweeps/create", {**form, "space": "lr"}, follow=True)
+    assert "Sweep not created: space must be a JSON object such as" in resp.content.decode()
+    form["space"] = '{"lr": {"low": 1e-5, "high": 0.1, "log": true}}'
+    resp = client.post("/sweeps/create", form)
+    sweep = Sweep.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"/sweeps/{sweep.pk}"
+    assert (sweep.objective, sweep.parallel, sweep.max_trials, sweep.trials.count()) == ("front", 2, 20, 2)
