@@ -26,6 +26,7 @@ from costs import report, tokens
 from costs.activity import BUSY_PCT, IDLE_TENSOR_PCT, THROTTLED_SHARE, job_activity, job_mfu
 from costs.intelligence import base_build, job_intelligence, score_cost_curve
 from dashboard import figures, fleetstate, health, launched, readings, views_queue
+from dashboard.cards import cost_review_cards
 from dashboard.forms import FORM_CONFIG, PRESETS, STOP_LOSS_FIELDS, LaunchForm, StartForm, stop_loss_input
 from dashboard.timerange import RANGES, from_request
 from launch.models import Recipe
@@ -561,4 +562,5 @@ def costs_page(request):
         "generated_at": timezone.now(),
         "no_telemetry": not Node.objects.exists(),  # no collector ever reported: its empty table says to start one
         "line_waits": line_waits,
+        "extra_cards": cost_review_cards(period),
     })

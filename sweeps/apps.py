@@ -12,3 +12,8 @@ class SweepsConfig(AppConfig):
         from trainer.signals import devices_freed
 
         devices_freed.connect(models.on_job_ended, dispatch_uid="sweeps.on_job_ended")
+        # The cost review shows a sweep's spend as one line with its trials underneath.
+        from dashboard.cards import add_cost_review_card
+        from sweeps.figures import cost_review
+
+        add_cost_review_card("sweeps/_review.html", cost_review)

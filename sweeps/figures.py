@@ -5,9 +5,10 @@ the sweep's dollars as their sum, the front, the best trial for each objective, 
 
 from decimal import Decimal
 
+from costs.ledger import usage
 from costs.money import exact_usd, ipd_text, usd_text
 from sweeps import search
-from sweeps.models import State
+from sweeps.models import State, SweepTrial
 
 
 def summary(sweep, figs=None):
@@ -60,3 +61,25 @@ def _row(f):
         "ipd_display": money.get("ipd_display") or ipd_text(None),
         "curve": [{"usd": float(p.usd), "score": p.score} for p in f.curve],
     }
+
+
+def cost_review(period):
+    """The cost review's Sweeps card: each sweep that spent in the period, its spend there (the sum of its trials'
+    attributed dollars, unrounded) with its trials underneath; None when no sweep spent in it."""
+    trials = list(SweepTrial.objects.select_related("sweep", "job").order_by("sweep_id", "number"))
+    if not trials:
+        return None
+    spent = {}
+    for u in usage(period.start, period.end, job_ids=[t.job_id for t in trials]):
+        spent[u.job_id] = spent.get(u.job_id, Decimal(0)) + u.total_usd
+    rows = {}
+    for t in trials:
+        if t.job_id not in spent:
+            continue
+        row = rows.setdefault(t.sweep_id, {"sweep": t.sweep, "usd": Decimal(0), "trials": []})
+        row["usd"] += spent[t.job_id]
+        row["trials"].append({"number": t.number, "job": t.job, "usd": spent[t.job_id],
+                              "stopped_by_sweep": t.stopped_reason if t.job.status != "completed" else ""})
+    if not rows:
+        return None
+    return {"sweeps": sorted(rows.values(), key=lambda r: (r["sweep"].team, -r["usd"]))}

@@ -6,12 +6,15 @@ trials', to the micro-dollar; a pass in a fresh process goes on where the last l
 
 import json
 import sys
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from costs.intelligence import jobs_money
+from costs.money import usd_text
 from sweeps import search
 from sweeps.figures import summary
 from sweeps.models import State, Sweep
@@ -109,6 +112,12 @@ def test_a_sweep_stops_a_hopeless_trial_by_the_dollar_counts_its_dollars_and_end
     if sweep.why == "budget":
         assert "would pass the budget" in sweep.reason or "is spent" in sweep.reason
     assert Decimal(s["spent_usd"]) <= Decimal("2.0") + 6 * MINUTE_USD
+    # The cost review: one line for the sweep, its trials underneath, the same dollars.
+    day = timezone.now().date()
+    review = client.get("/costs", {"from": (day - timedelta(days=1)).isoformat(), "to": day.isoformat()})
+    line = review.content.decode().split(f'<tbody data-sweep="{sweep.pk}">')[1].split("</tbody>")[0]
+    assert usd_text(Decimal(s["spent_usd"])) in line.split('class="num sweep-spend">')[1].split("</td>")[0]
+    assert line.count('class="sweep-trial"') == len(trials) and "by the sweep" in line
     # The best points per dollar is a completed trial's, and at least as good as the defaults' (trial 0).
     best = next(r for r in s["trials"] if r["number"] == s["best"]["per_dollar"])
     assert best["points_per_usd"] >= s["trials"][0]["points_per_usd"]
