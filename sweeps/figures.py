@@ -52,7 +52,8 @@ def _row(f):
     job, money = f.trial.job, f.money
     return {
         "number": f.trial.number, "job_id": job.pk, "name": job.name, "status": job.status,
-        "params": f.trial.params, "stopped_by_sweep": f.stopped_by_sweep,
+        "params": f.trial.params, "params_display": {k: _value_text(v) for k, v in f.trial.params.items()},
+        "stopped_by_sweep": f.stopped_by_sweep,
         "stop_reason": f.stopped_by_sweep or (job.stop_reason if job.status != "completed" else ""),
         "cost_usd": money["cost_usd"] if money else exact_usd(f.usd),
         "cost_display": money.get("cost_display", usd_text(f.usd)), "cost_title": money.get("cost_title", ""),
@@ -61,6 +62,11 @@ def _row(f):
         "ipd_display": money.get("ipd_display") or ipd_text(None),
         "curve": [{"usd": float(p.usd), "score": p.score} for p in f.curve],
     }
+
+
+def _value_text(value):
+    """A parameter's value as the trials table writes it: a float to 4 significant digits (exact on hover)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def cost_review(period):

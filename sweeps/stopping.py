@@ -8,8 +8,10 @@ stopped: its dollars would buy less than most of the trials before it bought wit
 
     stopped by the sweep: 18 points at $4.10 where 3 of 4 earlier trials had 25 or more
 
-A trial's first score is never judged (it is the score of the model it starts from, the same for every trial);
-the rule compares what a trial bought after that. docs/sweeps.md says it for users.
+A trial's first score is never judged (it is the score of the model it starts from, the same for every trial), nor
+any before it has spent `warmup` (default a quarter) of what the longest earlier trial spent: early in a
+run scores move by noise more than by learning, and a rule that judged them would stop good trials on a coin's
+toss. docs/sweeps.md says it for users.
 
 Imports nothing from Django: a pure core, tested alone (tests/sweeps/test_stopping.py).
 """
@@ -19,6 +21,7 @@ from decimal import Decimal
 
 SHARE_DEFAULT = 0.5
 MIN_TRIALS_DEFAULT = 3
+WARMUP_DEFAULT = 0.25
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ def score_at(curve, usd):
     return found
 
 
-def judge(curve, earlier, share=SHARE_DEFAULT, min_trials=MIN_TRIALS_DEFAULT, money=str):
+def judge(curve, earlier, share=SHARE_DEFAULT, min_trials=MIN_TRIALS_DEFAULT, money=str, warmup=WARMUP_DEFAULT):
     """The reason to stop a running trial whose curve is `curve`, or "" to let it run.
 
     `earlier`: [(curve, dollars spent in all)] of the sweep's earlier trials that ended (a failed one is left out by
@@ -44,6 +47,8 @@ def judge(curve, earlier, share=SHARE_DEFAULT, min_trials=MIN_TRIALS_DEFAULT, mo
     if len(curve) < 2 or min_trials < 1:
         return ""
     now = curve[-1]
+    if not earlier or now.usd < Decimal(str(warmup)) * max(s for _, s in earlier):
+        return ""
     reached = [score_at(c, now.usd) for c, spent in earlier if spent >= now.usd]
     reached = [s for s in reached if s is not None]
     better = [s for s in reached if s > now.score]

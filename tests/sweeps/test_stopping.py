@@ -42,6 +42,14 @@ def test_only_earlier_trials_that_spent_as_much_count_and_too_few_of_them_judge_
                                                                           "2 of 2 earlier trials had 30 or more")
 
 
+def test_nothing_is_judged_before_a_quarter_of_the_longest_earlier_trials_dollars():
+    # The longest earlier trial spent 4: before $1 early noise is no judge.
+    assert judge(curve((0, 0), (0.9, -50)), EARLIER) == ""
+    reason = judge(curve((0, 0), (1, -50)), EARLIER)
+    assert reason.startswith("stopped by the sweep: -50 points at 1 where 4 of 4 earlier trials had 0 or more")
+    assert judge(curve((0, 0), (1, -50)), EARLIER, warmup=0.5) == ""
+
+
 def test_a_first_score_alone_is_never_judged_and_a_share_can_be_stricter():
     assert judge(curve((0, -5)), EARLIER) == "", "the model it starts from, the same for every trial"
     # Three of four above 18 is not more than 0.75 of them: a stricter share lets it run.

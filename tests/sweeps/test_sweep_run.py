@@ -19,6 +19,7 @@ from sweeps import search
 from sweeps.figures import summary
 from sweeps.models import State, Sweep
 from tests.sweeps.bill import MINUTE_USD, bill, prices
+from tests.sweeps.driving import drive
 from tests.waiting import wait_for
 from trainer.models import ENDED, Job, Status
 
@@ -41,35 +42,6 @@ def surface(recipe, launch_worker, tmp_path):
     gate = tmp_path / "gate"
     gate.mkdir()
     return gate
-
-
-def drive(sweep, gate, until, timeout_s=90):
-    """Play the node's clock: each trial waiting at a gate is charged the steps it logged, the sweep takes a pass
-    (as it would once attribution caught up), then the trial is let go, until `until(sweep)`."""
-    released = set()
-
-    def step():
-        for trial in sweep.trials.select_related("job"):
-            job = trial.job
-            if job.status in ENDED:
-                continue
-            waiting = [line for line in job.output_lines.values_list("text", flat=True) if line.startswith("waiting")]
-            for line in waiting:
-                at = int(line.split()[-1])
-                if (job.pk, at) in released:
-                    continue
-                bill(job)
-                sweep.advance()
-                if Job.objects.get(pk=job.pk).status == Status.RUNNING:  # not asked to stop by the pass
-                    (gate / f"{job.pk}-{at}").touch()
-                released.add((job.pk, at))
-        sweep.advance()
-        sweep.refresh_from_db()
-        return until(sweep)
-
-    return wait_for(step, timeout_s=timeout_s, what=lambda: (
-        f"the sweep: {sweep.state} {sweep.reason}; trials: "
-        f"{[(t.number, t.job_id, t.job.status, t.params) for t in sweep.trials.select_related('job')]}"))
 
 
 def test_a_sweep_stops_a_hopeless_trial_by_the_dollar_counts_its_dollars_and_ends_at_its_budget(

@@ -1,0 +1,81 @@
+"""A sweep in Chromium, on a real launch worker with Daphne serving the pages and their socket: an operator starts a
+sweep from the New sweep form (a bad space first, refused naming the field), reads its page as its trials run and
+end (rows, charts and spend redrawn without a reload), is refused raising the budget, and stops it; the cost review
+shows it as one line with its trials underneath."""
+
+import sys
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from sweeps.figures import summary
+from sweeps.models import Sweep
+from tests.browser import page  # noqa: F401 - fixture
+from tests.dashboard.browser_helpers import in_thread, log_in, record_events, shot, user_in_role, wait_subscribed
+from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
+from tests.sweeps.bill import prices
+from tests.sweeps.driving import drive
+from tests.sweeps.test_sweep_run import PARAMS, SCRIPT
+
+PY = sys.executable
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F811
+        launch_worker, recipe, live_web, page, django_user_model, tmp_path, output_dir, request):
+    recipe("surface", [PY, SCRIPT, "--x", "{x}", "--steps", "{steps}", "--gate", "{gate}"], params=PARAMS,
+           score_key="score")
+    in_thread(prices)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    user_in_role(django_user_model, "olga", "operator", subprocess=True)
+    record_events(page)
+    log_in(page, live_web.url, "olga", "/sweeps")
+    assert page.locator("#new-sweep").get_attribute("open") is not None, "no sweep yet: the form is open"
+    assert "x (float 0 to 1, default 0.5)" in page.locator("#recipe-params-hint").inner_text()
+
+    def fill_in(space):
+        page.fill("#sweep-form input[name=name]", "hill")
+        page.fill("#sweep-form input[name=team]", "research")
+        page.fill("#sweep-form textarea[name=space]", space)
+        page.fill("#sweep-form input[name=params]", f'{{"steps": 4, "gate": "{gate}"}}')
+        page.select_option("#sweep-form select[name=objective]", "per_dollar")
+        page.fill("#sweep-form input[name=budget_usd]", "2")
+        page.fill("#sweep-form input[name=parallel]", "1")
+        page.fill("#sweep-form input[name=max_trials]", "3")
+        page.click("#sweep-form button[type=submit]")
+
+    fill_in('{"x": {"low": 0, "high": 2}}')
+    assert "Sweep not created: space.x.high must be from 0.0 to 1.0, got 2.0." in page.locator(".messages").inner_text()
+    fill_in('{"x": {"low": 0, "high": 1}}')
+    page.wait_for_url(f"{live_web.url}/sweeps/*")
+    sweep = Sweep.objects.get()
+    assert page.locator('#trials-table tr[data-trial="0"]').count() == 1
+    wait_subscribed(page)
+
+    drive(sweep, gate, lambda s: s.trials.count() >= 2 and s.trials.get(number=0).job.status == "completed",
+          call=in_thread)
+    # The page follows without a reload: trial 0 ended with its dollars, trial 1 started.
+    page.wait_for_selector('#trials-table tr[data-trial="1"]', timeout=30_000)
+    page.wait_for_function("document.querySelector('#trials-table tr[data-trial=\"0\"] .trial-cost')"
+                           ".textContent.trim() === '$0.24'")
+    assert page.locator('[data-fig="front"]').get_attribute("data-drawn") == "true"
+    assert page.locator("#sweep-spent").inner_text() == "$0.24"
+    shot(page, output_dir, request, "running")
+
+    page.fill("#budget-form input[name=budget_usd]", "9")
+    page.click("#budget-form button")
+    assert "only an admin can raise a sweep's budget" in page.locator(".messages").inner_text()
+    page.click("#sweep-stop")
+    page.wait_for_selector('#sweep-state[data-state="ending"], #sweep-state[data-state="ended"]')
+    assert "no more trials: stopped by olga" in page.locator("#sweep-reason").inner_text()
+    drive(sweep, gate, lambda s: s.state == "ended", call=in_thread)
+    page.wait_for_selector('#sweep-state[data-state="ended"]', timeout=30_000)
+
+    day = timezone.now().date()
+    page.goto(f"{live_web.url}/costs?from={day - timedelta(days=1)}&to={day}")
+    line = page.locator(f'#sweeps-review-table tbody[data-sweep="{sweep.pk}"]')
+    assert line.locator(".sweep-spend").inner_text() == in_thread(lambda: summary(sweep)["spent_display"])
+    assert line.locator(".sweep-trial").count() == sweep.trials.count()
+    shot(page, output_dir, request, "cost-review")
