@@ -311,3 +311,28 @@ def test_a_killed_head_makes_its_job_unreachable_then_failed_once_a_new_head_has
     job = job_of(job)
     assert f"its ray job yardstick-job-{job.pk}-1 is gone from cluster local" in job.error
     assert "cluster local answers again" in output(job)
+
+
+def test_a_sweep_runs_its_trials_on_ray_one_after_the_other(cluster, ray_recipe, reporting, follower, operator):
+    from sweeps.figures import summary
+    from sweeps.models import State, Sweep
+
+    ray_recipe("surface-ray", [PY, "{yardstick}/tests/sweeps/surface_script.py", "--x", "{x}", "--steps", "{steps}"],
+               params=[{"name": "x", "kind": "float", "default": 0.5, "minimum": 0.0, "maximum": 1.0},
+                       {"name": "steps", "kind": "integer", "default": 3, "minimum": 1, "maximum": 10}],
+               score_key="score")
+    sweep = in_thread(lambda: Sweep.create(created_by=operator, name="on ray", team="research", recipe="surface-ray",
+                                           space={"x": {"low": 0.0, "high": 1.0}}, budget_usd="5", parallel=1,
+                                           max_trials=2))
+    assert sweep.trials.count() == 1, "one at once"
+    wait_for(lambda: in_thread(sweep.advance) is not None and Sweep.objects.get(pk=sweep.pk).state == State.ENDED,
+             90, "both trials to run on Ray and the sweep to end")
+    trials = list(sweep.trials.select_related("job__launch").order_by("number"))
+    assert [t.params for t in trials][0] == {"x": 0.5} and len(trials) == 2
+    for t in trials:
+        assert (t.job.status, t.job.launch.executor, t.job.launch.remote_status) == (Status.COMPLETED, "ray", "SUCCEEDED")
+        assert sorted(t.job.steps.values_list("step", flat=True)) == [0, 1, 2, 3]
+    s = in_thread(lambda: summary(sweep))
+    # A Ray node no agent measures: its trials' cost is no figure, the sweep's dollars are what was measured (none).
+    assert [r["cost_display"] for r in s["trials"]] == ["not measured", "not measured"] and s["spent_usd"] == "0.00"
+    assert Sweep.objects.get(pk=sweep.pk).reason == "all 2 trials started"
