@@ -7,14 +7,15 @@ from tests.waiting import wait_for
 from trainer.models import ENDED, Job, Status
 
 
-def drive(sweep, gate, until, timeout_s=90, call=lambda fn: fn()):
-    """Until `until(sweep)`; `call(fn)` runs each pass (a browser test runs them in a thread of their own)."""
+def drive(sweep, gate, until, timeout_s=90, call=lambda fn: fn(), serve=lambda number: True):
+    """Until `until(sweep)`; `call(fn)` runs each pass (a browser test runs them in a thread of their own); only the
+    trials whose number `serve` takes are charged and let go (the others wait at their gate, charged nothing)."""
     released = set()
 
     def step():
         for trial in sweep.trials.select_related("job"):
             job = trial.job
-            if job.status in ENDED:
+            if job.status in ENDED or not serve(trial.number):
                 continue
             waiting = [line for line in job.output_lines.values_list("text", flat=True) if line.startswith("waiting")]
             for line in waiting:

@@ -1,10 +1,12 @@
 """A sweep in Chromium, on a real launch worker with Daphne serving the pages and their socket: an operator starts a
 sweep from the New sweep form (a bad space first, refused naming the field), reads its page as its trials run and
-end (rows, charts and spend redrawn without a reload), is refused raising the budget, and stops it; the cost review
-shows it as one line with its trials underneath."""
+end (rows, charts and spend redrawn without a reload), is refused raising the budget, lowers it below what was spent
+(the running trial is stopped, no trial starts), runs it again and stops the new one; the cost review shows the first
+as one line with its trials underneath."""
 
 import sys
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
@@ -17,6 +19,7 @@ from tests.dashboard.live_stack import live_web  # noqa: F401 - fixture
 from tests.sweeps.bill import prices
 from tests.sweeps.driving import drive
 from tests.sweeps.test_sweep_run import PARAMS, SCRIPT
+from tests.waiting import wait_for
 
 PY = sys.executable
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -55,7 +58,7 @@ def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F
     wait_subscribed(page)
 
     drive(sweep, gate, lambda s: s.trials.count() >= 2 and s.trials.get(number=0).job.status == "completed",
-          call=in_thread)
+          call=in_thread, serve=lambda number: number == 0)
     # The page follows without a reload: trial 0 ended with its dollars, trial 1 started.
     page.wait_for_selector('#trials-table tr[data-trial="1"]', timeout=30_000)
     page.wait_for_function("document.querySelector('#trials-table tr[data-trial=\"0\"] .trial-cost')"
@@ -67,15 +70,34 @@ def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F
     page.fill("#budget-form input[name=budget_usd]", "9")
     page.click("#budget-form button")
     assert "only an admin can raise a sweep's budget" in page.locator(".messages").inner_text()
+    # Lowered below what it spent: no more trials, and the running one is stopped.
+    page.fill("#budget-form input[name=budget_usd]", "0.1")
+    page.click("#budget-form button")
+    assert "Sweep 1's budget is now $0.1." in page.locator(".messages").inner_text()
+    assert "no more trials: the budget $0.10 is spent ($0.24 charged to its trials)" in page.locator(
+        "#sweep-reason").inner_text()
+    page.wait_for_selector('#sweep-state[data-state="ended"]', timeout=30_000)
+    second = sweep.trials.get(number=1).job
+    second.refresh_from_db()
+    assert (second.status, second.stop_reason) == ("stopped", "the sweep's budget $0.10 is spent")
+    assert sweep.trials.count() == 2, "no trial started once the budget was spent"
+    assert "the sweep's budget $0.10 is spent" in page.locator('#trials-table tr[data-trial="1"] .trial-stop').inner_text()
+
+    # Run again: a new sweep with the next seed, stopped from its own page.
+    page.click("#sweep-again")
+    page.wait_for_url(f"{live_web.url}/sweeps/*")
+    again = Sweep.objects.exclude(pk=sweep.pk).get()
+    assert page.url.endswith(f"/sweeps/{again.pk}") and (again.seed, again.budget_usd) == (1, Decimal("0.1"))
+    assert f"Sweep {again.pk} runs sweep {sweep.pk} again with seed 1." in page.locator(".messages").inner_text()
     page.click("#sweep-stop")
     page.wait_for_selector('#sweep-state[data-state="ending"], #sweep-state[data-state="ended"]')
     assert "no more trials: stopped by olga" in page.locator("#sweep-reason").inner_text()
-    drive(sweep, gate, lambda s: s.state == "ended", call=in_thread)
-    page.wait_for_selector('#sweep-state[data-state="ended"]', timeout=30_000)
+    wait_for(lambda: all(t.job.status in ("stopped", "completed") for t in again.trials.select_related("job")),
+             what="the stopped sweep's trial to end")
 
     day = timezone.now().date()
     page.goto(f"{live_web.url}/costs?from={day - timedelta(days=1)}&to={day}")
     line = page.locator(f'#sweeps-review-table tbody[data-sweep="{sweep.pk}"]')
     assert line.locator(".sweep-spend").inner_text() == in_thread(lambda: summary(sweep)["spent_display"])
-    assert line.locator(".sweep-trial").count() == sweep.trials.count()
+    assert line.locator(".sweep-trial").count() == 1, "trial 1 was stopped before anything was charged to it"
     shot(page, output_dir, request, "cost-review")

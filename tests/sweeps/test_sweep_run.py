@@ -21,10 +21,9 @@ from sweeps import search
 from sweeps.figures import summary
 from sweeps.models import State, Sweep
 from tests.conftest import database_url
-from tests.sweeps.bill import MINUTE_USD, bill, prices
+from tests.sweeps.bill import MINUTE_USD, prices
 from tests.sweeps.driving import drive
-from tests.waiting import wait_for
-from trainer.models import ENDED, Job, Status
+from trainer.models import Status
 
 pytestmark = pytest.mark.slow
 PY = sys.executable
@@ -97,41 +96,6 @@ def test_a_sweep_stops_a_hopeless_trial_by_the_dollar_counts_its_dollars_and_end
     # The best points per dollar is a completed trial's, and at least as good as the defaults' (trial 0).
     best = next(r for r in s["trials"] if r["number"] == s["best"]["per_dollar"])
     assert best["points_per_usd"] >= s["trials"][0]["points_per_usd"]
-
-
-def test_the_budget_lowered_below_the_spend_stops_the_running_trials_and_only_an_admin_raises_it(
-        surface, operator, admin_user, client):
-    client.force_login(operator)
-    body = {"name": "short", "team": "research", "recipe": "surface", "space": {"x": {"low": 0.2, "high": 0.4}},
-            "params": {"steps": 4, "gate": str(surface)}, "budget_usd": "5", "parallel": 2, "max_trials": 6}
-    sweep = Sweep.objects.get(pk=client.post("/api/sweeps", json.dumps(body), content_type="application/json")
-                              .json()["id"])
-    running = wait_for(lambda: [t for t in sweep.trials.select_related("job") if t.job.status == Status.RUNNING
-                                and t.job.output_lines.filter(text__startswith="waiting").exists()] or None,
-                       what="a trial waiting at its first gate")
-    bill(running[0].job)  # 2 minutes: $0.1205
-    resp = client.post(f"/api/sweeps/{sweep.pk}/budget", json.dumps({"budget_usd": "0.1"}),
-                       content_type="application/json")
-    assert resp.status_code == 200, resp.content
-    sweep.refresh_from_db()
-    assert sweep.state in (State.ENDING, State.ENDED) and sweep.why == "budget"
-    assert "the budget $0.10 is spent" in sweep.reason
-    for trial in sweep.trials.select_related("job"):
-        wait_for(lambda t=trial: Job.objects.get(pk=t.job_id).status in ENDED, what=f"trial {trial.number} to end")
-        assert Job.objects.get(pk=trial.job_id).status == Status.STOPPED
-    assert sweep.trials.count() == 2, "no trial started after the budget was spent"
-    raise_ = client.post(f"/api/sweeps/{sweep.pk}/budget", json.dumps({"budget_usd": "3"}),
-                         content_type="application/json")
-    assert raise_.status_code == 400 and raise_.json()["field"] == "budget_usd"
-    assert "only an admin can raise" in raise_.json()["error"]
-    client.force_login(admin_user)
-    assert client.post(f"/api/sweeps/{sweep.pk}/budget", json.dumps({"budget_usd": "3"}),
-                       content_type="application/json").status_code == 200
-    sweep.refresh_from_db()
-    assert sweep.state == State.RUNNING and sweep.trials.count() == 4, "raised: it goes on with two more trials"
-    client.post(f"/api/sweeps/{sweep.pk}/stop")
-    for trial in sweep.trials.select_related("job"):
-        wait_for(lambda t=trial: Job.objects.get(pk=t.job_id).status in ENDED, what=f"trial {trial.number} to end")
 
 
 def process_env(settings, tmp_path):
