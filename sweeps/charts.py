@@ -85,8 +85,9 @@ def spend(s):
 
 
 def importance(s):
-    """Optuna's fANOVA importance of each searched parameter for the sweep's objective."""
-    title = "Parameter importance (Optuna's fANOVA)"
+    """Optuna's PED-ANOVA importance of each searched parameter for the sweep's objective: how much its values tell
+    the best quarter of the trials from all of them."""
+    title = "Parameter importance (Optuna's PED-ANOVA)"
     if not s["importance"]:
         return {"empty": "Importance needs two trials that ended with a score and dollars.", "data": [],
                 "layout": layout(title)}
@@ -95,8 +96,8 @@ def importance(s):
         names = sorted(shares, key=shares.get)
         data.append({"type": "bar", "orientation": "h", "name": f"for {target}", "y": [esc(n) for n in names],
                      "x": [shares[n] for n in names], "marker": {"color": colour(i)},
-                     "hovertemplate": "%{y}: %{x:.0%} of the variance<extra>" + esc(target) + "</extra>"})
-    out = layout(title, "share of the variance it explains", None, height=260, barmode="group",
+                     "hovertemplate": "%{y}: %{x:.0%} of the importance<extra>" + esc(target) + "</extra>"})
+    out = layout(title, "share of the importance: how much its values tell the best quarter apart", None, height=260, barmode="group",
                  hovermode="closest")
     out["xaxis"]["tickformat"] = ".0%"
     out["xaxis"]["range"] = [0, 1]

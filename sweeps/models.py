@@ -120,7 +120,11 @@ class Sweep(models.Model):
         clean = _clean(raw, created_by)
         with transaction.atomic():
             sweep = cls.objects.create(**clean, created_by=created_by)
-        sweep.advance()
+        try:
+            sweep.advance()
+        except InputError:  # its first trial could not start (no cluster of the recipe's kind, no worker ...)
+            sweep.delete()
+            raise
         sweep.refresh_from_db()
         return sweep
 
@@ -270,6 +274,8 @@ class Sweep(models.Model):
                     created_by=self.created_by, cluster=self.cluster or None, priority=Priority(self.priority).label)
                 trial = SweepTrial.objects.create(sweep=self, number=number, job=job, params=params)
         except InputError as err:
+            if number == 0:
+                raise  # refused as the sweep is created: Sweep.create says why and keeps nothing
             self._stop_launching(Why.FAILED, f"could not start trial {number}: {err.message}")
             return None
         log.info("sweep %s: trial %s is job %s with %s", self.pk, number, job.pk, params)
@@ -466,6 +472,9 @@ def advance_all(now=None):
 def on_job_ended(sender=None, job=None, **kwargs):
     """trainer.signals.devices_freed's receiver: a pass of the sweep whose trial `job` was (its devices are free,
     and its figures final)."""
-    trial = SweepTrial.objects.filter(job_id=getattr(job, "pk", None)).select_related("sweep").first()
-    if trial is not None and trial.sweep.state != State.ENDED:
-        trial.sweep.advance()
+    try:
+        trial = SweepTrial.objects.filter(job_id=getattr(job, "pk", None)).select_related("sweep").first()
+        if trial is not None and trial.sweep.state != State.ENDED:
+            trial.sweep.advance()
+    except Exception:  # noqa: BLE001 - the process that ended the job must not fail for a sweep: beat passes again
+        log.exception("sweep pass after job %s ended failed", getattr(job, "pk", None))

@@ -148,3 +148,14 @@ def test_the_form_creates_a_sweep_or_says_what_was_wrong(recipes, operator, clie
     sweep = Sweep.objects.get()
     assert resp.status_code == 302 and resp["Location"] == f"/sweeps/{sweep.pk}"
     assert (sweep.objective, sweep.parallel, sweep.max_trials, sweep.trials.count()) == ("front", 2, 20, 2)
+
+
+def test_a_sweep_whose_first_trial_cannot_start_is_refused_saying_why(recipes, operator, client, admin_user):
+    Recipe.define("on-ray", {"argv": ["python", "train.py", "--lr", "{lr}"], "params": PARAMS[:1], "executor": "ray",
+                             "shared_dir": "/mnt/shared"}, admin_user)
+    client.force_login(operator)
+    resp = post(client, "/api/sweeps", {**GOOD, "recipe": "on-ray", "space": {"lr": {"low": 1e-5, "high": 1e-2}},
+                                        "params": {}})
+    assert resp.status_code == 400 and resp.json()["field"] == "cluster", resp.json()
+    assert "this recipe runs on a ray cluster: choose one" in resp.json()["error"]
+    assert not Sweep.objects.exists() and not Job.objects.exists()
