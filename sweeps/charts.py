@@ -56,6 +56,7 @@ def front(s):
                      "name": "the front: the highest score for its dollars",
                      "x": [float(r["cost_usd"]) for r in on], "y": [r["score"] for r in on], "hoverinfo": "skip"})
     out = layout(title, "dollars the trial had spent", "score (points)", height=380, hovermode="closest")
+    out["xaxis"].update(tickprefix="$", tickformat=".3~r")
     return {"data": data, "layout": out}
 
 
@@ -76,6 +77,7 @@ def spend(s):
             {"type": "scatter", "mode": "lines+markers", "name": "the sweep's dollars so far", "x": xs, "y": ys,
              "line": {"color": BLACK}, "hovertemplate": "after trial %{x}: $%{y:.6f}<extra></extra>"}]
     out = layout(title, "trial", "dollars", height=300)
+    out["yaxis"].update(tickprefix="$", tickformat=".3~r")
     out["shapes"] = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": budget, "y1": budget,
                       "line": {"color": VERMILLION, "dash": "dash", "width": 2}}]
     out["annotations"] = [{"xref": "paper", "x": 1, "y": budget, "xanchor": "right", "yanchor": "bottom",
@@ -89,7 +91,8 @@ def importance(s):
     the best quarter of the trials from all of them."""
     title = "Parameter importance (Optuna's PED-ANOVA)"
     if not s["importance"]:
-        return {"empty": "Importance needs two trials that ended with a score and dollars.", "data": [],
+        return {"empty": "No importance yet: it needs two trials that ended with a score and dollars, told apart by "
+                         "them (trials that all scored the same say nothing of their parameters).", "data": [],
                 "layout": layout(title)}
     data = []
     for i, (target, shares) in enumerate(s["importance"].items()):

@@ -25,6 +25,7 @@ import math
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
@@ -103,7 +104,9 @@ def study(space, objective, trials, seed, target=None):
 def ask(space, objective, trials, seed, target=None):
     """The next trial's parameters ({name: value}, each a value its parameter accepts)."""
     number = len(trials)
-    s = study(space, objective, trials, seed * 100_003 + number, target)
+    # The sweep's seed and the trial's number, mixed: seeds 1, 2, 3 ... would start alike random streams.
+    mixed = int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
+    s = study(space, objective, trials, mixed, target)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         trial = s.ask(distributions(space))

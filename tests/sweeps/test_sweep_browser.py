@@ -73,7 +73,7 @@ def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F
     # Lowered below what it spent: no more trials, and the running one is stopped.
     page.fill("#budget-form input[name=budget_usd]", "0.1")
     page.click("#budget-form button")
-    assert "Sweep 1's budget is now $0.1." in page.locator(".messages").inner_text()
+    assert f"Sweep {sweep.pk}'s budget is now $0.1." in page.locator(".messages").inner_text()
     assert "no more trials: the budget $0.10 is spent ($0.24 charged to its trials)" in page.locator(
         "#sweep-reason").inner_text()
     page.wait_for_selector('#sweep-state[data-state="ended"]', timeout=30_000)
