@@ -7,15 +7,18 @@ from tests.waiting import wait_for
 from trainer.models import ENDED, Job, Status
 
 
-def drive(sweep, gate, until, timeout_s=90, call=lambda fn: fn(), serve=lambda number: True):
+def drive(sweep, gate, until, timeout_s=90, call=lambda fn: fn(), serve=lambda number: True, in_order=False):
     """Until `until(sweep)`; `call(fn)` runs each pass (a browser test runs them in a thread of their own); only the
-    trials whose number `serve` takes are charged and let go (the others wait at their gate, charged nothing)."""
+    trials whose number `serve` takes are charged and let go (the others wait at their gate, charged nothing).
+    `in_order`: only the lowest-numbered trial not ended is served, so each trial is judged with every earlier one
+    ended (trials at once still start together, and wait)."""
     released = set()
 
     def step():
-        for trial in sweep.trials.select_related("job"):
+        trials = [t for t in sweep.trials.select_related("job").order_by("number") if t.job.status not in ENDED]
+        for trial in trials[:1] if in_order else trials:
             job = trial.job
-            if job.status in ENDED or not serve(trial.number):
+            if not serve(trial.number):
                 continue
             waiting = [line for line in job.output_lines.values_list("text", flat=True) if line.startswith("waiting")]
             for line in waiting:

@@ -132,7 +132,7 @@ def test_the_csv_and_pages_show_each_trial_and_a_trial_fills_in_the_campaign_for
     filled = client.get("/campaigns", {"run_recipe": "train", "run_params": '{"lr": 0.001}', "team": "research",
                                        "name": "from trial 0"}).content.decode()
     assert '<details class="card start" id="new-campaign" open>' in filled
-    assert '<option value="train" selected' in filled and 'value="{&quot;lr&quot;: 0.001}"' in filled
+    assert '<option value="train" selected>train v1</option>' in filled and 'value="{&quot;lr&quot;: 0.001}"' in filled
 
 
 def test_the_form_creates_a_sweep_or_says_what_was_wrong(recipes, operator, client):
