@@ -55,6 +55,7 @@ def _row(f):
         "params": f.trial.params, "params_display": {k: _value_text(v) for k, v in f.trial.params.items()},
         "stopped_by_sweep": f.stopped_by_sweep,
         "stop_reason": f.stopped_by_sweep or (job.stop_reason if job.status != "completed" else ""),
+        "settling": f.settling,
         "cost_usd": money["cost_usd"] if money else exact_usd(f.usd),
         "cost_display": money.get("cost_display", usd_text(f.usd)), "cost_title": money.get("cost_title", ""),
         "score": f.score, "gain_points": f.gain,

@@ -33,6 +33,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from costs.intelligence import Scores, charged_usd, jobs_money, score_cost_curve
+from costs.models import AttributionState
 from costs.money import exact_usd, usd_text
 from costs.prices import PriceBook
 from launch import kind as launch_kind
@@ -162,7 +163,8 @@ class Sweep(models.Model):
         book = book or PriceBook()
         money = jobs_money(ids, book)
         scores = Scores(ids)
-        return [TrialFigures(t, money[t.job_id], scores, book) for t in trials]
+        through = AttributionState.objects.filter(pk=1).values_list("done_through", flat=True).first()
+        return [TrialFigures(t, money[t.job_id], scores, book, through) for t in trials]
 
     def defaults(self):
         """The recipe's default values of the searched parameters (trial 0's, so the sweep says what its best
@@ -246,7 +248,7 @@ class Sweep(models.Model):
         """(why, reason) the sweep starts no more trials, or None."""
         if len(figs) >= self.max_trials:
             return Why.TRIALS, f"all {self.max_trials} trials started"
-        done = [f.usd for f in figs if f.trial.job.status == Status.COMPLETED]
+        done = [f.usd for f in figs if f.trial.job.status == Status.COMPLETED and not f.settling]
         if not done:
             return None
         estimate = sum(done, Decimal(0)) / len(done)
@@ -340,9 +342,14 @@ class SweepTrial(models.Model):
 
 class TrialFigures:
     """A trial's figures: its dollars (`usd`, unrounded Decimal; the job's cost), newest score, gain over its first,
-    points per dollar, its score-against-dollars curve, and how the search is told of it (`told`)."""
+    points per dollar, its score-against-dollars curve, and how the search is told of it (`told`).
 
-    def __init__(self, trial, money, scores, book):
+    `settling`: it ended after the minutes attribution has charged (`through`, AttributionState.done_through; None
+    where attribution has not run, as in a fresh install or a test that attributes its own minutes): its dollars
+    still grow for a minute or two. Until they are final it is told to the search as running, and neither the
+    front, the best trials nor the next trial's cost count it."""
+
+    def __init__(self, trial, money, scores, book, through=None):
         self.trial = trial
         job = trial.job
         self.money = money or {}
@@ -353,9 +360,12 @@ class TrialFigures:
         self.curve = ([Point(Decimal(repr(p["cost_usd"])), p["pass1"]) for p in score_cost_curve(job, book, scores)]
                       if scores and job.status != Status.QUEUED else [])
         self.active = job.status not in ENDED
+        self.settling = (not self.active and through is not None and job.finished_at is not None
+                         and job.finished_at >= through)
         # Said while it stops and once it has; a trial that completed before the stop reached it was not stopped.
         self.stopped_by_sweep = trial.stopped_reason if job.status != Status.COMPLETED else ""
-        self.told_state = ("running" if self.active else "failed" if job.status == Status.FAILED else "ended")
+        self.told_state = ("running" if self.active or self.settling else "failed" if job.status == Status.FAILED
+                           else "ended")
         self.told = search.Told(trial.number, trial.params, self.told_state, score=self.score, gain=self.gain,
                                 usd=float(self.usd) if money and money.get("cost_usd") is not None else None)
 

@@ -159,3 +159,30 @@ def test_a_sweep_whose_first_trial_cannot_start_is_refused_saying_why(recipes, o
     assert resp.status_code == 400 and resp.json()["field"] == "cluster", resp.json()
     assert "this recipe runs on a ray cluster: choose one" in resp.json()["error"]
     assert not Sweep.objects.exists() and not Job.objects.exists()
+
+
+def test_a_trial_that_ended_after_the_minutes_charged_so_far_is_not_judged_on_them_yet(recipes, operator, client):
+    from datetime import timedelta
+
+    from costs.models import AttributionState
+    from sweeps.figures import summary
+
+    client.force_login(operator)
+    sweep = Sweep.objects.get(pk=post(client, "/api/sweeps", GOOD).json()["id"])
+    job = sweep.trials.get(number=0).job
+    Step = job.steps.model
+    Step.objects.create(job=job, step=0, eval_pass1=10.0, metrics={})
+    Step.objects.create(job=job, step=5, eval_pass1=30.0, metrics={})
+    assert job.claim()
+    job.refresh_from_db()
+    job.finish(Status.COMPLETED, "done")
+    job.refresh_from_db()
+    AttributionState.objects.update_or_create(pk=1, defaults={"done_through": job.finished_at - timedelta(minutes=1)})
+    s = summary(sweep)
+    row = s["trials"][0]
+    assert row["settling"] and not row["on_front"] and s["best"]["score"] is None
+    assert [f.told_state for f in sweep.figures()][:1] == ["running"], "told as running while its dollars settle"
+    assert "still being charged" in client.get(f"/sweeps/{sweep.pk}").content.decode()
+    AttributionState.objects.filter(pk=1).update(done_through=job.finished_at + timedelta(minutes=1))
+    s = summary(sweep)
+    assert not s["trials"][0]["settling"] and s["best"]["score"] == 0
