@@ -210,7 +210,7 @@ class Sweep(models.Model):
             for f in active:
                 f.trial.job.request_stop(by="the sweep", reason=f"the sweep's budget {usd_text(self.budget_usd)} is "
                                                                   "spent")
-        if self.state == State.RUNNING and self.stop_share > 0:
+        if self.stop_share > 0:  # while ending too: its last trials spend as much as any
             changed |= self._stop_by_the_dollar(figs)
         while self.state == State.RUNNING and len(active) < self.parallel:
             refusal = self._next_refusal(figs, spent)
@@ -223,6 +223,8 @@ class Sweep(models.Model):
                 break
             active.append(launched)
             figs.append(launched)
+        if self.state == State.RUNNING and len(figs) >= self.max_trials:
+            changed |= self._stop_launching(Why.TRIALS, f"all {self.max_trials} trials started")
         if self.state != State.RUNNING and not any(Job.objects.filter(pk=f.trial.job_id).exclude(status__in=ENDED)
                                                    .exists() for f in active):
             Sweep.objects.filter(pk=self.pk).update(state=State.ENDED, ended_at=now)
@@ -294,12 +296,14 @@ class Sweep(models.Model):
     # -- people's controls -------------------------------------------------------------------------------
 
     def stop(self, by=None):
-        """Start no more trials and stop the active ones. False when it had already ended or was ending."""
+        """Start no more trials and stop the active ones (also of a sweep already ending: its last trials). False when
+        it had ended."""
         who = f" by {by}" if by else ""
         with transaction.atomic():
             me = Sweep.objects.select_for_update().get(pk=self.pk)
-            if not me._stop_launching(Why.STOPPED, f"stopped{who}"):
+            if me.state == State.ENDED:
                 return False
+            me._stop_launching(Why.STOPPED, f"stopped{who}")
             for trial in me.trials.select_related("job").exclude(job__status__in=ENDED):
                 trial.job.request_stop(by=f"the sweep's Stop{who}")
             publish(f"sweep.{self.pk}", "sweep", {"sweep": self.pk})
@@ -312,14 +316,15 @@ class Sweep(models.Model):
         budget = inputs.budget(value)
         if budget is None or budget <= 0:
             raise InputError("budget_usd", f"budget_usd must be a number of dollars above 0, got {value!r}")
-        if budget > self.budget_usd and not has_role(by, "admin"):
-            raise InputError("budget_usd", f"only an admin can raise a sweep's budget (it is {usd_text(self.budget_usd)}"
-                                           f"); you can lower it")
         with transaction.atomic():
             me = Sweep.objects.select_for_update().get(pk=self.pk)
+            raised = budget > me.budget_usd
+            if raised and not has_role(by, "admin"):
+                raise InputError("budget_usd", f"only an admin can raise a sweep's budget (it is "
+                                               f"{usd_text(me.budget_usd)}); you can lower it")
             me.budget_usd = budget
             fields = ["budget_usd"]
-            if me.why == Why.BUDGET and me.state != State.RUNNING and budget > self.budget_usd:
+            if me.why == Why.BUDGET and me.state != State.RUNNING and raised:
                 me.state, me.why, me.reason, me.ended_at = State.RUNNING, Why.NONE, f"budget raised by {by}", None
                 fields += ["state", "why", "reason", "ended_at"]
             me.save(update_fields=fields)

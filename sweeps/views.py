@@ -82,7 +82,7 @@ def _stop(request, sweep_id):
     if sweep is None:
         return _missing(sweep_id)
     if not sweep.stop(by=request.user.username):
-        return JsonResponse({"error": f"sweep {sweep.pk} is {sweep.state}: it starts no more trials already",
+        return JsonResponse({"error": f"sweep {sweep.pk} has ended: it has no trial to stop and starts none",
                              "state": sweep.state}, status=409)
     sweep.refresh_from_db()
     return JsonResponse(to_dict(sweep))
@@ -225,7 +225,7 @@ def stop_sweep(request, sweep_id):
     if sweep.stop(by=request.user.username):
         messages.success(request, f"Sweep {sweep.pk} starts no more trials; its running trials are stopping.")
     else:
-        messages.error(request, f"Sweep {sweep.pk} is {sweep.state}: it starts no more trials already.")
+        messages.error(request, f"Sweep {sweep.pk} has ended: it has no trial to stop.")
     return redirect("sweep", sweep_id=sweep.pk)
 
 

@@ -29,7 +29,9 @@ def bill(job):
     stint = Stint.objects.filter(job=job).order_by("started_at").first()
     if not steps or stint is None:
         return 0
-    t0 = timezone.now().replace(second=0, microsecond=0) - timedelta(hours=2)
+    # Laid from the job's own creation, so a second charge of the same job (at its next gate) lays the same minutes,
+    # whichever minute of the clock it comes in.
+    t0 = job.created_at.replace(second=0, microsecond=0) - timedelta(hours=2)
     node = Node.objects.filter(name=stint.node).first() or Node.objects.create(
         name=stint.node, labels={}, first_seen=t0, registered_at=t0)
     uuid = f"GPU-sweep-test-{job.pk}"

@@ -115,6 +115,16 @@ def test_stop_budget_and_run_again(recipes, operator, admin_user, client):
     assert client.get("/api/sweeps/999").status_code == 404
 
 
+def test_a_sweep_ending_with_its_last_trials_running_can_stop_them(recipes, operator, client):
+    client.force_login(operator)
+    sweep = Sweep.objects.get(pk=post(client, "/api/sweeps", {**GOOD, "max_trials": 2}).json()["id"])
+    assert (sweep.state, sweep.reason) == (State.ENDING, "all 2 trials started")
+    assert 'id="sweep-stop">■ Stop its last trials' in client.get(f"/sweeps/{sweep.pk}").content.decode()
+    resp = post(client, f"/api/sweeps/{sweep.pk}/stop")
+    assert resp.status_code == 200 and resp.json()["state"] == "ended"
+    assert set(Job.objects.values_list("status", flat=True)) == {Status.STOPPED}
+
+
 def test_the_csv_and_pages_show_each_trial_and_a_trial_fills_in_the_campaign_form(recipes, operator, client):
     client.force_login(operator)
     sweep = Sweep.objects.get(pk=post(client, "/api/sweeps", GOOD).json()["id"])
