@@ -17,6 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from costs.money import exact_usd
 from launch.models import Recipe, evaluates, names_init_from
 from launch.space import SPACE_MAX
 from sweeps import charts, figures, search
@@ -47,8 +48,10 @@ def to_dict(sweep, summary=None):
 
 @require_role("viewer")
 def _list(request):
-    return JsonResponse({"sweeps": [{**to_dict(s), "spent_usd": figures.summary(s)["spent_usd"]}
-                                    for s in Sweep.objects.select_related("created_by")[:200]]})
+    sweeps = list(Sweep.objects.select_related("created_by")[:200])
+    spent = figures.spent(sweeps)
+    return JsonResponse({"sweeps": [{**to_dict(s), "spent_usd": exact_usd(spent[s.pk][0]), "trials": spent[s.pk][1]}
+                                    for s in sweeps]})
 
 
 @require_role("operator")
@@ -171,7 +174,9 @@ def _recipes():
 @require_GET
 @require_role("viewer")
 def sweeps_page(request):
-    rows = [(s, figures.summary(s)) for s in Sweep.objects.select_related("created_by")[:200]]
+    sweeps = list(Sweep.objects.select_related("created_by")[:200])
+    spent = figures.spent(sweeps)
+    rows = [(s, {"spent_usd": spent[s.pk][0], "started": spent[s.pk][1]}) for s in sweeps]
     recipes = _recipes()
     return render(request, "sweeps/sweeps.html", {
         "rows": rows, "recipes": recipes, "objectives": search.OBJECTIVES, "space_max": SPACE_MAX,

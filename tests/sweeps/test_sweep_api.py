@@ -84,7 +84,7 @@ def test_an_operator_runs_a_sweep_whose_first_trials_wait_in_the_line(recipes, o
     sweep.advance()
     assert sweep.trials.count() == 2, "two at once: no third while both are active"
     listed = client.get("/api/sweeps").json()["sweeps"]
-    assert [(s["id"], s["spent_usd"]) for s in listed] == [(sweep.pk, "0.00")]
+    assert [(s["id"], s["spent_usd"], s["trials"]) for s in listed] == [(sweep.pk, "0.00", 2)]
 
 
 def test_stop_budget_and_run_again(recipes, operator, admin_user, client):

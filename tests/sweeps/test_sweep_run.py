@@ -87,6 +87,9 @@ def test_a_sweep_stops_a_hopeless_trial_by_the_dollar_counts_its_dollars_and_end
     if sweep.why == "budget":
         assert "would pass the budget" in sweep.reason or "is spent" in sweep.reason
     assert Decimal(s["spent_usd"]) <= Decimal("2.0") + 6 * MINUTE_USD
+    listed = client.get("/api/sweeps").json()["sweeps"]
+    assert [(x["id"], x["spent_usd"], x["trials"]) for x in listed] == [(sweep.pk, s["spent_usd"], len(trials))]
+    assert usd_text(Decimal(s["spent_usd"])) in client.get("/sweeps").content.decode()
     # The cost review: one line for the sweep, its trials underneath, the same dollars.
     day = timezone.now().date()
     review = client.get("/costs", {"from": (day - timedelta(days=1)).isoformat(), "to": day.isoformat()})
