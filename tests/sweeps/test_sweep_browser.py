@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F811
         launch_worker, recipe, live_web, page, django_user_model, tmp_path, output_dir, request):
     recipe("surface", [PY, SCRIPT, "--x", "{x}", "--steps", "{steps}", "--gate", "{gate}"], params=PARAMS,
-           score_key="score")
+           score_key="score", stop_grace_s=[3, 2])
     in_thread(prices)
     gate = tmp_path / "gate"
     gate.mkdir()

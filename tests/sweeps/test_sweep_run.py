@@ -39,8 +39,9 @@ PARAMS = [{"name": "x", "kind": "float", "default": 0.5, "minimum": 0.0, "maximu
 
 @pytest.fixture
 def surface(recipe, launch_worker, tmp_path):
+    """The surface script as an admin's recipe; its stop flag read every second (stop graces of 3 s and 2 s)."""
     recipe("surface", [PY, SCRIPT, "--x", "{x}", "--steps", "{steps}", "--gate", "{gate}"], params=PARAMS,
-           score_key="score")
+           score_key="score", stop_grace_s=[3, 2])
     prices()
     gate = tmp_path / "gate"
     gate.mkdir()
