@@ -9,7 +9,7 @@ from costs.intelligence import charged_usd, jobs_money
 from costs.ledger import usage
 from costs.money import exact_usd, ipd_text, usd_text
 from sweeps import search
-from sweeps.models import State, SweepTrial
+from sweeps.models import SweepTrial
 
 
 def summary(sweep, figs=None):
@@ -45,7 +45,6 @@ def summary(sweep, figs=None):
         "best": {k: (None if v is None else v["number"]) for k, v in best.items()},
         "importance": search.importance(sweep.dimensions, sweep.objective, [f.told for f in figs],
                                         sweep.target_score),
-        "running": sweep.state != State.ENDED,
     }
 
 

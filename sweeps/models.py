@@ -175,7 +175,7 @@ class Sweep(models.Model):
         given = {p["name"]: p["default"] for p in recipe.definition["params"]}
         out = {}
         for d in self.dimensions:
-            value = self.params.get(d.name, given.get(d.name))
+            value = given.get(d.name)
             inside = value in d.choices if d.kind == "choice" else (
                 isinstance(value, (int, float)) and d.low <= value <= d.high)
             if not inside:
@@ -225,8 +225,8 @@ class Sweep(models.Model):
             figs.append(launched)
         if self.state == State.RUNNING and len(figs) >= self.max_trials:
             changed |= self._stop_launching(Why.TRIALS, f"all {self.max_trials} trials started")
-        if self.state != State.RUNNING and not any(Job.objects.filter(pk=f.trial.job_id).exclude(status__in=ENDED)
-                                                   .exists() for f in active):
+        if self.state != State.RUNNING and not (Job.objects.filter(pk__in=[f.trial.job_id for f in active])
+                                                .exclude(status__in=ENDED).exists()):
             Sweep.objects.filter(pk=self.pk).update(state=State.ENDED, ended_at=now)
             changed = True
         return changed

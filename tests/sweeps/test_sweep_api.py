@@ -5,6 +5,7 @@ form a trial fills in. The trials wait in the line here: a launch worker has rep
 import csv
 import io
 import json
+from decimal import Decimal
 
 import pytest
 
@@ -196,3 +197,32 @@ def test_a_trial_that_ended_after_the_minutes_charged_so_far_is_not_judged_on_th
     AttributionState.objects.filter(pk=1).update(done_through=job.finished_at + timedelta(minutes=1))
     s = summary(sweep)
     assert not s["trials"][0]["settling"] and s["best"]["score"] == 0
+
+
+def test_the_sweep_starts_no_trial_that_would_pass_its_budget_and_says_why(recipes, operator, client):
+    from tests.sweeps.bill import MINUTE_USD, bill, prices
+    from trainer.models import Stint
+
+    def run_charged(job, steps):
+        """The trial ran `steps` steps on gpu-a, one charged minute each, and completed."""
+        Stint.objects.create(job=job, node="gpu-a", device="cpu", pid=1)
+        for k in range(steps + 1):
+            job.steps.model.objects.create(job=job, step=k, eval_pass1=float(k), metrics={})
+        assert job.claim()
+        job.refresh_from_db()
+        job.finish(Status.COMPLETED, "done")
+        bill(job)
+
+    prices()
+    client.force_login(operator)
+    sweep = Sweep.objects.get(pk=post(client, "/api/sweeps", {**GOOD, "budget_usd": "1", "parallel": 1}).json()["id"])
+    run_charged(sweep.trials.get(number=0).job, 6)  # $0.3615
+    sweep.advance()
+    assert sweep.state == State.RUNNING and sweep.trials.count() == 2, "$0.3615 spent + one more at that: $0.723"
+    run_charged(sweep.trials.get(number=1).job, 6)
+    sweep.advance()
+    # $0.723 spent; a third at the completed ones' mean would make $1.0845, past the $1 budget.
+    assert sweep.trials.count() == 2 and (sweep.state, sweep.why) == (State.ENDED, "budget")
+    assert sweep.reason == ("the next trial would pass the budget: a trial costs about $0.36 (the mean of 2 completed),"
+                            " $0.28 is left of $1.00 after what the running trials will spend")
+    assert 2 * 6 * MINUTE_USD == Decimal("0.723")
