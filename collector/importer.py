@@ -177,5 +177,6 @@ def review_line(window):
     """The line a person reads after `into_cost_review`: what the cost review now holds."""
     if window is None:
         return "  nothing new to bring into the cost review"
-    return (f"  rolled up and attributed {window['from']:%Y-%m-%d %H:%M} to {window['to']:%Y-%m-%d %H:%M} UTC "
+    line = (f"  rolled up and attributed {window['from']:%Y-%m-%d %H:%M} to {window['to']:%Y-%m-%d %H:%M} UTC "
             f"({window['rows']} allocation rows): the cost review (/costs, /api/costs, cost_report) shows it now")
+    return line + (f"; {window['refused']}" if window.get("refused") else "")

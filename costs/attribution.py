@@ -61,6 +61,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from collector import store
+from costs import fold
 from costs.models import Allocation, AttributionState
 from trainer.models import Job, Stint
 
@@ -226,6 +227,7 @@ def _replace(rollups, now, touched, whole=False):
     A minute without rollups (past their retention) keeps its allocations either way. Adds to `touched`
     the jobs whose rows were replaced: those charged now and those that lost rows (a stint cut back to a
     crashed worker's last heartbeat)."""
+    rollups = _unfolded(rollups)
     if not rollups:
         return 0
     lo = min(r[1] for r in rollups)
@@ -246,6 +248,24 @@ def _replace(rollups, now, touched, whole=False):
             for row in rows:
                 copy.write_row(row)
     return len(rows)
+
+
+def _unfolded(rollups):
+    """The `rollups` of minutes not folded: a day past the horizon keeps the sums it was folded with (costs/fold.py),
+    and a late sample for it is not charged, saying why."""
+    before = fold.folded_before()
+    if before is None or not rollups:
+        return rollups
+    edge = fold.midnight(before)
+    kept = [r for r in rollups if r[1] >= edge]
+    if len(kept) < len(rollups):
+        log.warning("%d device-minutes of telemetry before %s not charged: %s", len(rollups) - len(kept), before,
+                    FOLDED_WHY)
+    return kept
+
+
+FOLDED_WHY = ("the allocations of those days are folded into one row per device, job and day "
+              "(YARDSTICK_ALLOCATION_1M_DAYS) and keep the figures they were folded with")
 
 
 def attribute_range(lo, hi, now=None, touched=None):
@@ -271,9 +291,14 @@ def attribute_window(lo, hi, now=None):
     now = now or timezone.now()
     lo, hi = floor_minute(lo), min(hi, floor_minute(now))
     with transaction.atomic():
-        AttributionState.objects.select_for_update().get_or_create(id=1)
+        state, _ = AttributionState.objects.select_for_update().get_or_create(id=1)
         rows = attribute_range(lo, hi, now) if lo < hi else 0
-    return {"from": lo, "to": hi, "rows": rows}
+        edge = fold.midnight(state.folded_before) if state.folded_before else None
+        refused = len(_rollups(lo, min(hi, edge))) if edge and lo < min(hi, edge) else 0
+    summary = {"from": lo, "to": hi, "rows": rows}
+    if refused:
+        summary["refused"] = f"{refused} device-minutes before {state.folded_before} not charged: {FOLDED_WHY}"
+    return summary
 
 
 def _changed_stints(state, since):

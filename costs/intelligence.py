@@ -19,6 +19,7 @@ from decimal import Decimal
 from django.db.models import Sum
 from django.utils import timezone
 
+from costs import fold
 from costs.ledger import usage
 from costs.models import Allocation
 from costs.money import DISPLAY_KEYS, displays, exact_usd, usd_text
@@ -27,6 +28,7 @@ from trainer.kinds import kinds
 from trainer.models import Step
 from trainer.runner import BUILD_PHASE
 
+MINUTE, DAY = timedelta(minutes=1), timedelta(days=1)
 NO_EVAL = "no eval yet"
 NO_COST = "no cost yet"
 NO_GAIN = "no gain yet"
@@ -212,15 +214,24 @@ def spent_by(job, instants, book=None):
     in the minute before the instant (its stints), so a job whose evals, or whose
     base-policy build, all fall within one minute is not charged that whole
     minute at each of them. Spending is taken as even across the held seconds of
-    a minute: the samples behind a minute are not split further.
+    a minute: the samples behind a minute are not split further. A folded day
+    (costs/fold.py) is one span of a day, split the same way.
     """
     book = book or PriceBook()
-    minutes = {}
-    for minute, dev_s, joules, model, source in (Allocation.objects.filter(job_id=job.pk)
+    spans = {}  # (start, length): dollars
+    folded = fold.folded_before()
+    minutes = Allocation.objects.filter(job_id=job.pk)
+    if folded is not None:  # a fold under way leaves some minutes of its days: their day rows hold them
+        minutes = minutes.filter(minute__gte=fold.midnight(folded))
+    for minute, dev_s, joules, model, source in (minutes
                                                  .values_list("minute", "device_s", "energy_j", "device__model",
                                                               "device__source")):
         d, e = cost_usd(book.price(model_key(model, source), minute.date()), dev_s, joules)
-        minutes[minute] = minutes.get(minute, Decimal(0)) + d + e
+        spans[minute, MINUTE] = spans.get((minute, MINUTE), Decimal(0)) + d + e
+    if folded is not None:
+        for u in usage(end=fold.midnight(folded), job_ids=[job.pk], book=book):
+            day = (fold.midnight(u.day), DAY)
+            spans[day] = spans.get(day, Decimal(0)) + u.total_usd
     now = timezone.now()
     stints = [(a, b or now) for a, b in job.stints.values_list("started_at", "ended_at")]
 
@@ -230,14 +241,14 @@ def spent_by(job, instants, book=None):
     out = []
     for at in instants:
         total = Decimal(0)
-        for minute, usd in minutes.items():
-            end = minute + timedelta(minutes=1)
+        for (start, length), usd in spans.items():
+            end = start + length
             if end <= at:
                 total += usd
-            elif minute < at:
-                whole = held_s(minute, end)
-                # No stint in the minute (a crash closed it at the last heartbeat): even across the minute.
-                share = held_s(minute, at) / whole if whole else (at - minute).total_seconds() / 60
+            elif start < at:
+                whole = held_s(start, end)
+                # No stint in the span (a crash closed it at the last heartbeat): even across the span.
+                share = held_s(start, at) / whole if whole else (at - start) / length
                 total += usd * Decimal(repr(min(1.0, share)))
         out.append(total)
     return out

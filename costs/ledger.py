@@ -12,6 +12,7 @@ from decimal import Decimal
 from django.db import connection
 
 from collector import store
+from costs import fold
 from costs.models import ENERGY_FROM, ENERGY_SCOPES
 from costs.prices import PriceBook, cost_usd, model_key
 
@@ -63,10 +64,40 @@ def _midnight(ts):
     return datetime.combine(ts.astimezone(timezone.utc).date(), time(0), tzinfo=timezone.utc)
 
 
+def read_bounds(start, end, folded=None):
+    """(start, end) as the ledger reads them: a bound inside a folded day (costs/fold.py: its minutes are gone, its
+    day rows kept) moved out to that day's edge, so the whole day is read. `folded`: the first day kept per minute
+    (default: the mark's)."""
+    folded = fold.folded_before() if folded is None else folded
+    if folded is None:
+        return start, end
+    edge = fold.midnight(folded)
+    if start is not None and start < edge and start != _midnight(start):
+        start = _midnight(start)
+    if end is not None and end < edge and end != _midnight(end):
+        end = _midnight(end) + DAY
+    return start, end
+
+
+def folded_cut(start, end):
+    """None, or what a report says when its period begins or ends inside a folded day: the period it was read
+    for, at the day's grain ({"from", "to", "folded_before", "text"})."""
+    folded = fold.folded_before()
+    read = read_bounds(start, end, folded)
+    if folded is None or read == (start, end):
+        return None
+    shown = " to ".join(f"{t:%Y-%m-%d %H:%M}" if t is not None else "…" for t in read)
+    return {"from": read[0], "to": read[1], "folded_before": folded,
+            "text": f"read at the day's grain, {shown} UTC: allocations before {folded} are kept per day "
+                    "(YARDSTICK_ALLOCATION_1M_DAYS), not per minute"}
+
+
 def _summed(cur, start, end, job_ids):
     """The allocations with start <= minute < end (either bound optional) summed per (device, UTC day, job,
     team): whole days from DailyUsage, a part of a day from the minutes. A day cut by `end` is whole when no
-    minute of it at or after `end` is allocated (today, up to now)."""
+    minute of it at or after `end` is allocated (today, up to now). A bound inside a folded day reads that whole
+    day (`read_bounds`)."""
+    start, end = read_bounds(start, end)
     jobs = ([], []) if job_ids is None else (["a.job_id = ANY(%s)"], [list(job_ids)])
     first_day = last_day = None  # the whole days read from DailyUsage: first_day <= day < last_day
     rows = []

@@ -247,20 +247,25 @@ def _summed(rows, sign):
 _ADD = ", ".join(f"{c} = u.{c} + excluded.{c}" for c in _DAY_COLUMNS.split(", ")[4:])
 
 
-def _day_trigger(name, rows, sign):
+def day_trigger(name, rows, sign, unless=""):
     return f"""
 CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    {unless}
     INSERT INTO costs_usage_day AS u ({_DAY_COLUMNS}) {_summed(rows, sign)}
     ON CONFLICT (device_id, day, job_id, team) DO UPDATE SET {_ADD};
     RETURN NULL;
 END $$;"""
 
 
+# Deleting allocations takes their sums away, except where the fold deletes them (costs/fold.py sets
+# yardstick.folding in its transaction): their day keeps them, which is what folding them means.
+TAKE_SQL = day_trigger("costs_usage_day_take", "gone", "-",
+                        "IF current_setting('yardstick.folding', true) = 'on' THEN RETURN NULL; END IF;")
 # The triggers that keep DailyUsage, and the backfill of what was allocated before them.
 DAILY_SQL = f"""
-{_day_trigger("costs_usage_day_add", "added", "")}
-{_day_trigger("costs_usage_day_take", "gone", "-")}
+{day_trigger("costs_usage_day_add", "added", "")}
+{TAKE_SQL}
 CREATE OR REPLACE FUNCTION costs_usage_day_empty() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     TRUNCATE costs_usage_day;
@@ -308,3 +313,6 @@ class AttributionState(models.Model):
     # The stints that started or ended in the LOOKBACK before the last run's end, as that run saw them: the next
     # recomputes only those of the LOOKBACK it has not seen (a row committed after a run that read newer ones).
     recent_stints = models.JSONField(default=list)
+    # Allocations of the days before this are folded (costs/fold.py): their minute rows deleted, their sums kept in
+    # DailyUsage. Attribution charges no minute before it (a late sample there is refused, saying why).
+    folded_before = models.DateField(null=True)

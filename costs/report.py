@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from costs import tokens
 from costs.intelligence import Scores, ipd
-from costs.ledger import energy_from_label, energy_scope_label, usage
+from costs.ledger import energy_from_label, energy_scope_label, folded_cut, usage
 from costs.money import MICRO, displays, exact_usd
 from costs.prices import PriceBook
 from trainer.models import Job
@@ -251,6 +251,8 @@ class Report:
     totals: dict
     generated_at: datetime
     ipd_groups: dict = field(default_factory=lambda: {"by_team_env": [], "by_env": []})
+    # None, or the period as it was read where a bound falls inside a folded day (costs.ledger.folded_cut)
+    read_at: dict | None = None
 
     @property
     def example_prices(self):
@@ -292,7 +294,8 @@ def build(period, group, book=None):
     round_cells(ordered)
     values = [r.values() for r in ordered]
     return Report(period=period, group=group, rows=values, totals=totals(ordered, values),
-                  generated_at=timezone.now(), ipd_groups=ipd_groups(used, jobs, gains))
+                  generated_at=timezone.now(), ipd_groups=ipd_groups(used, jobs, gains),
+                  read_at=folded_cut(period.start, period.end))
 
 
 def keyed_rows(used, group, jobs):
@@ -414,6 +417,9 @@ def to_json(report):
         "ipd_groups": report.ipd_groups,
         "note": EXAMPLE_PRICES_NOTE if report.example_prices else "",
         "rounding": "each money cell is rounded to the cent so that attributed + idle = fleet exactly",
+        "read_at": None if report.read_at is None else {
+            "from": report.read_at["from"].isoformat(), "to": report.read_at["to"].isoformat(),
+            "grain": "day", "text": report.read_at["text"]},
     }
 
 
@@ -474,6 +480,8 @@ def to_text(report):
     lines.append(f"attributed ${t['attributed_usd']} + idle ${t['idle_usd']} = fleet ${t['fleet_usd']}")
     if report.example_prices:
         lines.append(f"NOTE: {EXAMPLE_PRICES_NOTE}")
+    if report.read_at:
+        lines.append(f"NOTE: {report.read_at['text']}")
     return "\n".join(lines) + "\n"
 
 

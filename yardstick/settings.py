@@ -147,6 +147,8 @@ CELERY_BEAT_SCHEDULE = {
     "collector-create-partitions": {"task": "collector.tasks.create_partitions", "schedule": 3600.0},
     "collector-apply-retention": {"task": "collector.tasks.apply_retention", "schedule": 6 * 3600.0},
     "costs-attribute": {"task": "costs.tasks.attribute", "schedule": 60.0},
+    # A minute of batches every five: a day of 100,000 GPUs folds in about an hour (docs/scaling.md).
+    "costs-fold": {"task": "costs.tasks.fold", "schedule": 300.0, "options": {"expires": 300.0}},
     "trainer-detect-crashed-jobs": {"task": "trainer.tasks.detect_crashed_jobs", "schedule": 30.0},
     # The placer's pass over the line of waiting jobs (trainer/queue.py); it also runs whenever a job ends.
     "trainer-place-waiting": {"task": "trainer.tasks.place_waiting", "schedule": float(QUEUE_PASS_S),
@@ -269,6 +271,9 @@ if "@" not in DEFAULT_FROM_EMAIL or any(c.isspace() for c in DEFAULT_FROM_EMAIL.
 TELEMETRY_RAW_DAYS = envint("YARDSTICK_RAW_DAYS", 7, minimum=1)
 TELEMETRY_1M_DAYS = envint("YARDSTICK_1M_DAYS", 90, minimum=1)
 TELEMETRY_1H_DAYS = None
+# Days the allocations are kept per minute; older days are folded into one row per device, job and day
+# (costs/fold.py).
+ALLOCATION_1M_DAYS = envint("YARDSTICK_ALLOCATION_1M_DAYS", 90, minimum=1)
 
 # -- Django ------------------------------------------------------------------
 
