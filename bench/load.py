@@ -637,10 +637,13 @@ SELECT (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition
        pg_total_relation_size('telemetry_rollup_1h'), pg_total_relation_size('costs_allocation'),
        pg_database_size(current_database()), pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::int8,
        (SELECT count(*) FROM telemetry_sample), (SELECT count(*) FROM telemetry_rollup_1m),
-       (SELECT count(*) FROM telemetry_rollup_1h), (SELECT count(*) FROM costs_allocation)
+       (SELECT count(*) FROM telemetry_rollup_1h), (SELECT count(*) FROM costs_allocation),
+       pg_total_relation_size('costs_usage_day'), (SELECT count(*) FROM costs_usage_day)
 """
 _SIZE_NAMES = ("raw_bytes", "latest_bytes", "rollup_1m_bytes", "rollup_1h_bytes", "allocation_bytes", "db_bytes",
-               "wal_bytes", "samples", "rollup_1m_rows", "rollup_1h_rows", "allocation_rows")
+               "wal_bytes", "samples", "rollup_1m_rows", "rollup_1h_rows", "allocation_rows", "day_bytes",
+               "day_rows")
+TB = 1e12
 
 
 def database_sizes(conn):
@@ -904,6 +907,8 @@ def wind_down(run, conn, probe, end, start):
         [start, end]).fetchone()[0]
     found["allocations_per_minute"] = conn.execute(
         "SELECT count(*)::float8 / nullif(count(DISTINCT (device_id, minute)), 0) FROM costs_allocation").fetchone()[0]
+    found["day_rows_per_device_day"] = conn.execute(
+        "SELECT count(*)::float8 / nullif(count(DISTINCT (device_id, day)), 0) FROM costs_usage_day").fetchone()[0]
     found["version"] = conn.execute("SHOW server_version").fetchone()[0]
     return found
 
@@ -1034,24 +1039,30 @@ def report_machine(run, span, before, start, end):
 
 
 def report_database(run, start, end, found):
+    from django.conf import settings
+
     from collector.store import retention
 
     after, per_minute = found["after"], found["allocations_per_minute"] or 1.0
+    # A device's rows of a day: its jobs and idle, at least two (the window holds fewer changes than a day)
+    per_device_day = max(2.0, found["day_rows_per_device_day"] or 0.0)
     grew = {k: end[k] - start[k] for k in _SIZE_NAMES}
     per_sample = grew["raw_bytes"] / max(1, grew["samples"])
     wal_per_sample = grew["wal_bytes"] / max(1, grew["samples"])
     # Rollups and allocations as the upkeep's last run (after the window) left them: bytes per row, None
     # while a table has none (a short window may end before a whole minute is attributed).
-    m1_row, h1_row, alloc_row = (after[f"{k}_bytes"] / after[f"{k}_rows"] if after[f"{k}_rows"] else None
-                                 for k in ("rollup_1m", "rollup_1h", "allocation"))
+    m1_row, h1_row, alloc_row, day_row = (after[f"{k}_bytes"] / after[f"{k}_rows"] if after[f"{k}_rows"] else None
+                                          for k in ("rollup_1m", "rollup_1h", "allocation", "day"))
     per_day = {"1-min rollups": m1_row and run.gpus * 1440 * m1_row, "1-h": h1_row and run.gpus * 24 * h1_row,
-               "allocations": alloc_row and run.gpus * 1440 * per_minute * alloc_row}
+               "allocations": alloc_row and run.gpus * 1440 * per_minute * alloc_row,
+               "their day rows": day_row and run.gpus * per_device_day * day_row}
     print("database")
     print(f"  raw samples                      {per_sample:.1f} bytes/sample (table + primary key) over "
           f"{grew['samples']:,} samples; WAL {wal_per_sample:.0f} bytes/sample (all that was written)")
     print(f"  rollups, allocations             1-min {_bytes_row(m1_row)} ({after['rollup_1m_rows']:,} rows), 1-h "
           f"{_bytes_row(h1_row)} ({after['rollup_1h_rows']:,}), allocations {_bytes_row(alloc_row)} "
-          f"({after['allocation_rows']:,}, {per_minute:.2f} per device-minute)")
+          f"({after['allocation_rows']:,}, {per_minute:.2f} per device-minute), a day's sums {_bytes_row(day_row)} "
+          f"({after['day_rows']:,}; {per_device_day:.2f} per device-day counted)")
     print(f"  telemetry_latest                 {_size(end['latest_bytes'])} for {run.gpus:,} rows; the database "
           f"{_size(start['db_bytes'])} at the start, {_size(after['db_bytes'])} at the end")
     samples_day = run.offered * 86400
@@ -1060,10 +1071,18 @@ def report_database(run, start, end, found):
           + "; ".join(f"{name} {_size(size)}" for name, size in per_day.items())
           + f"; WAL {_size(samples_day * wal_per_sample)}")
     raw_days, m1_days, _ = retention()
-    m1, h1, alloc = per_day.values()
-    print(f"  held under the retention         raw {raw_days} d = {_size(raw * raw_days)}, 1-min {m1_days} d = "
-          f"{_size(m1 and m1 * m1_days)}; kept for good: 1-h {_size(h1 and h1 * 365)} and allocations "
-          f"{_size(alloc and alloc * 365)} a year")
+    alloc_days = min(365, settings.ALLOCATION_1M_DAYS)
+    m1, h1, alloc, days = per_day.values()
+    year = {"raw": raw * raw_days, "1-min": m1 and m1 * m1_days, "1-h": h1 and h1 * 365,
+            "allocations": alloc and days and alloc * alloc_days + days * 365}
+    print(f"  held under the retention         raw {raw_days} d = {_size(year['raw'])}, 1-min {m1_days} d = "
+          f"{_size(year['1-min'])}, 1-h kept for good = {_size(year['1-h'])} a year; allocations per minute "
+          f"{alloc_days} d (YARDSTICK_ALLOCATION_1M_DAYS) = {_size(alloc and alloc * alloc_days)}, then folded into "
+          f"their days, kept for good = {_size(days and days * 365)} a year")
+    if all(year.values()):
+        print(f"  a year of this fleet             {_size(sum(year.values()))} in all; allocations "
+              f"{_size(year['allocations'])} (kept for good per minute, as before the fold: {_size(alloc * 365)}); "
+              f"allocations under 1 TB a year with minutes kept {max(0, int((TB - days * 365) // alloc))} days at most")
 
 
 def _bytes_row(value):

@@ -63,6 +63,19 @@ def mark(day):
         return state.folded_before
 
 
+def fold_batch(before, batch=BATCH_ROWS):
+    """Delete up to `batch` allocation minutes of the days before `before` (the mark), their days keeping their
+    sums, in a transaction of its own; return how many went."""
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SET LOCAL yardstick.folding = 'on'")
+        cur.execute(_DELETE, [midnight(before), batch])
+        gone = cur.rowcount
+        # Off again at once: inside a caller's transaction SET LOCAL would outlive the batch, and a delete by
+        # attribution there would keep its sums.
+        cur.execute("SET LOCAL yardstick.folding = 'off'")
+    return gone
+
+
 def fold(now=None, batch=BATCH_ROWS, budget_s=60.0):
     """Fold the days past the horizon, a batch at a time, for up to `budget_s` seconds; return {"folded_before",
     "deleted", "batches", "done"} (`done`: no minute before the mark is left)."""
@@ -71,13 +84,7 @@ def fold(now=None, batch=BATCH_ROWS, budget_s=60.0):
     deleted = batches = 0
     done = False
     while not done and time.monotonic() - started < budget_s:
-        with transaction.atomic(), connection.cursor() as cur:
-            cur.execute("SET LOCAL yardstick.folding = 'on'")
-            cur.execute(_DELETE, [midnight(before), batch])
-            gone = cur.rowcount
-            # Off again at once: inside a caller's transaction SET LOCAL would outlive the batch, and a delete
-            # by attribution there would keep its sums.
-            cur.execute("SET LOCAL yardstick.folding = 'off'")
+        gone = fold_batch(before, batch)
         deleted += gone
         batches += 1
         done = gone < batch

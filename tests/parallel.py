@@ -1,4 +1,4 @@
-"""Under pytest-xdist (`make test` runs two workers) each worker gets servers of its own.
+"""Under pytest-xdist (`make test` runs three workers) each worker gets servers of its own.
 
 Loaded with `-p tests.parallel` (the Makefile passes it), which imports it
 before pytest-django reads the settings. With the embedded servers each

@@ -93,7 +93,8 @@ def minutes_left_before(edge):
     return Allocation.objects.filter(minute__lt=edge).count()
 
 
-def test_every_figure_is_the_same_after_the_fold_and_a_late_sample_for_a_folded_day_is_refused(fleet, caplog):
+def test_every_figure_is_the_same_after_the_fold_and_a_late_sample_for_a_folded_day_is_refused(
+        fleet, caplog, client, viewer):
     gpus, jobs = build_fleet(fleet)
     before = figures(jobs)
     assert before["metrics"].count(b"yardstick_job_cost_dollars_total{") == 4
@@ -127,6 +128,13 @@ def test_every_figure_is_the_same_after_the_fold_and_a_late_sample_for_a_folded_
     assert to_json(report)["read_at"]["text"].startswith(f"read at the day's grain, {day:%Y-%m-%d} 00:00 to ")
     assert to_json(report)["totals"] == to_json(build(Period(day, NOW), "team"))["totals"]
     assert to_json(build(Period(HORIZON, NOW), "team"))["read_at"] is None
+    # ... on the API and on the cost review's page, where a person asks for it.
+    client.force_login(viewer)
+    asked = {"from": inside.start.isoformat(), "to": NOW.isoformat()}
+    assert client.get("/api/costs", asked).json()["read_at"]["from"] == day.isoformat()
+    page = client.get("/costs", asked).content.decode()
+    assert 'id="read-at-text">Read at the day&#x27;s grain, 2026-02-11 00:00 to 2026-06-01 12:00 UTC' in page
+    assert "read-at" not in client.get("/costs", {"from": HORIZON.date().isoformat()}).content.decode()
 
 
 def fold_process(settings, tmp_path):
