@@ -20,7 +20,6 @@ the fold takes no lock there. Never fails on speed.
 """
 
 import argparse
-import os
 import statistics
 import sys
 import threading
@@ -177,7 +176,7 @@ def run(args):
 
 def report(args, alone, beside, batches, folded, fold_s, wall_s, left, same):
     def ms(values, q):
-        return statistics.quantiles(values, n=100)[q - 1] * 1000 if len(values) > 1 else values[0] * 1000
+        return statistics.quantiles(values, n=100, method="inclusive")[q - 1] * 1000 if len(values) > 1 else values[0] * 1000
 
     times = [s for s, _ in batches]
     rate = folded / fold_s if fold_s else 0.0
@@ -210,21 +209,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=20_000, help="rows a fold batch deletes (costs.fold.BATCH_ROWS)")
     parser.add_argument("--data-dir", default=str(ROOT / "var" / "bench-fold"))
     args = parser.parse_args(argv)
-    data_dir = Path(args.data_dir).resolve()
-    if data_dir.exists() and any(data_dir.iterdir()) and not (data_dir / MARK).is_dir():
-        raise SystemExit(f"--data-dir {args.data_dir}: refused, it holds files that no run of this benchmark "
-                         f"made (no {MARK}/ folder in it); name a new folder or one an earlier run used")
-    (data_dir / MARK).mkdir(parents=True, exist_ok=True)
-    os.environ["YARDSTICK_DATA_DIR"] = str(data_dir)  # this run's own servers, never the machine's
-    os.environ["DJANGO_SETTINGS_MODULE"] = "yardstick.settings"
-    for name in ("DATABASE_URL", "REDIS_URL"):
-        os.environ.pop(name, None)
-    import django
-
-    django.setup()
-    from yardstick.services import embedded_services_for_command
-
-    with embedded_services_for_command(redis=True):
+    with load.own_servers(args.data_dir, MARK):
         run(args)
 
 

@@ -1162,13 +1162,23 @@ def main(argv=None):
     if args.part:
         PARTS[args.part](json.loads(args.config))
         return
-    data_dir = Path(args.data_dir).resolve()
-    if data_dir.exists() and any(data_dir.iterdir()) and not (data_dir / STATE).is_dir():
-        # Its database is dropped and made again: never one that holds someone's data.
-        raise SystemExit(f"--data-dir {args.data_dir}: refused, it holds files that no run of this benchmark "
-                         f"made (no {STATE}/ folder in it); name a new folder or one an earlier run used")
-    # This run's own servers, never the machine's: set before Django reads its settings.
-    os.environ["YARDSTICK_DATA_DIR"] = str(data_dir)
+    with own_servers(args.data_dir, STATE, make_mark=False):
+        signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: the finally blocks stop what was started
+        run_load(args)
+
+
+def own_servers(data_dir, mark, make_mark=True):
+    """Django set up on a benchmark's own embedded PostgreSQL and Redis under `data_dir` (never the machine's:
+    DATABASE_URL and REDIS_URL are ignored), as a context manager that stops them. A folder holding files but no
+    `mark` folder is refused: its database is dropped and made again, never one that holds someone's data."""
+    path = Path(data_dir).resolve()
+    if path.exists() and any(path.iterdir()) and not (path / mark).is_dir():
+        raise SystemExit(f"--data-dir {data_dir}: refused, it holds files that no run of this benchmark "
+                         f"made (no {mark}/ folder in it); name a new folder or one an earlier run used")
+    if make_mark:
+        (path / mark).mkdir(parents=True, exist_ok=True)
+    # Set before Django reads its settings.
+    os.environ["YARDSTICK_DATA_DIR"] = str(path)
     os.environ["DJANGO_SETTINGS_MODULE"] = "yardstick.settings"
     for name in ("DATABASE_URL", "REDIS_URL"):
         os.environ.pop(name, None)
@@ -1177,9 +1187,7 @@ def main(argv=None):
     django.setup()
     from yardstick.services import embedded_services_for_command
 
-    signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: the finally blocks stop what was started
-    with embedded_services_for_command(redis=True):
-        run_load(args)
+    return embedded_services_for_command(redis=True)
 
 
 if __name__ == "__main__":

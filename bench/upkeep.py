@@ -305,22 +305,7 @@ def main(argv=None):
                         help="go on from the database an earlier run left (same --devices and --hz), not a new one")
     parser.add_argument("--data-dir", default=str(ROOT / "var" / "bench-upkeep"))
     args = parser.parse_args(argv)
-    data_dir = Path(args.data_dir).resolve()
-    if data_dir.exists() and any(data_dir.iterdir()) and not (data_dir / MARK).is_dir():
-        # Its database is dropped and made again: never one that holds someone's data.
-        raise SystemExit(f"--data-dir {args.data_dir}: refused, it holds files that no run of this benchmark "
-                         f"made (no {MARK}/ folder in it); name a new folder or one an earlier run used")
-    (data_dir / MARK).mkdir(parents=True, exist_ok=True)
-    os.environ["YARDSTICK_DATA_DIR"] = str(data_dir)  # this run's own servers, never the machine's
-    os.environ["DJANGO_SETTINGS_MODULE"] = "yardstick.settings"
-    for name in ("DATABASE_URL", "REDIS_URL"):
-        os.environ.pop(name, None)
-    import django
-
-    django.setup()
-    from yardstick.services import embedded_services_for_command
-
-    with embedded_services_for_command(redis=True):
+    with load.own_servers(args.data_dir, MARK):
         run(args)
 
 
