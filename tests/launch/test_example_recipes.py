@@ -57,7 +57,7 @@ def test_every_example_recipe_is_a_valid_definition_and_imports_in_one_go(db):
     by_name = {r["name"]: r for r in document["recipes"]}
     assert set(by_name) == {"trl-grpo", "trl-grpo-continue", "trl-grpo-cpu", "verl-grpo", "verl-grpo-ray",
                             "nemo-rl-grpo-math", "nemo-rl-grpo-math-slurm", "plain-script", "builtin-grpo",
-                            "eval-checkpoint"}
+                            "builtin-grpo-cpu", "eval-checkpoint"}
     for name, raw in by_name.items():
         definition = clean_definition(raw)
         assert definition["framework"] and definition["score_key"] and definition["description"], name

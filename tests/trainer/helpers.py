@@ -58,7 +58,9 @@ def run_subprocess(argv, env, timeout=120):
 @contextmanager
 def worker_process(env, log_path, name, *options):
     """A real `celery worker` on the "jobs" queue in a process group of its own, its output in `log_path`;
-    killed on the way out when the test left it running."""
+    killed on the way out when the test left it running. The queue is emptied first: a run_job message an
+    earlier test left there would be the worker's first task (and a warm shutdown waits for it to end)."""
+    purge_jobs_queue()
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "yardstick", "worker", "-Q", "jobs", "-n", name, *options,

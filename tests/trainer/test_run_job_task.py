@@ -70,7 +70,6 @@ def test_a_resumed_job_is_enqueued_again_and_runs_on_the_worker(jobs_worker, mak
 def test_a_killed_worker_leaves_a_failed_job_that_resumes_from_its_checkpoint(
     transactional_db, make_job, child_env, tmp_path, settings
 ):
-    purge_jobs_queue()
     try:
         with worker_process(child_env, tmp_path / "worker.log", f"crash-test-{os.getpid()}@%h",
                             "--pool", "solo") as worker:
@@ -124,7 +123,6 @@ def test_a_worker_shutting_down_stops_its_job_at_a_checkpoint_instead_of_killing
     transactional_db, make_job, child_env, tmp_path
 ):
     """What `up` does on Ctrl-C: SIGTERM to the worker's main process (a prefork pool, as in `up`)."""
-    purge_jobs_queue()
     try:
         with worker_process(child_env, tmp_path / "worker.log", f"shutdown-test-{os.getpid()}@%h",
                             "--pool", "prefork", "--concurrency", "1") as worker:

@@ -27,7 +27,6 @@ def test_it_fails_the_job_of_a_killed_pool_process_within_seconds_and_it_can_be_
     transactional_db, make_job, child_env, tmp_path, sig
 ):
     log_path = tmp_path / "worker.log"
-    purge_jobs_queue()
     try:
         with worker_process(child_env, log_path, f"lost-test-{os.getpid()}@%h",
                             "--pool", "prefork", "--concurrency", "1") as worker:
