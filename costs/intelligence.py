@@ -127,23 +127,30 @@ def token_figures(cost, tokens, energy_j):
 
 
 def jobs_money(job_ids, book=None, rows=None, scores=None):
-    """{job id: {cost_usd, points_per_usd, usd_per_point, state, gain_points, and token_figures' keys}} of
+    """{job id: {cost_usd, points_per_usd, usd_per_point, state, gain_points, token_figures' keys and FLAGS}} of
     many jobs at once, each as job_intelligence computes it (one usage, scores and tokens read for all).
     `rows`, `scores`: their usage and Scores where the caller has read them already."""
     book = book or PriceBook()
     job_ids = list(job_ids)
     costs = dict.fromkeys(job_ids, Decimal(0))
     energy = dict.fromkeys(job_ids, Decimal(0))
+    flags = {job_id: dict.fromkeys(FLAGS, False) for job_id in job_ids}
     for u in usage(job_ids=job_ids, book=book) if rows is None else rows:
         costs[u.job_id] += u.total_usd
         energy[u.job_id] += u.energy_j
+        for flag in FLAGS:
+            flags[u.job_id][flag] |= getattr(u, flag)
     tokens = dict(Step.objects.filter(job_id__in=job_ids, step__gt=0).values("job_id")
                   .annotate(n=Sum("gen_tokens")).values_list("job_id", "n"))
     scores = scores or Scores(job_ids)
     blind = unmeasured(job_ids)
     return {job_id: {**_money(cost, scores, job_id, blind.get(job_id, "")),
-                     **token_figures(cost, tokens.get(job_id) or 0, energy[job_id])}
+                     **token_figures(cost, tokens.get(job_id) or 0, energy[job_id]), **flags[job_id]}
             for job_id, cost in costs.items()}
+
+
+# What a job's dollars rest on that is not measured or not real (ledger.Usage's flags): said wherever they are shown.
+FLAGS = ("simulated", "power_estimated", "example_price")
 
 
 def unmeasured(job_ids):

@@ -5,7 +5,7 @@ the sweep's dollars as their sum, the front, the best trial for each objective, 
 
 from decimal import Decimal
 
-from costs.intelligence import charged_usd, jobs_money
+from costs.intelligence import FLAGS, charged_usd, jobs_money
 from costs.ledger import usage
 from costs.money import exact_usd, ipd_text, usd_text
 from sweeps import search
@@ -41,6 +41,8 @@ def summary(sweep, figs=None):
         "budget_used_fraction": float(min(Decimal(1), spent / sweep.budget_usd)) if sweep.budget_usd else None,
         "trials": rows, "started": len(rows), "active": sum(1 for f in figs if f.active),
         "stopped_by_sweep": sum(1 for f in figs if f.stopped_by_sweep),
+        # What its dollars rest on (costs.intelligence.FLAGS), said beside them
+        **{flag: any(f.money.get(flag) for f in figs) for flag in FLAGS},
         "front": [r["number"] for r in front],
         "best": {k: (None if v is None else v["number"]) for k, v in best.items()},
         "importance": search.importance(sweep.dimensions, sweep.objective, [f.told for f in figs],

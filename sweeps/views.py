@@ -18,6 +18,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from costs.money import exact_usd
+from costs.report import EXAMPLE_PRICES_NOTE
 from launch.models import Recipe, evaluates, names_init_from
 from launch.space import SPACE_MAX
 from sweeps import charts, figures, search
@@ -211,7 +212,8 @@ def sweep_page(request, sweep_id):
     best = {k: by_number.get(v) for k, v in s["best"].items()}
     context = {"sweep": sweep, "s": s, "best": best, "figures_json": script_json(charts.sweep_charts(s)),
                "live": live, "topics": f"sweep.{sweep.pk},jobs,costs" if live else "",
-               "campaign_links": {n: _campaign_link(sweep, r) for n, r in by_number.items()}}
+               "campaign_links": {n: _campaign_link(sweep, r) for n, r in by_number.items()},
+               "example_note": EXAMPLE_PRICES_NOTE}
     template = "sweeps/_body.html" if request.GET.get("part") == "body" else "sweeps/sweep.html"
     return render(request, template, context)
 

@@ -199,19 +199,46 @@ def test_a_trial_that_ended_after_the_minutes_charged_so_far_is_not_judged_on_th
     assert not s["trials"][0]["settling"] and s["best"]["score"] == 0
 
 
-def test_the_sweep_starts_no_trial_that_would_pass_its_budget_and_says_why(recipes, operator, client):
-    from tests.sweeps.bill import MINUTE_USD, bill, prices
+def run_charged(job, steps, score=float):
+    """The trial ran `steps` steps on gpu-a, one charged minute each (tests/sweeps/bill.py), scoring score(step) at
+    each, and completed."""
+    from tests.sweeps.bill import bill
     from trainer.models import Stint
 
-    def run_charged(job, steps):
-        """The trial ran `steps` steps on gpu-a, one charged minute each, and completed."""
-        Stint.objects.create(job=job, node="gpu-a", device="cpu", pid=1)
-        for k in range(steps + 1):
-            job.steps.model.objects.create(job=job, step=k, eval_pass1=float(k), metrics={})
-        assert job.claim()
-        job.refresh_from_db()
-        job.finish(Status.COMPLETED, "done")
-        bill(job)
+    Stint.objects.create(job=job, node="gpu-a", device="cpu", pid=1)
+    for k in range(steps + 1):
+        job.steps.model.objects.create(job=job, step=k, eval_pass1=score(k), metrics={})
+    assert job.claim()
+    job.refresh_from_db()
+    job.finish(Status.COMPLETED, "done")
+    bill(job)
+
+
+def test_the_best_per_dollar_says_its_gain_with_its_sign_and_when_no_trial_gained(recipes, operator, client):
+    from costs.models import PriceEntry
+    from tests.sweeps.bill import prices
+
+    prices()
+    client.force_login(operator)
+    sweep = Sweep.objects.get(pk=post(client, "/api/sweeps", {**GOOD, "parallel": 1}).json()["id"])
+    run_charged(sweep.trials.get(number=0).job, 6, score=lambda k: 20.0 - k)
+    page = client.get(f"/sweeps/{sweep.pk}").content.decode()
+    card = page.split('id="best-per-dollar"')[1].split("Start a campaign")[0]
+    assert "trial 0: -6.0 pts" in card and "(no trial gained: the least lost)" in card and "+-" not in card
+    sweep.advance()
+    run_charged(sweep.trials.get(number=1).job, 6)
+    card = client.get(f"/sweeps/{sweep.pk}").content.decode().split('id="best-per-dollar"')[1].split("Start a")[0]
+    assert "trial 1: +6.0 pts" in card and "no trial gained" not in card
+    # Its dollars say what they rest on, as the job pages do: here, prices that are not real.
+    assert 'id="sweep-flags"' not in client.get(f"/sweeps/{sweep.pk}").content.decode()
+    PriceEntry.objects.update(is_example=True)
+    flags = client.get(f"/sweeps/{sweep.pk}").content.decode().split('id="sweep-flags"')[1].split("</div>")[0]
+    assert "$ example prices" in flags and "estimated" not in flags
+    assert client.get(f"/api/sweeps/{sweep.pk}").json()["figures"]["example_price"] is True
+
+
+def test_the_sweep_starts_no_trial_that_would_pass_its_budget_and_says_why(recipes, operator, client):
+    from tests.sweeps.bill import MINUTE_USD, prices
 
     prices()
     client.force_login(operator)
