@@ -26,7 +26,7 @@ import math
 from decimal import Decimal
 
 from costs import tokens
-from costs.intelligence import charged_usd, ipd, jobs_money, score_cost_curve
+from costs.intelligence import FLAGS, charged_usd, ipd, jobs_money, score_cost_curve
 from costs.money import exact_usd, ipd_text, usd_text
 from trainer.kinds import kind_of
 from trainer.models import ENDED
@@ -114,6 +114,8 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
         "latest": latest,
         "runs": runs,
         "cost_usd": exact_usd(total), "cost_display": usd_text(total),
+        # What its dollars rest on (costs.intelligence.FLAGS), said beside them
+        **{flag: any(m.get(flag) for m in money.values()) for flag in FLAGS},
         "net_gain_points": net_total,
         "net_ipd": _ratio(total_ipd), "net_ipd_display": ipd_text(total_ipd), "net_state": total_state,
         "usd_per_net_point": exact_usd(total_usd_per_point), "usd_per_net_point_display": usd_text(total_usd_per_point),

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from campaigns import charts, figures
 from campaigns.models import Campaign
+from costs.report import EXAMPLE_PRICES_NOTE
 from launch.models import Recipe, evaluates, names_init_from
 from trainer.models import Job
 from yardstick.auth import require_role
@@ -238,7 +239,7 @@ def campaign_page(request, campaign_id):
     context = {"campaign": campaign, "s": summary,
                "figures_json": script_json(charts.campaign_charts(campaign, summary)),
                "latest": campaign.latest_job(), "live": live, "points": points,
-               "topics": f"campaign.{campaign.pk},jobs,costs" if live else ""}
+               "topics": f"campaign.{campaign.pk},jobs,costs" if live else "", "example_note": EXAMPLE_PRICES_NOTE}
     template = "campaigns/_body.html" if request.GET.get("part") == "body" else "campaigns/campaign.html"
     return render(request, template, context)
 

@@ -40,6 +40,19 @@ def test_the_campaign_page_shows_budget_runs_retention_and_the_projection(client
     assert "Start loop" not in html  # viewers get no controls
 
 
+def test_the_campaign_says_its_dollars_rest_on_example_prices_where_they_do(client_as, campaign):
+    from costs.models import PriceEntry
+    from tests.campaigns.charge import charge
+
+    charge([campaign.latest_job()])  # a price book of real prices (not examples)
+    client = client_as("viewer")
+    assert 'id="campaign-flags"' not in client.get(f"/campaigns/{campaign.pk}").content.decode()
+    PriceEntry.objects.update(is_example=True)
+    html = client.get(f"/campaigns/{campaign.pk}").content.decode()
+    flags = html.split('id="campaign-flags"')[1].split("</div>")[0]
+    assert "$ example prices" in flags and "simulated" not in flags
+
+
 def test_operators_get_the_loop_and_continue_controls(client_as, campaign):
     html = client_as("operator").get(f"/campaigns/{campaign.pk}").content.decode()
     assert 'id="loop-start"' in html and "Continue job" in html
