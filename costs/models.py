@@ -189,8 +189,9 @@ class DailyUsage(models.Model):
 
     Kept by triggers on costs_allocation (DAILY_SQL, migration 0004): every statement that inserts, deletes
     or updates allocations adds or takes away its rows' sums here, in its own transaction, exactly (numeric
-    arithmetic); a TRUNCATE empties it. `minutes` counts the rows summed (0: none left), the `from_*` and
-    `scope_*` how many had each energy_from and energy_scope.
+    arithmetic); a TRUNCATE empties it. The fold's deletes (costs/fold.py) are the one exception: past the
+    horizon a day is kept here alone, with the sums its minutes had. `minutes` counts the rows summed (0: none
+    left), the `from_*` and `scope_*` how many had each energy_from and energy_scope.
     """
 
     # As Allocation's: no index of their own (the unique constraint and (job, day) begin with them). Each
