@@ -211,6 +211,10 @@ def empty_tables_by_delete():
         from yardstick.auth import REPORTER, ROLES
 
         Group.objects.bulk_create([Group(name=name) for name in (*ROLES, REPORTER)], ignore_conflicts=True)
+        # And the example price book (costs/migrations/0001): a test after this one finds a fresh install's prices.
+        from costs.prices import install_examples
+
+        install_examples()
 
     DatabaseOperations.sql_flush, flush.emit_post_migrate_signal = sql_flush, emit_post_migrate_signal
     yield

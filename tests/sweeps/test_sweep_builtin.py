@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GATED = str(Path(__file__).with_name("gated_builtin.py"))
 STEPS = 16
 # Seed 12 draws, after trial 0 at the recipe's defaults (lr 5e-4, kl_coef 0.02): lr 1.8e-4, then 7.3e-3 (a learning
-# rate that takes this policy's pass@1 from 44 to under 20 within four steps), then 6e-4.
+# rate that takes this policy's pass@1 from 44 to under 30 within four steps).
 SEED = 12
 
 
@@ -72,7 +72,7 @@ def test_a_sweep_of_the_builtin_trainer_stops_a_hopeless_lr_and_beats_the_defaul
             "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}, "kl_coef": {"low": 0.0, "high": 0.2}},
             "params": {"steps": STEPS, "eval_every": 4, "checkpoint_every": STEPS, "prompts_per_step": 32,
                        "group_size": 8, "seed": 0},
-            "objective": "per_dollar", "budget_usd": "10", "parallel": 2, "max_trials": 4, "seed": SEED,
+            "objective": "per_dollar", "budget_usd": "10", "parallel": 2, "max_trials": 3, "seed": SEED,
             "stop_min_trials": 2}
     resp = client.post("/api/sweeps", json.dumps(body), content_type="application/json")
     assert resp.status_code == 201, resp.content
@@ -83,7 +83,7 @@ def test_a_sweep_of_the_builtin_trainer_stops_a_hopeless_lr_and_beats_the_defaul
 
     drive(sweep, builtin, lambda s: s.state == State.ENDED, timeout_s=180, in_order=True)
     trials = list(sweep.trials.select_related("job").order_by("number"))
-    assert len(trials) == 4, [(t.number, t.params, t.job.status) for t in trials]
+    assert len(trials) == 3, [(t.number, t.params, t.job.status) for t in trials]
     hopeless = [t for t in trials if t.params["lr"] > 5e-3]
     assert hopeless, [t.params for t in trials]
     for t in hopeless:
