@@ -2,6 +2,7 @@
 
     python bench/load.py [--duration 600] [--agents 10] [--gpus-per-agent 1000] [--hz 1] [--viewers 50]
                          [--web-processes 1] [--data-dir var/bench-load] [--ws-max-message-mb N]
+                         [--fold-minutes N]
 
 Everything runs on this machine, against an embedded PostgreSQL and Redis of
 its own under --data-dir (its database re-created each run; DATABASE_URL and
@@ -39,7 +40,11 @@ viewer has been live. Measured over it:
   and at the end; CPU seconds per second of each part and of the machine;
 - database growth per sample and per rollup and allocation row, WAL per
   sample, and what a day of this fleet takes on disk, with the retention;
-- roll-up and attribution run times.
+- roll-up and attribution run times;
+- with --fold-minutes N: N allocation minutes past the horizon written before
+  the window, folded halfway through it as beat's costs.tasks.fold would (a
+  minute of batches at most): each batch's time, and the ingest lag and
+  attribution runs while it ran against the rest of the window.
 
 Ratios against references of the same run: the achieved ingest rate against
 the offered one (agents x GPUs a second), latencies against the 1 s goal,
@@ -58,7 +63,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +75,8 @@ GPUS_PER_NODE = 8
 JOB_GPUS = 64  # GPUs a job holds
 HELD_SHARE = 0.75  # of the fleet held by running jobs
 UPKEEP_EVERY_S = 60.0  # beat's period for collector-roll-up and costs-attribute
+FOLD_BUDGET_S = 60.0  # what one run of beat's costs.tasks.fold may spend on batches
+FOLD_BATCH = 20_000  # costs.fold.BATCH_ROWS
 PROBE_EVERY_S = 0.02
 STATUS_EVERY_S = 2.0
 PROGRESS_EVERY_S = 10.0
@@ -461,6 +468,8 @@ def upkeep_part(cfg):
     stop = on_sigterm()
     next_at = time.monotonic() + UPKEEP_EVERY_S
     with open(cfg["log"], "a") as log:
+        if cfg.get("fold"):
+            threading.Thread(target=fold_in_window, args=(cfg, log, stop), daemon=True).start()
         while True:
             final = stop.wait(max(0.0, next_at - time.monotonic()))
             for name, task in (("roll_up", roll_up), ("attribute", attribute)):
@@ -476,6 +485,30 @@ def upkeep_part(cfg):
             if final or stop.is_set():
                 return
             next_at = max(next_at + UPKEEP_EVERY_S, time.monotonic())
+
+
+def fold_in_window(cfg, log, stop):
+    """--fold-minutes: halfway through the window, what beat's costs.tasks.fold does (costs.fold: the mark, then
+    batches for up to FOLD_BUDGET_S), each batch a JSON line {"task": "fold_batch", ...} in the upkeep log."""
+    from django.db import connection
+
+    from costs.fold import fold_batch, horizon, mark
+
+    while not stop.wait(0.5):
+        if time.time() >= read_window(cfg["window"])[0] + cfg["duration"] / 2:
+            break
+    else:
+        return
+    before, began = mark(horizon()), time.monotonic()
+    while not stop.is_set() and time.monotonic() - began < FOLD_BUDGET_S:
+        started, t = time.time(), time.perf_counter()
+        gone = fold_batch(before)
+        log.write(json.dumps({"task": "fold_batch", "started": started, "seconds": time.perf_counter() - t,
+                              "result": gone, "final": False}) + "\n")
+        log.flush()
+        if gone < FOLD_BATCH:
+            break
+    connection.close()
 
 
 PARTS = {"agent": agent_part, "viewers": viewers_part, "browser": browser_part, "upkeep": upkeep_part}
@@ -610,6 +643,7 @@ class LagProbe(threading.Thread):
         self.ids = list(device_ids)
         self.window = [float("inf"), float("inf")]
         self.hist = Histogram()
+        self.lags = []  # (sample timestamp, lag ms) of the window's samples: split around a fold (--fold-minutes)
         self.stop = threading.Event()
         self.error = None
 
@@ -627,6 +661,7 @@ class LagProbe(threading.Thread):
                         last[device_id] = ts
                         if self.window[0] <= ts.timestamp() < self.window[1]:
                             self.hist.add((sent - ts.timestamp()) * 1000)
+                            self.lags.append((ts.timestamp(), (sent - ts.timestamp()) * 1000))
         except Exception as exc:  # noqa: BLE001 - reported with the figures, never a silent gap
             self.error = f"{type(exc).__name__}: {exc}"
 
@@ -751,7 +786,8 @@ class Run:
                                                        "status": str(self.state / f"agent{i}.json")})
 
     def start_upkeep(self):
-        self.processes.part("upkeep", "upkeep", {"log": str(self.state / "upkeep.jsonl")})
+        self.processes.part("upkeep", "upkeep", {"log": str(self.state / "upkeep.jsonl"), "window": str(self.window),
+                                                 "duration": self.args.duration, "fold": bool(self.args.fold_minutes)})
 
     def start_viewers(self, cookies):
         from django.conf import settings
@@ -847,6 +883,8 @@ def run_load(args):
         reporting = lambda: conn.execute("SELECT count(*) FROM telemetry_latest").fetchone()[0]  # noqa: E731
         wait_until(lambda: reporting() >= len(devices), READY_TIMEOUT_S,
                    f"a first sample from each of the {len(devices):,} GPUs", run.processes)
+        if args.fold_minutes:
+            fill_past_minutes(conn, args.fold_minutes)
         probe = LagProbe(dsn, device_ids([s.devices()[0].uuid for s in slices]).values())
         probe.start()
         run.start_viewers(cookies)
@@ -861,6 +899,31 @@ def run_load(args):
             probe.stop.set()
         run.processes.stop()
     report(run, before, start, end, ended, probe)
+
+
+# --fold-minutes: idle allocation minutes of every device, from the first day past the horizon on, as attribution
+# writes them (the day sums kept by its triggers)
+_PAST_MINUTES = """
+INSERT INTO costs_allocation (device_id, minute, job_id, team, held_s, device_s, energy_j, energy_from, energy_scope,
+                              rollup_samples, rollup_covered_s, rollup_energy_j)
+SELECT d.id, %(first)s::timestamptz + m * interval '1 minute', NULL, 'unassigned', 0, 60, 24000, 'counter', 'device',
+       6, 60, 24000
+FROM collector_device d CROSS JOIN generate_series(0, %(per_device)s - 1) m
+"""
+
+
+def fill_past_minutes(conn, minutes):
+    """About `minutes` allocation minutes past the horizon, a share of each device, before the window."""
+    from costs.fold import horizon, midnight
+
+    began = time.perf_counter()
+    devices = conn.execute("SELECT count(*) FROM collector_device").fetchone()[0]
+    per_device = max(1, -(-minutes // devices))
+    first = midnight(horizon()) - timedelta(days=1)
+    conn.execute(_PAST_MINUTES, {"first": first, "per_device": per_device})
+    conn.execute("VACUUM ANALYZE costs_allocation")
+    print(f"{devices * per_device:,} allocation minutes past the horizon for the fold ({per_device} a device, from "
+          f"{first:%Y-%m-%d}; {time.perf_counter() - began:.0f} s)", flush=True)
 
 
 def measure(run, conn, probe):
@@ -969,6 +1032,8 @@ def report(run, before, start, end, found, probe):
     report_machine(run, span, before, start, end)
     report_database(run, start, end, found)
     report_upkeep(run, start)
+    if args.fold_minutes:
+        report_fold(run, start, probe)
 
 
 def report_ingest(run, span, found, probe):
@@ -1053,10 +1118,15 @@ def report_database(run, start, end, found):
     # while a table has none (a short window may end before a whole minute is attributed).
     m1_row, h1_row, alloc_row, day_row = (after[f"{k}_bytes"] / after[f"{k}_rows"] if after[f"{k}_rows"] else None
                                           for k in ("rollup_1m", "rollup_1h", "allocation", "day"))
+    if run.args.fold_minutes:  # the folded rows' space stays in the table until autovacuum hands it to new minutes
+        alloc_row = None
     per_day = {"1-min rollups": m1_row and run.gpus * 1440 * m1_row, "1-h": h1_row and run.gpus * 24 * h1_row,
                "allocations": alloc_row and run.gpus * 1440 * per_minute * alloc_row,
                "their day rows": day_row and run.gpus * per_device_day * day_row}
     print("database")
+    if run.args.fold_minutes:
+        print("  (allocation bytes/row are not measured in a run with --fold-minutes: the folded rows' space is in the "
+              "table until autovacuum reuses it)")
     print(f"  raw samples                      {per_sample:.1f} bytes/sample (table + primary key) over "
           f"{grew['samples']:,} samples; WAL {wal_per_sample:.0f} bytes/sample (all that was written)")
     print(f"  rollups, allocations             1-min {_bytes_row(m1_row)} ({after['rollup_1m_rows']:,} rows), 1-h "
@@ -1087,6 +1157,39 @@ def report_database(run, start, end, found):
 
 def _bytes_row(value):
     return "- bytes/row" if value is None else f"{value:.0f} bytes/row"
+
+
+def report_fold(run, start, probe):
+    """--fold-minutes: the fold's batches halfway through the window, and ingest and attribution while they ran
+    against the rest of the window (the reference, this run)."""
+    runs = run.upkeep_runs(since=start["at"])
+    batches = [r for r in runs if r["task"] == "fold_batch"]
+    print("fold (beat's costs.tasks.fold halfway through the window: batches for up to "
+          f"{FOLD_BUDGET_S:.0f} s; the reference is the rest of the window)")
+    if not batches:
+        print("  no batch ran")
+        return
+    lo, hi = batches[0]["started"], max(b["started"] + b["seconds"] for b in batches)
+    times = sorted(b["seconds"] for b in batches)
+    rows = sum(b["result"] for b in batches)
+    print(f"  batches                          {len(batches)}, {rows:,} minutes in {hi - lo:.1f} s = "
+          f"{rows / (hi - lo):,.0f}/s; a batch (its locks held) median {times[len(times) // 2] * 1000:.0f} ms, "
+          f"slowest {times[-1] * 1000:.0f} ms")
+    beside = sorted(lag for ts, lag in probe.lags if lo <= ts < hi)
+    alone = sorted(lag for ts, lag in probe.lags if not lo <= ts < hi)
+
+    def pct(values, q):
+        return values[min(len(values) - 1, int(len(values) * q))] if values else float("nan")
+
+    print(f"  ingest lag beside the fold       p50 {pct(beside, 0.5):6.0f} ms  p99 {pct(beside, 0.99):6.0f} ms  "
+          f"max {max(beside, default=float('nan')):6.0f} ms (n = {len(beside)}); the rest of the window p50 "
+          f"{pct(alone, 0.5):.0f} ms, p99 {pct(alone, 0.99):.0f} ms, max {max(alone, default=float('nan')):.0f} ms "
+          f"(n = {len(alone)})")
+    attribute = [r for r in runs if r["task"] == "attribute"]
+    overlapping = [r["seconds"] for r in attribute if r["started"] < hi and r["started"] + r["seconds"] > lo]
+    others = [r["seconds"] for r in attribute if not (r["started"] < hi and r["started"] + r["seconds"] > lo)]
+    print(f"  attribute beside the fold        {', '.join(f'{s:.1f} s' for s in overlapping) or 'no run'}; the others "
+          f"{', '.join(f'{s:.1f} s' for s in others) or 'none'}")
 
 
 def report_upkeep(run, start):
@@ -1148,6 +1251,9 @@ def parse_args(argv):
     parser.add_argument("--ws-max-message-mb", type=_positive(float, 1), default=None,
                         help="raise Daphne's WebSocket message limit to this many MiB (default: Daphne's own, "
                              "1 MiB, as `up` runs it)")
+    parser.add_argument("--fold-minutes", type=_positive(int, 0), default=0,
+                        help="write about this many allocation minutes past the horizon before the window, and fold "
+                             "them halfway through it as beat would (costs.fold); reported beside the rest of the window")
     parser.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
