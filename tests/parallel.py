@@ -27,7 +27,7 @@ if _worker:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     """Keep `--dist loadgroup` grouping: the tests of one xdist_group run in one worker, in turn (the Ray tests share
-    one head, the Slurm tests one cluster); and hand out the long tests first.
+    one head, the Slurm tests one cluster).
 
     pytest-xdist 3.8 names an item's group by appending "@<group>" to `item._nodeid`, which pytest 9.2 no longer
     reads (a node's id is the structured `item._id`): every group's tests were spread over both workers, each
@@ -48,7 +48,3 @@ def pytest_collection_modifyitems(config, items):
         if not item.nodeid.endswith(suffix):
             raise pytest.UsageError(f"--dist loadgroup cannot name {item.nodeid}'s group (pytest or pytest-xdist "
                                     "changed how a node's id is kept): tests/parallel.py")
-    # The workers take tests in this order, each the next as it runs short: the long ones first (a group, whose
-    # tests run in turn in one worker, then each slow test), so the suite ends on short tests spread over all of
-    # them instead of one worker finishing a long test while the others wait (18 s idle at the end before).
-    items.sort(key=lambda item: (item.get_closest_marker("xdist_group") is None, item.get_closest_marker("slow") is None))
