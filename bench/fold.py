@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import load  # noqa: E402
+import upkeep  # noqa: E402
 
 START = datetime(2030, 6, 1, tzinfo=timezone.utc)  # the simulated clock starts here
-GPUS_PER_NODE, JOB_GPUS, HELD_SHARE = 8, 64, 0.75
 MARK = "fold"  # the data dir's folder that says a run of this benchmark made it
 DAY_MINUTES_100K = 100_000 * 1440
 DUTY = 60 / 300  # beat's fold: a minute of batches every five
@@ -66,28 +66,11 @@ def fill(devices, days, horizon_days):
 
     from collector import store
     from costs.models import AttributionState
-    from trainer.models import Job, Status, Stint
+    from trainer.models import Stint
 
     first = START - timedelta(days=horizon_days + days)
-    with connection.cursor() as cur:
-        cur.execute("INSERT INTO collector_node (name, labels, interval_s) "
-                    "SELECT 'bench-node-' || lpad(n::text, 5, '0'), jsonb_build_object('team', 'team' || n %% 4), 10 "
-                    "FROM generate_series(0, %s) n", [(devices - 1) // GPUS_PER_NODE])
-        cur.execute("INSERT INTO collector_device (uuid, node_id, index, model, source, arch) "
-                    "SELECT 'GPU-bench-' || g, n.id, g %% 8, 'NVIDIA H100 80GB HBM3', 'nvml', 'hopper' "
-                    "FROM generate_series(0, %s) g JOIN collector_node n "
-                    "ON n.name = 'bench-node-' || lpad((g / 8)::text, 5, '0') ORDER BY g", [devices - 1])
-        cur.execute("SELECT d.uuid, n.name FROM collector_device d JOIN collector_node n ON n.id = d.node_id "
-                    "ORDER BY d.id")
-        gpus = cur.fetchall()
-    held = gpus[: int(len(gpus) * HELD_SHARE) // JOB_GPUS * JOB_GPUS]
-    stints = []
-    for k in range(0, len(held), JOB_GPUS):
-        job = Job.objects.create(name=f"fold {k // JOB_GPUS}", team=f"team{k // JOB_GPUS % 4}", env="arithmetic",
-                                 config={}, status=Status.RUNNING, started_at=first)
-        stints += [Stint(job=job, node=node, device=uuid, device_name="NVIDIA H100 80GB HBM3", pid=1,
-                         started_at=first) for uuid, node in held[k:k + JOB_GPUS]]
-    Stint.objects.bulk_create(stints, batch_size=5000)
+    upkeep.make_fleet(devices, 10)
+    upkeep.hold("fold", first)
     rows = 0
     with connection.cursor() as cur:
         for d in range(days):  # a day a statement: the triggers sum each statement's rows

@@ -80,42 +80,58 @@ def fresh_database():
         schema.ensure_partitions(cur, schema.days_between(START - timedelta(days=1), START + timedelta(days=1)))
 
 
+def make_fleet(devices, interval_s):
+    """`devices` H100s, 8 a node (nodes of four teams), written server-side."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("INSERT INTO collector_node (name, labels, interval_s) "
+                    "SELECT 'bench-node-' || lpad(n::text, 5, '0'), jsonb_build_object('team', 'team' || n %% 4), %s "
+                    "FROM generate_series(0, %s) n", [interval_s, (devices - 1) // GPUS_PER_NODE])
+        cur.execute("INSERT INTO collector_device (uuid, node_id, index, model, source, arch) "
+                    "SELECT 'GPU-bench-' || g, n.id, g %% 8, 'NVIDIA H100 80GB HBM3', 'nvml', 'hopper' "
+                    "FROM generate_series(0, %s) g JOIN collector_node n "
+                    "ON n.name = 'bench-node-' || lpad((g / 8)::text, 5, '0') ORDER BY g", [devices - 1])
+
+
+def hold(name, started_at):
+    """Running jobs of JOB_GPUS holding HELD_SHARE of the devices from `started_at` (their stints); return how many."""
+    from django.db import connection
+
+    from trainer.models import Job, Status, Stint
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT d.uuid, n.name FROM collector_device d JOIN collector_node n ON n.id = d.node_id "
+                    "ORDER BY d.id")
+        gpus = cur.fetchall()
+    held = gpus[: int(len(gpus) * HELD_SHARE) // JOB_GPUS * JOB_GPUS]
+    stints = []
+    for k in range(0, len(held), JOB_GPUS):
+        job = Job.objects.create(name=f"{name} {k // JOB_GPUS}", team=f"team{k // JOB_GPUS % 4}", env="arithmetic",
+                                 config={}, status=Status.RUNNING, started_at=started_at)
+        stints += [Stint(job=job, node=node, device=uuid, device_name="NVIDIA H100 80GB HBM3", pid=1,
+                         started_at=started_at) for uuid, node in held[k:k + JOB_GPUS]]
+    Stint.objects.bulk_create(stints, batch_size=5000)
+    return len(held) // JOB_GPUS
+
+
 def fill(devices, hz, minutes):
     """Nodes, devices, --minutes of samples, the latest rows, the running jobs; the watermark at START.
     Return (the end of the history, running jobs)."""
     from django.db import connection
 
-    from trainer.models import Job, Status, Stint
-
     step = 1.0 / hz
     end = START + timedelta(minutes=minutes)
+    make_fleet(devices, step)
     with connection.cursor() as cur:
-        cur.execute("INSERT INTO collector_node (name, labels, interval_s) "
-                    "SELECT 'bench-node-' || lpad(n::text, 5, '0'), jsonb_build_object('team', 'team' || n %% 4), %s "
-                    "FROM generate_series(0, %s) n", [step, (devices - 1) // GPUS_PER_NODE])
-        cur.execute("INSERT INTO collector_device (uuid, node_id, index, model, source, arch) "
-                    "SELECT 'GPU-bench-' || g, n.id, g %% 8, 'NVIDIA H100 80GB HBM3', 'nvml', 'hopper' "
-                    "FROM generate_series(0, %s) g JOIN collector_node n "
-                    "ON n.name = 'bench-node-' || lpad((g / 8)::text, 5, '0') ORDER BY g", [devices - 1])
         cur.execute("UPDATE telemetry_rollup_watermark SET upto = %s, marked_upto = %s", [START, START])
         _write_samples(cur, START, end, step)
         cur.execute("INSERT INTO telemetry_latest SELECT DISTINCT ON (device_id) * FROM telemetry_sample "
                     "ORDER BY device_id, ts DESC")
-        cur.execute("SELECT uuid, node_id FROM collector_device ORDER BY id")
-        gpus = cur.fetchall()
-        cur.execute("SELECT id, name FROM collector_node")
-        nodes = dict(cur.fetchall())
-    held = gpus[: int(len(gpus) * HELD_SHARE) // JOB_GPUS * JOB_GPUS]
-    stints = []
-    for k in range(0, len(held), JOB_GPUS):
-        job = Job.objects.create(name=f"upkeep {k // JOB_GPUS}", team=f"team{k // JOB_GPUS % 4}", env="arithmetic",
-                                 config={}, status=Status.RUNNING, started_at=START)
-        stints += [Stint(job=job, node=nodes[node], device=uuid, device_name="NVIDIA H100 80GB HBM3", pid=1,
-                         started_at=START) for uuid, node in held[k:k + JOB_GPUS]]
-    Stint.objects.bulk_create(stints, batch_size=5000)
+    jobs = hold("upkeep", START)
     with connection.cursor() as cur:
         cur.execute("VACUUM ANALYZE")
-    return end, len(held) // JOB_GPUS
+    return end, jobs
 
 
 def _write_samples(cur, lo, hi, step):

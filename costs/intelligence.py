@@ -235,12 +235,13 @@ def spent_by(job, instants, book=None):
                                                               "device__source")):
         d, e = cost_usd(book.price(model_key(model, source), minute.date()), dev_s, joules)
         spans[minute, MINUTE] = spans.get((minute, MINUTE), Decimal(0)) + d + e
-    if folded is not None:
+    now = timezone.now()
+    stints = [(a, b or now) for a, b in job.stints.values_list("started_at", "ended_at")]
+    # Folded days, read only for a job that held a device before the mark (a sweep's pass reads every trial's curve)
+    if folded is not None and any(a < fold.midnight(folded) for a, _ in stints):
         for u in usage(end=fold.midnight(folded), job_ids=[job.pk], book=book):
             day = (fold.midnight(u.day), DAY)
             spans[day] = spans.get(day, Decimal(0)) + u.total_usd
-    now = timezone.now()
-    stints = [(a, b or now) for a, b in job.stints.values_list("started_at", "ended_at")]
 
     def held_s(start, end):
         return sum(max(0.0, (min(end, b) - max(start, a)).total_seconds()) for a, b in stints)

@@ -83,8 +83,10 @@ def folded_cut(start, end):
     """None, or what a report says when its period begins or ends inside a folded day: the period it was read
     for, at the day's grain ({"from", "to", "folded_before", "text"})."""
     folded = fold.folded_before()
+    if folded is None:
+        return None
     read = read_bounds(start, end, folded)
-    if folded is None or read == (start, end):
+    if read == (start, end):
         return None
     shown = " to ".join(f"{t:%Y-%m-%d %H:%M}" if t is not None else "…" for t in read)
     return {"from": read[0], "to": read[1], "folded_before": folded,
