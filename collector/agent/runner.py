@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 import psycopg
 
 from .batch import Batch
+from .spool import Unwritable
 from .writer import Writer
 
 log = logging.getLogger("collector.agent")
@@ -249,6 +250,10 @@ class Agent:
             raise
         except psycopg.Error as exc:
             log.error("dropped a spooled batch of %d samples the database refused: %s", len(batch.rows), exc)
+        except (TypeError, ValueError, OverflowError) as exc:
+            # A value of its own no column takes (a source's fault): as deliver drops such a batch, the spool
+            # drops it, and only it, instead of trying it again before everything behind it forever.
+            raise Unwritable(str(exc)) from exc
 
     def _connect(self):
         if self.conn is not None and not self.conn.closed:

@@ -37,6 +37,11 @@ REPLAY_ROWS = 50_000
 LOCK_NAME = "agent.lock"
 
 
+class Unwritable(Exception):
+    """Raised by replay's `write` for a batch that fails for a reason of its own (a value no column takes): writing
+    it again would fail again. Replay then writes the records it merged one at a time and drops only those."""
+
+
 class SpoolInUse(Exception):
     """Another running agent holds the spool directory."""
 
@@ -150,8 +155,11 @@ class Spool:
                     self._read_path, self._read_offset = path, 0
                 merged, end = self._read_some(path, self._read_offset)
             if merged is not None:
-                write(merged)  # without the lock: appends go on while the database is slow
-                replayed += len(merged.rows)
+                try:
+                    write(merged)  # without the lock: appends go on while the database is slow
+                    replayed += len(merged.rows)
+                except Unwritable:  # one record at a time, so one bad record does not block those behind it
+                    replayed += self._replay_one_by_one(path, write)
             with self._lock:
                 if path != self._read_path:
                     continue  # the size cap dropped this segment meanwhile
@@ -164,8 +172,27 @@ class Spool:
                     self._read_path, self._read_offset = None, 0
         return replayed
 
-    def _read_some(self, path, offset):
-        """Read batches from `offset`, merged up to REPLAY_ROWS rows; return (batch or None, end offset)."""
+    def _replay_one_by_one(self, path, write):
+        """Write the records of `path` from the read offset up to where the merged read ended, one at a time,
+        dropping each that is Unwritable (logged); return samples written."""
+        written, offset = 0, self._read_offset
+        with self._lock:
+            _, end = self._read_some(path, offset)
+        while offset < end:
+            with self._lock:
+                batch, offset = self._read_some(path, offset, rows=1)
+            if batch is None:
+                continue
+            try:
+                write(batch)
+                written += len(batch.rows)
+            except Unwritable as exc:
+                log.error("spool %s: dropped a batch of %d samples that cannot be written: %s", path.name,
+                          len(batch.rows), exc)
+        return written
+
+    def _read_some(self, path, offset, rows=REPLAY_ROWS):
+        """Read batches from `offset`, merged up to `rows` rows; return (batch or None, end offset)."""
         merged = None
         with open(path, "rb") as f:
             f.seek(offset)
@@ -185,7 +212,7 @@ class Spool:
                 if merged is None:
                     merged = batch
                 elif (batch.labels, batch.interval_s) != (merged.labels, merged.interval_s) or (
-                    len(merged.rows) + len(batch.rows) > REPLAY_ROWS
+                    len(merged.rows) + len(batch.rows) > rows
                 ):
                     return merged, start
                 else:

@@ -295,6 +295,20 @@ class _OneBadReading(SimSource):
         return readings
 
 
+def test_a_spooled_batch_that_fails_for_a_reason_of_its_own_is_dropped_alone_and_replay_goes_on(
+        telemetry_dsn, tmp_path, caplog):
+    """What a loaded machine does: the delivery thread is busy, so the ticks wait in the spool, the bad one among
+    them, and replay merges them. Only the bad tick is dropped; those behind it are written."""
+    agent = Agent(_OneBadReading(gpus=2), telemetry_dsn, Spool(tmp_path), interval_s=0.05)
+    agent._threaded, agent._busy = True, True  # each tick spooled, as behind a delivery still running
+    for _ in range(6):
+        agent.tick()
+    agent._threaded, agent._busy = False, False
+    assert agent.drain() == 10 and agent.spool.is_empty()
+    assert counts(telemetry_dsn)[:2] == (10, 5)  # every tick but the bad one
+    assert "dropped a batch of 2 samples that cannot be written" in caplog.text
+
+
 def test_a_batch_that_fails_for_a_reason_of_its_own_is_logged_and_delivery_goes_on(telemetry_dsn, tmp_path, caplog):
     agent = Agent(_OneBadReading(gpus=2), telemetry_dsn, Spool(tmp_path), interval_s=0.05)
 
