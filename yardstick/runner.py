@@ -344,7 +344,6 @@ class Runner:
         terminal got: why it ended is among them when no record said so."""
         if child.process is None or child.process.returncode is None or child.process.returncode < 0:
             return
-        self._drain(child)
         if child.hidden:
             self.say("up", f"the last lines of {child.name} (all of them in {child.log.path}):")
             for line in list(child.hidden):
@@ -597,6 +596,7 @@ class Runner:
                 continue
             if child.restart_at is None:
                 child.restart_at = now + child.backoff_s
+                self._drain(child)  # the lines it wrote before it ended come before the one saying it did
                 self.say("up", f"{child.name} {reason}; restarting in {child.backoff_s:.0f} s")
                 self._show_last_lines(child)
                 child.backoff_s = min(child.backoff_s * 2, BACKOFF_MAX_S)

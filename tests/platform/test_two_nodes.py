@@ -1,6 +1,7 @@
-"""Two nodes on one machine: a control plane `up` (every role), and a GPU node's `up --role jobs,collector`
-with another node name, joined to the control plane's PostgreSQL and Redis by DATABASE_URL and REDIS_URL.
-A job asked for the second node runs on that node's worker, its stints name that node, and its cost is
+"""Two nodes on one machine: a control plane `up --role web,jobs,collector` (what this needs: its API, a jobs
+worker the job must not go to, a device that must not be charged; every role at once is test_up's), and a GPU
+node's `up --role jobs,collector` with another node name, joined to the control plane's PostgreSQL and Redis
+by DATABASE_URL and REDIS_URL. A job asked for the second node runs on that node's worker, its stints name that node, and its cost is
 charged to that node's device. Jobs and costs are read back through the control plane's HTTP API.
 
 Both `up`s join the test's own servers (the control plane's embedded PostgreSQL on TCP, which a real
@@ -104,7 +105,7 @@ def test_a_job_asked_for_a_node_runs_there_names_it_and_is_charged_to_its_device
     purge_jobs_queue()  # a message left by another test would go to the plane's worker
     port = free_port()
     plane_log, node_log = tmp_path / "plane.log", tmp_path / "node.log"
-    procs = [up(["--port", str(port)], "plane", plane_dir, plane_log),
+    procs = [up(["--port", str(port), "--role", "web,jobs,collector"], "plane", plane_dir, plane_log),
              up(["--role", "jobs,collector"], "node-b", node_dir, node_log, YARDSTICK_URL=f"http://127.0.0.1:{port}")]
     logs = [plane_log, node_log]
     try:
