@@ -258,8 +258,8 @@ def jobs_filter_choices():
 def jobs_table(filters=None, limit=100):
     """The newest `limit` jobs that match `filters` (jobs_filter's), with progress, sparkline (and its points as
     JSON, for the page to extend), cost and IPD."""
-    # Its campaign and (a launched job's) cluster, shown in its row.
-    jobs = Job.objects.select_related("created_by", "campaign_run__campaign", "launch__cluster")
+    # Its campaign, sweep and (a launched job's) cluster, shown in its row.
+    jobs = Job.objects.select_related("created_by", "campaign_run__campaign", "sweep_trial__sweep", "launch__cluster")
     jobs = jobs.filter(**{JOB_FILTERS[key]: value for key, value in (filters or {}).items()})
     jobs = list(jobs[:limit])
     ids = [j.pk for j in jobs]

@@ -25,9 +25,14 @@ def _params(r):
                      for k, v in r["params"].items())
 
 
+def _now(r):
+    """The dollars a trial has spent so far (its job's cost), or where its curve ends if it has none yet."""
+    return float(r["cost_usd"]) if r["cost_usd"] is not None else r["curve"][-1]["usd"]
+
+
 def front(s):
-    """Each trial's score against the dollars it had spent (its curve, thin) and where it is now (a marker by how
-    it ended), the front through the trials nothing beats."""
+    """Each trial's score against the dollars it had spent (its curve, thin, on to its dollars now) and where it is
+    now (a marker by how it ended, at its newest score and its dollars), the front through the trials nothing beats."""
     title = "Score against dollars, each trial"
     rows = [r for r in s["trials"] if r["curve"]]
     if not rows:
@@ -35,8 +40,10 @@ def front(s):
                 "data": [], "layout": layout(title)}
     data = []
     for r in rows:
-        data.append({"type": "scatter", "mode": "lines", "x": [p["usd"] for p in r["curve"]],
-                     "y": [p["score"] for p in r["curve"]], "name": f"trial {r['number']}", "showlegend": False,
+        # On to its dollars now, at its newest score: what it spent since it last scored (and the front's corner).
+        xs, ys = [p["usd"] for p in r["curve"]] + [_now(r)], [p["score"] for p in r["curve"]] + [r["curve"][-1]["score"]]
+        data.append({"type": "scatter", "mode": "lines", "x": xs, "y": ys, "name": f"trial {r['number']}",
+                     "showlegend": False,
                      "line": {"color": colour(r["number"]), "width": 1}, "opacity": 0.5, "hoverinfo": "skip"})
     names = {"completed": "completed", "sweep": "stopped by the sweep", "active": "running or queued",
              "other": "stopped, failed or out of budget"}
@@ -46,11 +53,12 @@ def front(s):
             continue
         symbol, color = SYMBOLS[kind]
         data.append({"type": "scatter", "mode": "markers", "name": label,
-                     "x": [r["curve"][-1]["usd"] for r in mine], "y": [r["curve"][-1]["score"] for r in mine],
+                     "x": [_now(r) for r in mine], "y": [r["curve"][-1]["score"] for r in mine],
                      "marker": {"symbol": symbol, "size": 10, "color": color, "line": {"width": 2, "color": color}},
                      "text": [f"trial {r['number']} (job {r['job_id']}): {_params(r)}" for r in mine],
                      "hovertemplate": "%{text}<br>%{y:.2f} pts at $%{x:.6f}<extra></extra>"})
-    on = [r for r in s["trials"] if r["on_front"]]
+    by_number = {r["number"]: r for r in s["trials"]}
+    on = [by_number[n] for n in s["front"]]  # in order of dollars: the step rises where a dearer trial scores more
     if on:
         data.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": BLACK, "width": 2},
                      "name": "the front: the highest score for its dollars",

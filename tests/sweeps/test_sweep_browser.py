@@ -101,3 +101,13 @@ def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F
     assert line.locator(".sweep-spend").inner_text() == in_thread(lambda: summary(sweep)["spent_display"])
     assert line.locator(".sweep-trial").count() == 1, "trial 1 was stopped before anything was charged to it"
     shot(page, output_dir, request, "cost-review")
+
+    # A trial's job names its sweep and trial, in the jobs list and on its page; either badge leads to the sweep.
+    first = sweep.trials.get(number=0).job
+    for where, badge in ((f"/jobs/{first.pk}", ".page-head .badge.sweep"),
+                         ("/jobs", f'tr[data-job="{first.pk}"] .badge.sweep')):
+        page.goto(live_web.url + where)
+        assert page.locator(badge).inner_text() == f"sweep #{sweep.pk} · trial 0"
+        page.click(badge)
+        page.wait_for_url(f"{live_web.url}/sweeps/{sweep.pk}")
+    assert page.locator(".badge.sweep").count() == 0
