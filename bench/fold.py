@@ -103,16 +103,10 @@ def fold_thread(now, batch, batches, stop):
     """Fold batch after batch until nothing is left or `stop` is set; each batch's (seconds, rows) to `batches`."""
     from django.db import connection
 
-    from costs.fold import fold_batch, horizon, mark
+    from costs.fold import fold
 
     try:
-        before = mark(horizon(now))
-        while not stop.is_set():
-            began = time.perf_counter()
-            gone = fold_batch(before, batch)
-            batches.append((time.perf_counter() - began, gone))
-            if gone < batch:
-                break
+        fold(now, batch, budget_s=float("inf"), stop=stop, each=lambda _, seconds, rows: batches.append((seconds, rows)))
     finally:
         connection.close()
 

@@ -75,8 +75,6 @@ GPUS_PER_NODE = 8
 JOB_GPUS = 64  # GPUs a job holds
 HELD_SHARE = 0.75  # of the fleet held by running jobs
 UPKEEP_EVERY_S = 60.0  # beat's period for collector-roll-up and costs-attribute
-FOLD_BUDGET_S = 60.0  # what one run of beat's costs.tasks.fold may spend on batches
-FOLD_BATCH = 20_000  # costs.fold.BATCH_ROWS
 PROBE_EVERY_S = 0.02
 STATUS_EVERY_S = 2.0
 PROGRESS_EVERY_S = 10.0
@@ -488,26 +486,24 @@ def upkeep_part(cfg):
 
 
 def fold_in_window(cfg, log, stop):
-    """--fold-minutes: halfway through the window, what beat's costs.tasks.fold does (costs.fold: the mark, then
-    batches for up to FOLD_BUDGET_S), each batch a JSON line {"task": "fold_batch", ...} in the upkeep log."""
+    """--fold-minutes: halfway through the window, what beat's costs.tasks.fold does (costs.fold.fold: the mark, then
+    batches for up to its budget), each batch a JSON line {"task": "fold_batch", ...} in the upkeep log."""
     from django.db import connection
 
-    from costs.fold import fold_batch, horizon, mark
+    from costs.fold import fold
 
     while not stop.wait(0.5):
         if time.time() >= read_window(cfg["window"])[0] + cfg["duration"] / 2:
             break
     else:
         return
-    before, began = mark(horizon()), time.monotonic()
-    while not stop.is_set() and time.monotonic() - began < FOLD_BUDGET_S:
-        started, t = time.time(), time.perf_counter()
-        gone = fold_batch(before)
-        log.write(json.dumps({"task": "fold_batch", "started": started, "seconds": time.perf_counter() - t,
-                              "result": gone, "final": False}) + "\n")
+
+    def logged(started, seconds, rows):
+        log.write(json.dumps({"task": "fold_batch", "started": started, "seconds": seconds, "result": rows,
+                              "final": False}) + "\n")
         log.flush()
-        if gone < FOLD_BATCH:
-            break
+
+    fold(stop=stop, each=logged)
     connection.close()
 
 
@@ -919,7 +915,7 @@ def fill_past_minutes(conn, minutes):
     began = time.perf_counter()
     devices = conn.execute("SELECT count(*) FROM collector_device").fetchone()[0]
     per_device = max(1, -(-minutes // devices))
-    first = midnight(horizon()) - timedelta(days=1)
+    first = midnight(horizon()) - timedelta(minutes=per_device)  # all of them before the horizon's day
     conn.execute(_PAST_MINUTES, {"first": first, "per_device": per_device})
     conn.execute("VACUUM ANALYZE costs_allocation")
     print(f"{devices * per_device:,} allocation minutes past the horizon for the fold ({per_device} a device, from "
@@ -1162,10 +1158,12 @@ def _bytes_row(value):
 def report_fold(run, start, probe):
     """--fold-minutes: the fold's batches halfway through the window, and ingest and attribution while they ran
     against the rest of the window (the reference, this run)."""
+    from costs.fold import BUDGET_S
+
     runs = run.upkeep_runs(since=start["at"])
     batches = [r for r in runs if r["task"] == "fold_batch"]
     print("fold (beat's costs.tasks.fold halfway through the window: batches for up to "
-          f"{FOLD_BUDGET_S:.0f} s; the reference is the rest of the window)")
+          f"{BUDGET_S:.0f} s; the reference is the rest of the window)")
     if not batches:
         print("  no batch ran")
         return

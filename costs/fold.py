@@ -33,6 +33,7 @@ from costs.models import AttributionState
 log = logging.getLogger(__name__)
 
 BATCH_ROWS = 20_000  # rows a batch deletes: tens of milliseconds, so no lock is held long
+BUDGET_S = 60.0  # what one run of beat's costs-fold spends on batches at most
 # Each batch's rows through the minute index, by their physical address.
 _DELETE = ("DELETE FROM costs_allocation WHERE ctid = ANY(ARRAY("
            "SELECT ctid FROM costs_allocation WHERE minute < %s LIMIT %s))")
@@ -76,15 +77,19 @@ def fold_batch(before, batch=BATCH_ROWS):
     return gone
 
 
-def fold(now=None, batch=BATCH_ROWS, budget_s=60.0):
-    """Fold the days past the horizon, a batch at a time, for up to `budget_s` seconds; return {"folded_before",
-    "deleted", "batches", "done"} (`done`: no minute before the mark is left)."""
+def fold(now=None, batch=BATCH_ROWS, budget_s=BUDGET_S, stop=None, each=None):
+    """Fold the days past the horizon, a batch at a time, for up to `budget_s` seconds or until `stop` (an Event)
+    is set; return {"folded_before", "deleted", "batches", "done"} (`done`: no minute before the mark is left).
+    `each(started, seconds, rows)` is called after each batch (the benchmarks time them)."""
     started = time.monotonic()
     before = mark(horizon(now))
     deleted = batches = 0
     done = False
-    while not done and time.monotonic() - started < budget_s:
+    while not done and time.monotonic() - started < budget_s and not (stop and stop.is_set()):
+        at, began = time.time(), time.perf_counter()
         gone = fold_batch(before, batch)
+        if each:
+            each(at, time.perf_counter() - began, gone)
         deleted += gone
         batches += 1
         done = gone < batch
