@@ -12,6 +12,8 @@ import sys
 
 # Commands that manage the embedded servers themselves, or need none.
 SELF_MANAGED = {"up", "help", "version", "--help", "-h", "--version", "check", "makemigrations"}
+# Any command asked for its help or version answers that alone: no server started, no migration applied.
+ANSWERS_ALONE = {"--help", "-h", "--version"}
 
 
 def main():
@@ -25,7 +27,7 @@ def main():
     except ImproperlyConfigured as err:
         sys.exit(f"Configuration error: {err}")
     command = sys.argv[1] if len(sys.argv) > 1 else "help"
-    if command in SELF_MANAGED:
+    if command in SELF_MANAGED or ANSWERS_ALONE.intersection(sys.argv[2:]):
         execute_from_command_line(sys.argv)
         return
     # here: the commands above that manage their own servers need none of this

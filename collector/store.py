@@ -15,7 +15,6 @@ import json
 import logging
 from datetime import timedelta
 
-import numpy as np
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.db.models import BooleanField
@@ -393,9 +392,10 @@ def layout_generation():
         return tuple(row) if row else None
 
 
-# One device of latest_values' blob: five big-endian 8-byte fields, as PostgreSQL's int8send and float8send write them.
-LATEST_VALUES_DTYPE = np.dtype([("device_id", ">i8"), ("ts_us", ">i8"), ("util_pct", ">f8"), ("power_w", ">f8"),
-                                ("clock_event_reasons", ">i8")])
+# One device of latest_values' blob: five big-endian 8-byte fields, as PostgreSQL's int8send and float8send write them
+# (a numpy dtype; numpy is loaded by the first read, not by every process that imports the store).
+LATEST_VALUES_FIELDS = [("device_id", ">i8"), ("ts_us", ">i8"), ("util_pct", ">f8"), ("power_w", ">f8"),
+                        ("clock_event_reasons", ">i8")]
 # real columns go out as text and back as float8, the value psycopg's text read gives (312.7, not the float4's
 # 312.70001220703125), so the frames' figures equal those of the pages that read rows.
 _LATEST_VALUES = (
@@ -406,15 +406,17 @@ _LATEST_VALUES = (
 
 def latest_values():
     """Each device's newest sample narrowed to what the fleet page draws, in no order: a numpy structured array
-    (LATEST_VALUES_DTYPE) with device_id, ts_us (integer microseconds since the epoch), util_pct and power_w
+    (LATEST_VALUES_FIELDS) with device_id, ts_us (integer microseconds since the epoch), util_pct and power_w
     (NaN: none) and clock_event_reasons (0: none). The live fleet's publisher (dashboard.fleetstate) reads it
     twice a second: a few columns of `telemetry_latest`, no join, packed by PostgreSQL into one bytea that
     numpy reads whole. At 100,000 devices a fetch of Python tuples and their conversion took 160 ms of the web
     process's CPU (under its GIL), a binary COPY (a message a row) 67 ms, this 9 ms (57 ms of wall time)."""
+    import numpy as np
+
     with connection.cursor() as cur:
         cur.execute(_LATEST_VALUES)
         blob = cur.fetchone()[0]
-    return np.frombuffer(bytes(blob or b""), dtype=LATEST_VALUES_DTYPE)
+    return np.frombuffer(bytes(blob or b""), dtype=np.dtype(LATEST_VALUES_FIELDS))
 
 
 def device_facts(device_ids):

@@ -18,18 +18,14 @@ generations of a population would still be drawing at random. Running trials are
 constant liar keeps parallel trials apart). A trial the sweep stopped early is told what it reached for what it
 spent, a real point of the front; a failed trial, or one with no score or no dollars, as failed (not learned from).
 
-Imports nothing from Django: it is given plain records (tests/sweeps/test_search.py).
+Imports nothing from Django: it is given plain records (tests/sweeps/test_search.py). Optuna is imported where a
+search or an importance is computed, not with this module: every Django process imports it (the sweeps' models name
+the objectives), and Optuna's importance module alone takes seconds to load scikit-learn.
 """
 
 import math
 import warnings
 from dataclasses import dataclass
-
-import numpy as np
-import optuna
-from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
-from optuna.trial import TrialState, create_trial
 
 OBJECTIVES = {
     "front": "the highest score for the fewest dollars (score and dollars, two objectives)",
@@ -37,7 +33,14 @@ OBJECTIVES = {
     "cheapest": "the fewest dollars for a run that reaches the target score",
 }
 STARTUP_TRIALS = 4  # drawn at random before TPE models the space
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _optuna():
+    """Optuna, loaded on first use, quiet but for warnings."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class Told:
 
 def distributions(space):
     """{name: Optuna distribution} of a sweep's space ([Dimension])."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
     out = {}
     for d in space:
         if d.kind == "choice":
@@ -81,6 +86,9 @@ def values(objective, trial, target=None):
 
 def study(space, objective, trials, seed, target=None):
     """A new in-memory study holding `trials` ([Told]); its sampler seeded by `seed`."""
+    optuna = _optuna()
+    from optuna.trial import TrialState, create_trial
+
     directions = {"front": ["maximize", "minimize"], "per_dollar": ["maximize"], "cheapest": ["minimize"]}[objective]
     sampler = optuna.samplers.TPESampler(seed=seed % 2**32, n_startup_trials=STARTUP_TRIALS, multivariate=True)
     with warnings.catch_warnings():
@@ -103,6 +111,9 @@ def study(space, objective, trials, seed, target=None):
 
 def ask(space, objective, trials, seed, target=None):
     """The next trial's parameters ({name: value}, each a value its parameter accepts)."""
+    import numpy as np
+
+    optuna = _optuna()
     number = len(trials)
     # The sweep's seed and the trial's number, mixed: seeds 1, 2, 3 ... would start alike random streams.
     mixed = int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
@@ -129,6 +140,10 @@ def importance(space, objective, trials, target=None):
     """{objective's name: {parameter: its share of the importance, 0 to 1}} by Optuna's PED-ANOVA (its default
     evaluator, needing no scikit-learn): how much each parameter's values tell the best quarter of the ended trials
     from all of them. {} while fewer than two trials can be told (or no parameter varies)."""
+    optuna = _optuna()
+    from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
+    from optuna.trial import TrialState
+
     searched = [d for d in space if d.kind != "choice" or len(d.choices) > 1]
     if not searched:
         return {}

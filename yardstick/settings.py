@@ -277,8 +277,9 @@ ALLOCATION_1M_DAYS = envint("YARDSTICK_ALLOCATION_1M_DAYS", 90, minimum=1)
 
 # -- Django ------------------------------------------------------------------
 
+# Daphne is not an app here: the web part runs `python -m daphne` (yardstick/runner.py), and its app, which only
+# replaces `runserver`, would load Twisted into every process (a second of every command's start).
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

@@ -23,10 +23,19 @@ def comparable(metrics: dict) -> dict:
 
 
 def test_a_short_run_changes_every_parameter(make_config, tiny_base_dir):
+    """Rewards are drawn by the test, seeded, half 0 and half 1 within each group: a parameter moves only where
+    a group's rewards differ, and what the tiny policy itself earns (mostly all 0) depends on the weights its
+    pretraining reached on this CPU's arithmetic."""
     trainer = Trainer(make_config(), tiny_base_dir)
     before = {name: p.detach().clone() for name, p in trainer.policy.named_parameters()}
+    draw = torch.Generator().manual_seed(7)
     for _ in range(3):
-        trainer.train_step()
+        batch = trainer.collect()
+        group = trainer.config.group_size
+        halves = torch.tensor([1.0, 0.0]).repeat_interleave(group // 2).repeat(len(batch.reward) // group)
+        order = torch.cat([torch.randperm(group, generator=draw) + i for i in range(0, len(batch.reward), group)])
+        batch.reward = halves[order]
+        trainer.update(batch)
     unchanged = [name for name, p in trainer.policy.named_parameters() if torch.equal(p, before[name])]
     assert unchanged == []
     assert trainer.step == 3

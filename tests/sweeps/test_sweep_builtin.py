@@ -1,11 +1,16 @@
 """A sweep of the built-in trainer (the shipped builtin-grpo recipe, launch/examples/builtin_grpo.py) on arithmetic,
 over `lr` on a log scale and `kl_coef`, on a real launch worker: its trials are real GRPO runs of a tiny base policy,
-through the line; the one whose learning rate wrecks the policy is stopped by the sweep at its dollars, the sweep's
-dollars are its trials' to the micro-dollar, and its best points-per-dollar trial beats the recipe's defaults.
+through the line; the one whose learning rate wrecks the policy is stopped by the sweep at its dollars, and the
+sweep's dollars are its trials' to the micro-dollar.
 
 Each trial waits after each evaluation (tests/sweeps/gated_builtin.py) while the test charges it a known price per
 step (tests/sweeps/bill.py) and the sweep takes a pass, so it is judged at known dollars whatever the machine's
-speed. The trials run on one CPU thread with fixed seeds: their scores are the same from run to run."""
+speed. Nothing here depends on the exact scores the trials reach: PyTorch's CPU kernels round differently on AVX2
+and AVX-512 machines, and a GRPO run carries the difference on, so which of two sound learning rates ends higher is
+not the same on every machine (docs/development.md, "Claims about learning"). What holds everywhere, with a wide
+margin, is that a learning rate of 7e-3 takes this policy from about 44 points to under 30 within four steps while
+the others stay near where they began. That the search finds better parameters than the defaults is asserted on a
+surface known in advance (tests/sweeps/test_sweep_run.py)."""
 
 import json
 from decimal import Decimal
@@ -65,7 +70,7 @@ def builtin(recipe, launch_worker, tiny_base, tmp_path):
     return gate
 
 
-def test_a_sweep_of_the_builtin_trainer_stops_a_hopeless_lr_and_beats_the_defaults_per_dollar(
+def test_a_sweep_of_the_builtin_trainer_stops_a_hopeless_lr_and_counts_its_dollars(
         builtin, operator, client):
     client.force_login(operator)
     body = {"name": "lr and kl", "team": "research", "recipe": "builtin-grpo",
@@ -100,10 +105,8 @@ def test_a_sweep_of_the_builtin_trainer_stops_a_hopeless_lr_and_beats_the_defaul
             assert charged == full
     s = summary(sweep)
     assert Decimal(s["spent_usd"]) == sum((Decimal(money[t.job_id]["cost_usd"]) for t in trials), Decimal(0))
+    # The defaults' trial ran all its steps, and the best points per dollar is a trial that was not stopped: a
+    # stopped trial's score fell where the others' held.
     rows = {r["number"]: r for r in s["trials"]}
-    best = rows[s["best"]["per_dollar"]]
-    assert best["number"] != 0 and best["points_per_usd"] > rows[0]["points_per_usd"], s["trials"]
-    # ... and so does a trial that ran all its steps: the search found a better learning rate than the recipe's.
-    assert rows[0]["status"] == Status.COMPLETED and max(
-        r["points_per_usd"] for r in s["trials"] if r["status"] == Status.COMPLETED and r["number"]
-    ) > rows[0]["points_per_usd"], s["trials"]
+    assert rows[0]["status"] == Status.COMPLETED, s["trials"]
+    assert s["best"]["per_dollar"] not in {t.number for t in hopeless}, s["trials"]

@@ -95,9 +95,16 @@ def test_a_sweep_stops_a_hopeless_trial_by_the_dollar_and_counts_its_dollars(
     line = review.content.decode().split(f'<tbody data-sweep="{sweep.pk}">')[1].split("</tbody>")[0]
     assert usd_text(Decimal(s["spent_usd"])) in line.split('class="num sweep-spend">')[1].split("</td>")[0]
     assert line.count('class="sweep-trial"') == len(trials) and "by the sweep" in line
-    # The best points per dollar is a completed trial's, and at least as good as the defaults' (trial 0).
+    # The search found better parameters than the recipe's defaults, on a surface known in advance (a sweep of real
+    # training asserts no such thing: docs/development.md, "Claims about learning"). Trial 1, x 0.17, a start-up draw
+    # of the seeded sampler (the same on every machine), ran its 6 steps to 96.5 × (1 − 0.8⁶) points for the same
+    # dollars as the defaults' 92 × (1 − 0.8⁶) (x 0.5): 4.9 % more points per dollar.
+    defaults = s["trials"][0]
+    trial_1 = s["trials"][1]
+    assert trial_1["status"] == Status.COMPLETED and trial_1["params"] == {"x": pytest.approx(0.16835, abs=1e-5)}
+    assert float(trial_1["points_per_usd"]) > 1.04 * float(defaults["points_per_usd"]), s["trials"]
     best = next(r for r in s["trials"] if r["number"] == s["best"]["per_dollar"])
-    assert best["points_per_usd"] >= s["trials"][0]["points_per_usd"]
+    assert best["number"] != 0 and float(best["points_per_usd"]) >= float(trial_1["points_per_usd"]), s["trials"]
 
 
 def process_env(settings, tmp_path):
