@@ -426,10 +426,10 @@ def open_gate(job_ids):
 def browser_page(base, cookie_name, cookie_value):
     from playwright.sync_api import sync_playwright
 
-    from tests.browser import CHROMIUM_FLAGS, chromium_path
+    from tests.browser import chromium_flags, chromium_path
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=chromium_flags())
         try:
             context = browser.new_context(viewport={"width": 1440, "height": 900})
             context.add_cookies([{"name": cookie_name, "value": cookie_value, "url": base}])

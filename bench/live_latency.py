@@ -229,14 +229,14 @@ def measure(base, job, node, device, rounds):
 
     from playwright.sync_api import sync_playwright
 
-    from tests.browser import CHROMIUM_FLAGS, chromium_path
+    from tests.browser import chromium_flags, chromium_path
 
     # Writes run on a thread of their own, as in a worker: Playwright's sync API keeps an event
     # loop in this one, where publish()'s async_to_sync may not run.
     writer = ThreadPoolExecutor(max_workers=1)
     steps, samples = [], []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=chromium_flags())
         page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
         page.set_default_timeout(20000)
         page.goto(base + "/accounts/login/")

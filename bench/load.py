@@ -416,12 +416,12 @@ def browser_part(cfg):
     """One viewer in Debian's Chromium on the fleet page, until SIGTERM; what RECORDER saw in cfg["status"]."""
     from playwright.sync_api import sync_playwright
 
-    from tests.browser import CHROMIUM_FLAGS
+    from tests.browser import chromium_flags
 
     stop = on_sigterm()
     base = f"http://{cfg['host']}:{cfg['port']}"
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=cfg["chromium"], args=CHROMIUM_FLAGS)
+        browser = pw.chromium.launch(executable_path=cfg["chromium"], args=chromium_flags())
         try:
             context = browser.new_context(viewport={"width": 1440, "height": 900})
             context.add_cookies([{"name": cfg["cookie_name"], "value": cfg["cookie_value"], "url": base}])

@@ -10,15 +10,40 @@ marked running only while a browser test runs, and left paused between them; oth
 """
 
 import asyncio
+import functools
 import os
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
-CHROMIUM_FLAGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
+# Chromium 156 gives every new window (a browser context's first page) two WebUI omnibox popups, each a renderer of
+# its own that loads a page of Chrome's UI: 0.8 CPU-s a context, as much as a test's own page, and no test looks at
+# an address bar.
+DISABLED_FEATURES = ["WebUIOmniboxPopup", "WebUIOmniboxAimPopup"]
+
+
+@functools.cache
+def playwright_disabled_features():
+    """The features Playwright disables in the Chromium it launches (its chromiumSwitches), read from its driver.
+    Chromium reads only the last --disable-features switch, and Playwright's comes before ours: ours must repeat
+    its list, or its choices (HttpsUpgrades, PaintHolding, MediaRouter, ...) would be turned back on."""
+    import playwright
+
+    bundle = Path(playwright.__file__).parent / "driver" / "package" / "lib" / "coreBundle.js"
+    found = re.search(r"\bdisabledFeatures = \[(.*?)\]\.filter\(Boolean\)", bundle.read_text(), re.S)
+    names = re.findall(r'"(\w+)"', re.sub(r"//[^\n]*", "", found.group(1))) if found else []
+    if not names:
+        pytest.fail(f"Playwright's list of disabled Chromium features was not found in {bundle}: tests/browser.py "
+                    "reads it to keep it beside its own (a Playwright upgrade moved it)")
+    return names
+
+
+def chromium_flags():
+    return ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-features=" + ",".join([*playwright_disabled_features(), *DISABLED_FEATURES])]
 
 
 def chromium_path():
@@ -47,7 +72,7 @@ class Chromium:
         else:
             asyncio._set_running_loop(self.loop)
         if self.browser is None or not self.browser.is_connected():
-            self.browser = self.playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+            self.browser = self.playwright.chromium.launch(executable_path=chromium_path(), args=chromium_flags())
         return self.browser
 
     def pause(self):

@@ -60,3 +60,21 @@ def test_on_a_web_process_with_the_real_settings_the_form_logs_in_and_returns_to
     user.refresh_from_db()
     algorithm, rounds, *_ = user.password.split("$")
     assert (algorithm, int(rounds)) == ("pbkdf2_sha256", PBKDF2PasswordHasher.iterations), "hashed again as set"
+
+
+def test_a_browser_context_opens_no_page_but_the_tests(page):  # noqa: F811
+    """The suite's Chromium keeps Playwright's own feature choices and opens none of Chrome's UI pages beside a test's
+    page (each a renderer of its own: the omnibox popups of Chromium 156 cost as much CPU as the page itself)."""
+    from tests.browser import DISABLED_FEATURES, chromium_flags, playwright_disabled_features
+
+    page.goto("about:blank")
+    session = page.context.browser.new_browser_cdp_session()
+    try:
+        urls = [t["url"] for t in session.send("Target.getTargets")["targetInfos"]]
+    finally:
+        session.detach()
+    assert [u for u in urls if u.startswith("chrome://")] == [], urls
+    flags = [f for f in chromium_flags() if f.startswith("--disable-features=")]
+    assert len(flags) == 1, "Chromium reads only the last --disable-features"
+    assert {"HttpsUpgrades", "PaintHolding", *DISABLED_FEATURES} <= set(flags[0].split("=", 1)[1].split(","))
+    assert "MediaRouter" in playwright_disabled_features()
