@@ -65,8 +65,9 @@ def test_up_runs_every_part_restarts_a_dead_child_or_server_and_stops_them_all(s
         with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
             psycopg.connect(tcp + " password=guess-guess-guess")
 
-        # Each part's whole output is in its file; the terminal had its events, prefixed with its name.
-        assert any(re.match(r"^ +jobs \| INFO trainer\.tasks: worker jobs@\S+ reported", line) for line in up.lines)
+        # Each part's whole output is in its file; the terminal has its events, prefixed with its name (the jobs
+        # worker's report may come after /healthz saw the other worker answer).
+        up.wait_for_any_line(r"^ +jobs \| INFO trainer\.tasks: worker jobs@\S+ reported", timeout=30)
         logs = data_dir / "log"
         wait_for(lambda: re.search(r"Task yardstick\.tasks\.beat_tick\[[\w-]+\] succeeded in",
                                    (logs / "worker.log").read_text()), 30, "a beat tick in worker.log")
