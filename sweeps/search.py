@@ -20,7 +20,7 @@ spent, a real point of the front; a failed trial, or one with no score or no dol
 
 Imports nothing from Django: it is given plain records (tests/sweeps/test_search.py). Optuna is imported where a
 search or an importance is computed, not with this module: every Django process imports it (the sweeps' models name
-the objectives), and Optuna's importance module alone takes seconds to load scikit-learn.
+the objectives), and Optuna's importance module alone takes seconds to load scikit-learn where it is installed.
 """
 
 import math

@@ -41,9 +41,9 @@ def one_step_batches(base_dir):
 
     "even": as sampled. "uneven": rank 1's rows (the last two prompts) keep only their first sampled
     token, so the ranks hold very different token counts (a per-rank token mean averaged over the ranks
-    would weigh rank 1's few tokens as many times too much as rank 0's rows hold tokens on average). Rewards vary within groups, so the
-    update has a policy gradient (the tiny policy's own rewards are mostly all 0).
-    """
+    would weigh rank 1's few tokens as many times too much as rank 0's rows hold tokens on average).
+    Rewards vary within groups, so the update has a policy gradient (the tiny policy's own rewards are
+    mostly all 0)."""
     trainer = Trainer(tiny_config(**CONFIG), base_dir)
     even = trainer.collect()
     even.reward = torch.rand(len(even.reward), generator=torch.Generator().manual_seed(5)).round()
