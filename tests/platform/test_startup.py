@@ -12,8 +12,9 @@ import pytest
 
 from tests.conftest import ROOT
 
-# Loaded where they are used (sweeps/search.py, trainer/rl, launch/on_ray.py, dashboard's charts): each takes from a
-# tenth of a second (plotly) to seconds (scikit-learn, which Optuna's importance module loads; torch).
+# Loaded where they are used (sweeps/search.py, trainer/rl, launch/on_ray.py; Twisted only by the web part's own
+# `python -m daphne`): each costs a start from a second (Twisted, Ray's client) to several (scikit-learn, which
+# Optuna's importance module loads; torch).
 HEAVY = ("optuna", "sklearn", "torch", "transformers", "ray", "twisted")
 # Run manage.py as `python manage.py ARGS` does, then print which of HEAVY the process holds.
 PROBE = f"""
