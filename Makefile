@@ -89,16 +89,17 @@ $(DEV_STAMP): $(STAMP) requirements-dev.txt requirements-examples.txt client/pyp
 	$(PY) -m pip install --quiet --no-compile --no-deps --upgrade --target $(VENV)/verl verl==0.9.1
 	touch $(DEV_STAMP)
 
-# Debian's packages the tests drive (their own downloads need the open internet): Chromium for the browser tests
-# (through Playwright), Prometheus for the exporter's test (it scrapes /metrics), slurmctld and slurmd for the Slurm
+# Debian's packages the tests drive (their own downloads need the open internet): Chromium's headless shell for the
+# browser tests (through Playwright; a full `chromium` does too, with more processes and dependencies), Prometheus for the exporter's test (it scrapes /metrics), slurmctld and slurmd for the Slurm
 # executor's tests (a one-node cluster, tests/slurm_cluster.py). `make test` installs every missing one at once, as
 # root (one apt-get update, while pip fills .venv); otherwise it says what to install. `make browser` (prometheus,
 # slurm) installs one.
 NEEDS ?= browser prometheus slurm
 system-packages:
 	@chromium=""; others=""; \
-	case " $(NEEDS) " in *" browser "*) test -n "$$CHROMIUM" || command -v chromium >/dev/null 2>&1 \
-	  || command -v chromium-browser >/dev/null 2>&1 || chromium="chromium";; esac; \
+	case " $(NEEDS) " in *" browser "*) test -n "$$CHROMIUM" || command -v chromium-headless-shell >/dev/null 2>&1 \
+	  || command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+	  || chromium="chromium-headless-shell";; esac; \
 	case " $(NEEDS) " in *" prometheus "*) test -x /usr/bin/prometheus || others="prometheus";; esac; \
 	case " $(NEEDS) " in *" slurm "*) test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/sbatch \
 	  || others="$$others slurm-wlm munge";; esac; \
@@ -109,7 +110,7 @@ system-packages:
 	  exit 1; fi; \
 	echo "Installing Debian's $$missing for the tests"; \
 	apt-get update -qq || exit 1; \
-	if [ -n "$$chromium" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || exit 1; fi; \
+	if [ -n "$$chromium" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null || exit 1; fi; \
 	if [ -n "$$others" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$others >/dev/null; fi
 
 browser prometheus slurm:

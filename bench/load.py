@@ -747,7 +747,8 @@ class Run:
         self.processes = Processes(self.state)
         self.gpus = args.agents * args.gpus_per_agent
         self.offered = self.gpus * args.hz  # one sample per GPU per tick
-        self.chromium = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+        self.chromium = (os.environ.get("CHROMIUM") or shutil.which("chromium-headless-shell") or shutil.which("chromium")
+                         or shutil.which("chromium-browser"))
         self.browsers = 1 if args.viewers and self.chromium else 0
         self.sockets = args.viewers - self.browsers
         self.port = None
