@@ -76,6 +76,9 @@ class Launched(Kind):
     def dispatch(self, job, placement):
         executor_named(job.launch.executor).dispatch(job, placement)
 
+    def worker_started(self, worker):
+        return requeue_orphans(worker=worker)
+
     def wants(self, job):
         return self.wants_all([job])[job.pk]
 
@@ -468,24 +471,39 @@ def match_other_nodes(now=None):
     return totals
 
 
-def requeue_orphans(now=None):
-    """Put back in the line, at the place they had, the queued launched jobs whose launch worker stopped reporting
-    before it started them (a worker restarted, or gone): what they were given is free again, and the placer gives
-    them devices on a worker that reports. Return those put back."""
-    live = {w.name for w in launch_workers(now)}
-    back = []
+def requeue_orphans(now=None, worker=None):
+    """The queued launched jobs placed on a launch worker that does not hold them. One that stopped reporting before
+    it started them (gone, or killed): back in the line, at the place they had; what they were given is free again,
+    and the placer gives them devices on a worker that reports. One whose process started after they were placed (a
+    restart under the same name: the process that took their messages is gone, or their messages are still in its
+    queue): their messages are sent again, and they keep what they were given; whichever message the worker takes
+    first claims the job, the other finds it no longer queued. `worker`: only those placed on it (a worker
+    starting). Return the jobs put back or sent again."""
+    live = {w.name: w for w in launch_workers(now)}
+    back, again = [], []
     placed = Job.objects.filter(status=Status.QUEUED, source=LAUNCHED.source, launch__executor=NODE.name).exclude(
         queued_at__isnull=False, placed_at__isnull=True).select_related("launch")
+    if worker is not None:
+        placed = placed.filter(launch__worker=worker)
     for job in placed:
-        worker = job.launch.worker
-        if not worker or worker in live:
+        on = job.launch.worker
+        if not on:
+            continue
+        if on in live:
+            if live[on].holds_no_job_placed(job.placed_at):
+                with transaction.atomic():
+                    if Job.objects.filter(pk=job.pk, status=Status.QUEUED, launch__worker=on,
+                                          placed_at=job.placed_at).update(placed_at=now or timezone.now()):
+                        transaction.on_commit(lambda pk=job.pk, on=on: current_app.send_task(RUN_LAUNCH, args=[pk],
+                                                                                              queue=on))
+                        again.append(job)
             continue
         with transaction.atomic():
-            if Job.objects.filter(pk=job.pk, status=Status.QUEUED, launch__worker=worker).update(
+            if Job.objects.filter(pk=job.pk, status=Status.QUEUED, launch__worker=on).update(
                     placed_at=None, placed_on="", queued_at=Coalesce("queued_at", "created_at"),
-                    waiting_for=f"its launch worker {worker} stopped reporting before it started the job"):
+                    waiting_for=f"its launch worker {on} stopped reporting before it started the job"):
                 Launch.objects.filter(pk=job.pk).update(worker="", gpus=[], cores=0)
                 back.append(job)
     if back:
         place_waiting(now)
-    return back
+    return back + again

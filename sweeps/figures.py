@@ -68,7 +68,8 @@ def _row(f):
         "number": f.trial.number, "job_id": job.pk, "name": job.name, "status": job.status,
         "params": f.trial.params, "params_display": {k: _value_text(v) for k, v in f.trial.params.items()},
         "stopped_by_sweep": f.stopped_by_sweep,
-        "stop_reason": f.stopped_by_sweep or (job.stop_reason if job.status != "completed" else ""),
+        "interrupted": f.interrupted,
+        "stop_reason": f.stopped_by_sweep or _interruption(f) or (job.stop_reason if job.status != "completed" else ""),
         "settling": f.settling,
         "cost_usd": money["cost_usd"] if money else exact_usd(f.usd),
         "cost_display": money.get("cost_display", usd_text(f.usd)), "cost_title": money.get("cost_title", ""),
@@ -104,3 +105,17 @@ def cost_review(period):
     if not rows:
         return None
     return {"sweeps": sorted(rows.values(), key=lambda r: (r["sweep"].team, -r["usd"]))}
+
+
+def _interruption(f):
+    """Why an interrupted trial is not a result, and what became of it."""
+    if not f.interrupted:
+        return ""
+    job = f.trial.job
+    if f.run_again:
+        then = f"; its parameters run again as trial {f.trial.run_again_as.number}"
+    elif f.to_resume:
+        then = "; the sweep resumes it"
+    else:
+        then = "; the sweep had stopped starting trials"
+    return f"interrupted: {job.interrupted_by}{then}"

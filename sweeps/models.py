@@ -43,6 +43,7 @@ from launch.space import Dimension, parse_space
 from sweeps import search
 from sweeps.stopping import MIN_TRIALS_DEFAULT, SHARE_DEFAULT, Point, judge
 from trainer import inputs
+from trainer.kinds import kind_of
 from trainer.models import ENDED, ENV_MAX, NAME_MAX, TEAM_MAX, Job, Priority, Status
 from yardstick.auth import has_role
 from yardstick.inputs import InputError
@@ -151,7 +152,7 @@ class Sweep(models.Model):
         return [Dimension.from_dict(d) for d in self.space]
 
     def trial_rows(self):
-        return list(self.trials.select_related("job").order_by("number"))
+        return list(self.trials.select_related("job", "run_again_as").order_by("number"))
 
     def figures(self, trials=None, book=None):
         """[TrialFigures] of the sweep's trials, in number order: what the pages, the API, the CSV and each pass
@@ -164,7 +165,13 @@ class Sweep(models.Model):
         money = jobs_money(ids, book)
         scores = Scores(ids)
         through = AttributionState.objects.filter(pk=1).values_list("done_through", flat=True).first()
-        return [TrialFigures(t, money[t.job_id], scores, book, through) for t in trials]
+        runs_on = self.runs_on_interrupted()
+        return [TrialFigures(t, money[t.job_id], scores, book, through, runs_on) for t in trials]
+
+    def runs_on_interrupted(self):
+        """Whether a trial its worker's restart or death interrupted goes on (resumed, or run again): while the sweep
+        runs, or ends only because all its trials have started; not once its budget is spent or it was stopped."""
+        return self.state == State.RUNNING or (self.state == State.ENDING and self.why == Why.TRIALS)
 
     def defaults(self):
         """The recipe's default values of the searched parameters (trial 0's, so the sweep says what its best
@@ -201,9 +208,12 @@ class Sweep(models.Model):
     def _pass(self, now):
         trials = self.trial_rows()
         figs = self.figures(trials)
+        changed = False
+        if any(f.to_resume for f in figs):
+            changed = self._go_on(figs)
+            figs = self.figures(self.trial_rows())
         spent = sum((f.usd for f in figs), Decimal(0))
         active = [f for f in figs if f.active]
-        changed = False
         if self.state == State.RUNNING and spent >= self.budget_usd:
             changed |= self._stop_launching(Why.BUDGET, f"the budget {usd_text(self.budget_usd)} is spent "
                                                         f"({usd_text(spent)} charged to its trials)")
@@ -223,7 +233,7 @@ class Sweep(models.Model):
                 break
             active.append(launched)
             figs.append(launched)
-        if self.state == State.RUNNING and len(figs) >= self.max_trials:
+        if self.state == State.RUNNING and started(figs) >= self.max_trials:
             changed |= self._stop_launching(Why.TRIALS, f"all {self.max_trials} trials started")
         if self.state != State.RUNNING and not (Job.objects.filter(pk__in=[f.trial.job_id for f in active])
                                                 .exclude(status__in=ENDED).exists()):
@@ -248,7 +258,7 @@ class Sweep(models.Model):
 
     def _next_refusal(self, figs, spent):
         """(why, reason) the sweep starts no more trials, or None."""
-        if len(figs) >= self.max_trials:
+        if started(figs) >= self.max_trials:
             return Why.TRIALS, f"all {self.max_trials} trials started"
         done = [f.usd for f in figs if f.trial.job.status == Status.COMPLETED and not f.settling]
         if not done:
@@ -269,14 +279,20 @@ class Sweep(models.Model):
         params = self.defaults() if number == 0 and self.defaults_first else None
         if params is None:
             params = search.ask(self.dimensions, self.objective, told, self.seed, self.target_score)
+        return self._start_trial(figs, number, params)
+
+    def _start_trial(self, figs, number, params, run_again_of=None, name=None):
         left = self.budget_usd - sum((f.usd for f in figs), Decimal(0))
         try:
             with transaction.atomic():
                 job = launch_kind.start(
-                    recipe=self.recipe_name, params={**self.params, **params}, name=f"{self.name} · trial {number}",
-                    team=self.team, env=self.env, budget_usd=max(left, Decimal(0)), node=self.node, pool=self.pool,
-                    created_by=self.created_by, cluster=self.cluster or None, priority=Priority(self.priority).label)
+                    recipe=self.recipe_name, params={**self.params, **params},
+                    name=name or f"{self.name} · trial {number}", team=self.team, env=self.env,
+                    budget_usd=max(left, Decimal(0)), node=self.node, pool=self.pool, created_by=self.created_by,
+                    cluster=self.cluster or None, priority=Priority(self.priority).label)
                 trial = SweepTrial.objects.create(sweep=self, number=number, job=job, params=params)
+                if run_again_of is not None:
+                    SweepTrial.objects.filter(pk=run_again_of.pk).update(run_again_as=trial)
         except InputError as err:
             if number == 0:
                 raise  # refused as the sweep is created: Sweep.create says why and keeps nothing
@@ -284,6 +300,33 @@ class Sweep(models.Model):
             return None
         log.info("sweep %s: trial %s is job %s with %s", self.pk, number, job.pk, params)
         return TrialFigures(trial, None, None, None)
+
+    def _go_on(self, figs):
+        """Each trial its worker's restart or death interrupted goes on: resumed from its newest checkpoint, or, when
+        it cannot resume (no checkpoint yet, a recipe without resume arguments), its parameters run again as a new
+        trial. One that cannot be placed now (no launch worker has reported since the restart) waits for the next
+        pass. Return True when one went on."""
+        changed = False
+        number = len(figs)
+        for f in figs:
+            if not f.to_resume:
+                continue
+            job = f.trial.job
+            why = job.interrupted_by
+            if not (kind_of(job).resume_refusal(job) or job.not_resumable_reason):
+                if job.resume(by="the sweep"):
+                    log.info("sweep %s: trial %s (job %s) resumed after %s", self.pk, f.trial.number, job.pk, why)
+                    changed = True
+                continue
+            again = self._start_trial(figs, number, f.trial.params, run_again_of=f.trial,
+                                      name=f"{self.name} · trial {number} (trial {f.trial.number} again)")
+            if again is None:
+                return True  # refused: the sweep ends, saying why (_start_trial)
+            log.info("sweep %s: trial %s runs trial %s's parameters again (%s could not resume after %s)", self.pk,
+                     number, f.trial.number, job.pk, why)
+            number += 1
+            changed = True
+        return changed
 
     def _stop_launching(self, why, reason):
         if self.state != State.RUNNING:
@@ -339,6 +382,10 @@ class SweepTrial(models.Model):
     job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="sweep_trial")
     params = models.JSONField(help_text="the searched parameters' values Optuna drew")
     stopped_reason = models.TextField(blank=True, default="", help_text="why the sweep stopped it early")
+    run_again_as = models.OneToOneField("self", null=True, blank=True, on_delete=models.SET_NULL,
+                                        related_name="run_again_of",
+                                        help_text="the trial that runs these parameters again: this one was "
+                                                  "interrupted (Job.interrupted) and could not resume")
 
     class Meta:
         ordering = ["sweep", "number"]
@@ -354,7 +401,7 @@ class TrialFigures:
     still grow for a minute or two. Until they are final it is told to the search as running, and neither the
     front, the best trials nor the next trial's cost count it."""
 
-    def __init__(self, trial, money, scores, book, through=None):
+    def __init__(self, trial, money, scores, book, through=None, runs_on=False):
         self.trial = trial
         job = trial.job
         self.money = money or {}
@@ -364,13 +411,19 @@ class TrialFigures:
         self.ppd = self.money.get("points_per_usd")
         self.curve = ([Point(Decimal(repr(p["cost_usd"])), p["pass1"]) for p in score_cost_curve(job, book, scores)]
                       if scores and job.status != Status.QUEUED else [])
-        self.active = job.status not in ENDED
+        # Ended by its worker's restart or death, not by its run: never a result. It goes on (`to_resume`: the
+        # sweep's pass resumes it, or runs its parameters again as a new trial, `run_again_as`) and until then
+        # holds its place among the active trials; told to the search as running, then (run again) as failed.
+        self.interrupted = job.interrupted
+        self.run_again = trial.run_again_as_id is not None
+        self.to_resume = self.interrupted and not self.run_again and runs_on
+        self.active = job.status not in ENDED or self.to_resume
         self.settling = (not self.active and through is not None and job.finished_at is not None
                          and job.finished_at >= through)
         # Said while it stops and once it has; a trial that completed before the stop reached it was not stopped.
         self.stopped_by_sweep = trial.stopped_reason if job.status != Status.COMPLETED else ""
-        self.told_state = ("running" if self.active or self.settling else "failed" if job.status == Status.FAILED
-                           else "ended")
+        self.told_state = ("running" if self.active or self.settling else
+                           "failed" if job.status == Status.FAILED or self.interrupted else "ended")
         self.told = search.Told(trial.number, trial.params, self.told_state, score=self.score, gain=self.gain,
                                 usd=float(self.usd) if money and money.get("cost_usd") is not None else None)
 
@@ -471,6 +524,11 @@ def _clean(raw, user):
         "pool": inputs.name_field("pool", raw.get("pool"), TEAM_MAX), "cluster": cluster,
         "priority": inputs.priority(raw.get("priority"), user),
     }
+
+
+def started(figs):
+    """Trials started, as max_trials counts them: one interrupted and run again as another counts once."""
+    return sum(1 for f in figs if not f.run_again)
 
 
 def advance_all(now=None):

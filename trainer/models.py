@@ -36,6 +36,7 @@ from django.utils import timezone
 from trainer import stoploss
 from trainer.kinds import kind_for, kind_of, kinds
 from trainer.signals import devices_freed
+from yardstick.celery import shutting_down
 from yardstick.inputs import InputError
 from yardstick.live import publish
 
@@ -111,6 +112,9 @@ class Job(models.Model):
     budget_stop_requested = models.BooleanField(default=False)
     # Why a stop was requested (who, or which budget), written on the final status change.
     stop_reason = models.TextField(blank=True, default="")
+    # Set when what ended it was neither its run nor a person: its worker shutting down (a restart, a deploy) or
+    # dying. A sweep resumes such a trial instead of taking where it stopped for a result; a resume clears it.
+    interrupted_by = models.TextField(blank=True, default="")
     # Written by the worker while it owns the job; an old one means the worker died.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     # What the worker is doing now, for people ("building the base policy ..."); empty when not active.
@@ -207,7 +211,9 @@ class Job(models.Model):
                                                          reason=reason)
                     self.refresh_from_db()
                     self._announce(old, reason, change)
-                    if to in ENDED:  # what it held is free: the next in line may start (trainer/queue.py)
+                    # What it held is free: the next in line may start (trainer/queue.py), a sweep takes its pass.
+                    # Not from a worker that is shutting down: what it started would go to workers going away.
+                    if to in ENDED and not shutting_down():
                         transaction.on_commit(lambda: devices_freed.send(sender=Job, job=self))
                     return old
         self.refresh_from_db()
@@ -309,7 +315,7 @@ class Job(models.Model):
             # A stop-loss judges the resumed run from where it resumes: it spends the window again first.
             rule = {**self.stop_loss, "from_step": self.checkpoint_step or 0} if self.stop_loss else {}
             old = self.transition(RESUMABLE, Status.QUEUED, f"resumed{who}", where=Q(not_resumable_reason=""),
-                                  stop_requested=False, budget_stop_requested=False, stop_reason="",
+                                  stop_requested=False, budget_stop_requested=False, stop_reason="", interrupted_by="",
                                   finished_at=None, error="", placed_on=placement.worker if placement else "",
                                   stop_loss=rule, stop_loss_outcome={}, queued_at=now,
                                   placed_at=None if placement is None else now, waiting_for="", line_place=None)
@@ -384,7 +390,8 @@ class Job(models.Model):
         now = now or timezone.now()
         error = f"the worker was lost before it started the job: {cause}; resume to start it"
         return self.transition((Status.QUEUED,), Status.FAILED, error, error=error, phase="", finished_at=now,
-                               stop_requested=False, budget_stop_requested=False) is not None
+                               stop_requested=False, budget_stop_requested=False,
+                               interrupted_by=f"its worker was lost before it started: {cause}") is not None
 
     def _fail_crashed(self, cause, alive_until, now, where):
         """The one rule for a job whose worker died: failed (resumable), its open stints ended
@@ -396,7 +403,8 @@ class Job(models.Model):
         error = f"the worker{ran_on} {cause}; resume to continue from {resume_from}"
         with transaction.atomic():
             if not self.transition(ACTIVE, Status.FAILED, error, where=where, error=error, phase="",
-                                   finished_at=now, stop_requested=False, budget_stop_requested=False):
+                                   finished_at=now, stop_requested=False, budget_stop_requested=False,
+                                   interrupted_by=f"its worker {cause}"):
                 return False
             self.stints.filter(ended_at__isnull=True).update(
                 ended_at=Greatest(F("started_at"), Value(alive_until, output_field=DateTimeField())),
@@ -407,6 +415,11 @@ class Job(models.Model):
         return True
 
     # -- reading ------------------------------------------------------------
+
+    @property
+    def interrupted(self):
+        """Ended by its worker's shutdown or death, not by its run or a person (`interrupted_by` says how)."""
+        return self.status in (Status.STOPPED, Status.FAILED) and bool(self.interrupted_by)
 
     @property
     def steps_total(self):
@@ -807,6 +820,9 @@ class Worker(models.Model):
     cores = models.PositiveIntegerField(default=0, help_text="CPU cores this worker may use")
     gpus = models.JSONField(default=list, help_text='[{"index", "uuid", "name", "memory_mib"}] of its CUDA devices')
     seen_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(default=timezone.now, help_text="when this worker's process reported first: a "
+                                      "job placed on its name before then was placed on an earlier process, which "
+                                      "never started it")
 
     class Meta:
         ordering = ["name"]
@@ -815,10 +831,20 @@ class Worker(models.Model):
         return f"worker {self.name} ({', '.join(self.devices)})"
 
     @classmethod
-    def report(cls, name, host, queues, devices, team="", cores=0, gpus=()):
-        return cls.objects.update_or_create(name=name, defaults={
-            "host": host, "queues": list(queues), "devices": list(devices), "team": team, "cores": cores,
-            "gpus": list(gpus), "seen_at": timezone.now()})[0]
+    def report(cls, name, host, queues, devices, team="", cores=0, gpus=(), started_at=None):
+        """Write the worker's row; `started_at`: its process's start (trainer.workers.start_reporting gives it), else
+        the row's is kept (now, for a new row)."""
+        now = timezone.now()
+        fields = {"host": host, "queues": list(queues), "devices": list(devices), "team": team, "cores": cores,
+                  "gpus": list(gpus), "seen_at": now}
+        if started_at is not None:
+            fields["started_at"] = started_at
+        return cls.objects.update_or_create(name=name, defaults=fields, create_defaults={"started_at": now, **fields})[0]
+
+    def holds_no_job_placed(self, placed_at):
+        """True when a job placed on this worker's name at `placed_at` cannot be this process's: it was placed
+        before the process started (an earlier process under the same name took its message, or none did)."""
+        return placed_at is not None and placed_at < self.started_at
 
     @classmethod
     def live(cls, queue=None, now=None):

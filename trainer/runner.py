@@ -537,7 +537,10 @@ def request_stop_of_local_jobs(reason):
     pids = [me.pid] + [p.pid for p in me.children(recursive=True)]
     jobs = Job.objects.filter(status=Status.RUNNING, stints__ended_at__isnull=True,
                               stints__node=settings.YARDSTICK_NODE, stints__pid__in=pids).distinct()
-    return [job.pk for job in jobs if job.request_stop(by=reason)]
+    asked = [job.pk for job in jobs if job.request_stop(by=reason)]
+    # Interrupted, not stopped for a reason of its own: a sweep resumes it (Job.interrupted).
+    Job.objects.filter(pk__in=asked, status=Status.STOPPING).update(interrupted_by=reason)
+    return asked
 
 
 def _flags(job):

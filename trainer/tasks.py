@@ -8,8 +8,10 @@ from celery import shared_task
 from celery.signals import task_failure, worker_ready, worker_shutdown, worker_shutting_down
 
 from trainer import queue, runner, workers
+from trainer.kinds import kinds
 from trainer.kinds.embedded import RUN_JOB, replace_orphans
 from trainer.models import Job
+from yardstick.celery import shutting_down
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,10 @@ def detect_crashed_jobs():
 
 @shared_task(name="trainer.tasks.place_waiting", ignore_result=True)
 def place_waiting():
-    """One pass of the placer over the line of waiting jobs (trainer/queue.py); return how many it started."""
+    """One pass of the placer over the line of waiting jobs (trainer/queue.py); return how many it started. None
+    from a worker that is shutting down (yardstick.celery.shutting_down)."""
+    if shutting_down():
+        return 0
     done = queue.serve_waiting()
     return len(done.placed) if done else 0
 
@@ -98,6 +103,9 @@ def report_this_worker(sender=None, **kwargs):
     if workers.jobs_queue() not in queues and name not in queues:
         return
     _reporter[name] = workers.start_reporting(name, queues)
+    for kind in kinds():  # what was placed on this name before this process started, which it does not hold
+        for job in kind.worker_started(name):
+            log.warning("job %s was placed on %s before it restarted: sent again", job.pk, name)
     queue.serve_waiting()  # what waits for this worker's devices may start now
     log.info("worker %s reported: queues %s, devices %s", name, ", ".join(queues), ", ".join(workers.local_devices()))
 

@@ -269,13 +269,14 @@ def device_refusal(requested, devices=1):
 # -- the worker's side ----------------------------------------------------------------
 
 
-def report(name, queues):
-    """Write this worker's row now: what it has, where, for whom. A launch worker trains nothing itself: its
-    devices are NVML's GPUs, without loading torch (seconds of CPU at every start) to count them."""
+def report(name, queues, started_at=None):
+    """Write this worker's row now: what it has, where, for whom, since when (`started_at`, its process's first
+    report). A launch worker trains nothing itself: its devices are NVML's GPUs, without loading torch (seconds of
+    CPU at every start) to count them."""
     gpus = local_gpus()
     devices = ["cpu", *(f"cuda:{g['index']}" for g in gpus)] if name.startswith(LAUNCH_PREFIX) else local_devices()
     return Worker.report(name, settings.YARDSTICK_NODE, queues, devices, team=settings.YARDSTICK_POOL,
-                         cores=local_cores(), gpus=gpus)
+                         cores=local_cores(), gpus=gpus, started_at=started_at)
 
 
 def refresh(name):
@@ -323,15 +324,15 @@ class Heartbeat:
 class _Report:
     """This worker as runner.Heartbeat sees a job: each beat reports it again (so one loop serves both)."""
 
-    def __init__(self, name, queues):
-        self.pk, self.queues = name, list(queues)
+    def __init__(self, name, queues, started_at):
+        self.pk, self.queues, self.started_at = name, list(queues), started_at
 
     def beat(self):
-        report(self.pk, self.queues)
+        report(self.pk, self.queues, self.started_at)
         return True
 
 
 def start_reporting(name, queues, every_s=None):
     """Report the worker now, then every Worker.REPORT_EVERY_S from a daemon thread; return it (`.stop()`)."""
-    report(name, queues)
-    return Heartbeat(_Report(name, queues), Worker.REPORT_EVERY_S if every_s is None else every_s).start()
+    started_at = report(name, queues, started_at=timezone.now()).started_at
+    return Heartbeat(_Report(name, queues, started_at), Worker.REPORT_EVERY_S if every_s is None else every_s).start()

@@ -1,9 +1,10 @@
 import os
+import threading
 import warnings
 
 from celery import Celery
 from celery.exceptions import SecurityWarning
-from celery.signals import beat_init
+from celery.signals import beat_init, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "yardstick.settings")
 
@@ -24,3 +25,20 @@ def _tick_at_start(sender, **kwargs):
     """Beat runs an interval's task first one interval after it starts: its heartbeat (beat-tick, which /healthz
     reads and `up` waits for before it says ready) goes out at once instead, ten seconds sooner."""
     app.send_task("yardstick.tasks.beat_tick")
+
+
+# Set in a worker's process once its warm shutdown begins (`up` stopping, a deploy). The process finishes what it runs
+# (its jobs stop at a checkpoint) and starts nothing new: no sweep trial, no placement of a waiting job. A message it
+# sent now could go to a worker that is also going away and be held, unacknowledged, by a process that never runs it;
+# its next start, or a process that is not stopping, takes those passes instead.
+_shutting_down = threading.Event()
+
+
+@worker_shutting_down.connect
+def _start_no_more_work(**kwargs):
+    _shutting_down.set()
+
+
+def shutting_down():
+    """True in a Celery worker process that has begun its warm shutdown."""
+    return _shutting_down.is_set()

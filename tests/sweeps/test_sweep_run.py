@@ -23,7 +23,8 @@ from sweeps.models import State, Sweep
 from tests.conftest import database_url
 from tests.sweeps.bill import MINUTE_USD, prices
 from tests.sweeps.driving import drive
-from trainer.models import Status
+from tests.waiting import wait_for
+from trainer.models import Job, Status
 
 pytestmark = pytest.mark.slow
 PY = sys.executable
@@ -143,3 +144,51 @@ def test_the_front_drawn_is_the_known_front_and_a_fresh_process_goes_on_without_
     for r, (score, usd) in zip(s["trials"], known):
         assert r["score"] == pytest.approx(score) and Decimal(r["cost_usd"]) == Decimal(str(usd)).quantize(
             Decimal("0.000001"))
+
+
+def test_a_restart_mid_sweep_starts_nothing_on_the_way_down_and_runs_the_interrupted_trials_again(
+        surface, operator, client, settings):
+    """`up` stopped (Ctrl-C) with two trials running: the worker shutting down stops them and, though their ends
+    free devices, starts no trial in their place (it would go to a worker going away). After the restart the sweep's
+    pass runs their parameters again (the surface script keeps no checkpoint to resume from); the interrupted trials
+    are never a result: not on the front, not best, told to the search as failed, and counted once in max_trials."""
+    from celery.signals import worker_shutting_down
+
+    from sweeps.models import SweepTrial
+    from yardstick import celery as yardstick_celery
+
+    client.force_login(operator)
+    body = {"name": "restart", "team": "research", "recipe": "surface", "space": {"x": {"low": 0.0, "high": 1.0}},
+            "params": {"steps": 4, "gate": str(surface)}, "objective": "per_dollar", "budget_usd": "100",
+            "parallel": 2, "max_trials": 3, "seed": 5, "stop_share": 0}
+    resp = client.post("/api/sweeps", json.dumps(body), content_type="application/json")
+    assert resp.status_code == 201, resp.content
+    sweep = Sweep.objects.get(pk=resp.json()["id"])
+    first = list(sweep.trials.select_related("job").order_by("number"))
+    wait_for(lambda: all(t.job.output_lines.filter(text="waiting at step 2").exists() for t in first),
+             what="both trials at their first gate")
+    try:
+        worker_shutting_down.send(sender=f"launch@{settings.YARDSTICK_NODE}", sig="SIGINT", how="Warm", exitcode=0)
+        wait_for(lambda: set(Job.objects.filter(pk__in=[t.job_id for t in first]).values_list("status", flat=True))
+                 == {Status.STOPPED}, what="both trials to stop")
+        assert sweep.trials.count() == 2, "no trial started on the way down"
+        assert all(Job.objects.get(pk=t.job_id).interrupted_by.startswith("worker shutting down") for t in first)
+    finally:
+        yardstick_celery._shutting_down.clear()  # the restarted processes
+
+    sweep.advance()  # the first pass after the restart (beat's, or a trial's end)
+    again = {t.run_again_of.number: t for t in SweepTrial.objects.filter(sweep=sweep, run_again_of__isnull=False)}
+    assert sorted(again) == [0, 1] and [again[t.number].params for t in first] == [t.params for t in first]
+    assert sorted(t.number for t in again.values()) == [2, 3]
+    told = {f.trial.number: f.told.state for f in sweep.figures()}
+    assert told[0] == told[1] == "failed"
+    drive(sweep, surface, lambda s: s.state == State.ENDED)
+    s = summary(sweep)
+    assert [r["number"] for r in s["trials"]] == [0, 1, 2, 3, 4]
+    assert (sweep.why, sweep.reason) == ("trials", "all 3 trials started"), "a trial run again counts once"
+    assert not {0, 1} & set(s["front"]) and s["best"]["per_dollar"] not in (0, 1), s
+    assert {r["number"]: r["status"] for r in s["trials"]} == {0: "stopped", 1: "stopped", 2: "completed",
+                                                                3: "completed", 4: "completed"}
+    why = Job.objects.get(pk=first[0].job_id).interrupted_by
+    assert s["trials"][0]["stop_reason"] == f"interrupted: {why}; its parameters run again as trial {again[0].number}"
+    assert f"interrupted: {why}" in client.get(f"/sweeps/{sweep.pk}").content.decode()

@@ -181,6 +181,32 @@ def test_a_queued_job_whose_worker_went_away_is_sent_to_another_that_can_run_it(
     assert [j.pk for j in moved] == [cpu_id] and Job.objects.get(pk=cpu_id).placed_on == "jobs@res-g", "a cpu job is"
 
 
+def test_a_queued_job_placed_before_its_worker_restarted_is_sent_to_it_again_with_its_gpus(
+        db, client, operator, django_capture_on_commit_callbacks):
+    """A worker restarted under its name holds nothing an earlier process of it took: the job is sent to the new
+    process again, keeping the GPU the line gave it, once; a job placed since is left alone."""
+    fleet()
+    client.force_login(operator)
+    with django_capture_on_commit_callbacks(execute=True):
+        job_id = post_job(client, "cuda").json()["id"]
+    job = Job.objects.get(pk=job_id)
+    assert (job.placed_on, job.gpus) == ("jobs@gpu-b", [0])
+    assert replace_orphans() == [], "the process it was placed on still runs"
+    restarted = timezone.now()
+    Worker.objects.filter(name="jobs@gpu-b").update(started_at=restarted)  # its new process reported
+    with django_capture_on_commit_callbacks(execute=True):
+        later_id = post_job(client, "cuda").json()["id"]
+    before = queued_in("jobs@gpu-b")
+    with django_capture_on_commit_callbacks(execute=True):
+        sent = replace_orphans(worker="jobs@gpu-b")
+    assert [j.pk for j in sent] == [job_id]
+    job.refresh_from_db()
+    assert (job.status, job.placed_on, job.gpus) == ("queued", "jobs@gpu-b", [0]) and job.placed_at >= restarted
+    assert queued_in("jobs@gpu-b") - before == 1
+    assert Job.objects.get(pk=later_id).placed_at >= restarted
+    assert replace_orphans() == [], "sent once"
+
+
 def test_the_workers_api_and_the_start_form_show_where_jobs_can_run(db, client, operator):
     fleet()
     client.force_login(operator)

@@ -78,6 +78,11 @@ class Kind:
         """Send `job` to run at `placement` once the transaction commits."""
         raise NotImplementedError(f"{self.source} jobs are not dispatched by Yardstick")
 
+    def worker_started(self, worker):
+        """Worker `worker` (its name) has just reported, in a new process: its queued jobs placed on an earlier
+        process under the same name are not held by this one, and go back to the line or to a worker (return them)."""
+        return []
+
     def resume_refusal(self, job):
         """Why a Resume from Yardstick can never help this kind of job, for people; empty when its state decides."""
         return ""

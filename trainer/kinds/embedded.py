@@ -96,6 +96,9 @@ class Embedded(Kind):
         job_id, queue = job.pk, placement.queue
         transaction.on_commit(lambda: current_app.send_task(RUN_JOB, args=[job_id], queue=queue))
 
+    def worker_started(self, worker):
+        return replace_orphans(worker=worker)
+
 
 EMBEDDED = Embedded()
 
@@ -191,15 +194,29 @@ def start(*, name, team, env, config=None, budget_usd=None, device="auto", devic
     return job
 
 
-def replace_orphans(now=None):
-    """Send again the queued jobs whose chosen worker stopped reporting, to a live one that can run
-    them; return those moved. The message left in the gone worker's queue is harmless: whoever runs
-    the job first claims it, and the claim of the other finds it no longer queued."""
-    live = {w.name for w in live_jobs_workers(now)}
+def replace_orphans(now=None, worker=None):
+    """Send again the queued jobs whose chosen worker does not hold them: to a live one that can run them when it
+    stopped reporting, to it again when its process started after they were placed (a restart under the same name:
+    the process that took the message is gone, or the message is still in its queue). Return those sent. `worker`:
+    only those placed on it (a worker starting). A message left in a queue is harmless: whoever runs the job first
+    claims it, and the claim of the other finds it no longer queued."""
+    live = {w.name: w for w in live_jobs_workers(now)}
     moved = []
     back = False
-    for job in Job.objects.filter(status=Status.QUEUED, source=EMBEDDED.source).exclude(placed_on=""):
+    placed = Job.objects.filter(status=Status.QUEUED, source=EMBEDDED.source).exclude(placed_on="")
+    if worker is not None:
+        placed = placed.filter(placed_on=worker)
+    for job in placed:
         if job.placed_on in live:
+            # Restarted since it was placed there: sent again to it, keeping what it was given (the message still
+            # in its queue, if any, finds the job claimed).
+            if live[job.placed_on].holds_no_job_placed(job.placed_at):
+                with transaction.atomic():
+                    if Job.objects.filter(pk=job.pk, status=Status.QUEUED, placed_on=job.placed_on,
+                                          placed_at=job.placed_at).update(placed_at=now or timezone.now()):
+                        transaction.on_commit(lambda pk=job.pk, on=job.placed_on: current_app.send_task(
+                            RUN_JOB, args=[pk], queue=on))
+                        moved.append(job)
             continue
         if EMBEDDED.wants(job) is not None:  # given GPUs from the line: back in it, at its place
             back |= bool(Job.objects.filter(pk=job.pk, status=Status.QUEUED, placed_on=job.placed_on).update(
@@ -212,7 +229,7 @@ def replace_orphans(now=None):
             continue  # nobody can run it now: it waits where it is (its worker may come back)
         with transaction.atomic():
             if Job.objects.filter(pk=job.pk, status=Status.QUEUED, placed_on=job.placed_on).update(
-                    placed_on=placement.worker, gpus=[]):  # on cpu now: none of the GPUs it was given
+                    placed_on=placement.worker, placed_at=now or timezone.now(), gpus=[]):  # on cpu: no GPU given
                 EMBEDDED.dispatch(job, placement)
                 job.placed_on = placement.worker
                 moved.append(job)
