@@ -549,6 +549,24 @@ def _schedule(envs, schedule):
 # -- launched runs -------------------------------------------------------------------
 
 
+def continuations(run_recipe, run_params=None):
+    """The recipes a launched campaign's next runs may take after `run_recipe` with `run_params` ({name: value}):
+    they train on from {init_from}, ask for the kind of device it does, and have every parameter the values name.
+    `<run_recipe>-continue` first (the examples' naming), then by name. All that train on, for no `run_recipe`."""
+    first = Recipe.objects.filter(name=run_recipe).first() if run_recipe else None
+    names = set(run_params or {})
+    out = []
+    for recipe in Recipe.objects.order_by("name"):
+        definition = recipe.definition
+        if not continues_training(definition):
+            continue
+        if first is not None and (definition["devices"]["kind"] != first.definition["devices"]["kind"]
+                                  or names - {p["name"] for p in definition["params"]}):
+            continue
+        out.append(recipe)
+    return sorted(out, key=lambda r: r.name != f"{run_recipe}-continue")
+
+
 def _recipe(field, name, init_from, params, trains=False):
     """Check that recipe `name` exists, takes `params`, and names {init_from} as its place in the loop needs (with
     `trains`: one that trains on, no evaluation recipe)."""

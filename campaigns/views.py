@@ -8,15 +8,17 @@ the wrong state (409), as /api/jobs answers.
 
 import csv
 import io
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from campaigns import charts, figures
-from campaigns.models import Campaign
+from campaigns.models import Campaign, continuations
 from costs.report import EXAMPLE_PRICES_NOTE
 from launch.models import Recipe, evaluates, names_init_from
 from trainer.models import Job
@@ -182,17 +184,32 @@ def campaigns_page(request):
     from trainer.rl.envs import ENV_NAMES
 
     rows = [(c, figures.summary(c)) for c in Campaign.objects.select_related("created_by")[:200]]
-    # The recipes a loop can start from (no {init_from}), those that train on from a run (they name it) and the
-    # evaluation recipes that score one (they name it too, and train nothing).
+    # A link may fill the New campaign form in (a sweep's "Start a campaign from this trial"), and a refused form
+    # comes back with what was typed.
+    prefill = {k: request.GET.get(k, "")[:2000] for k in FORM_FIELDS}
+    # The recipes a loop can start from (no {init_from}), those that train on from a run (they name it: with a first
+    # run's recipe and values given, only those that take them, its own continuation first) and the evaluation
+    # recipes that score one (they name it too, and train nothing).
     recipes = {"first": [], "more": [], "scorers": []}
     for recipe in Recipe.objects.all():
-        place = ("first" if not names_init_from(recipe.definition) else "scorers" if evaluates(recipe.definition)
-                 else "more")
-        recipes[place].append(recipe)
-    # A link may fill the New campaign form in (a sweep's "Start a campaign from this trial").
-    prefill = {k: request.GET.get(k, "")[:2000] for k in ("name", "team", "run_recipe", "run_params")}
+        if not names_init_from(recipe.definition):
+            recipes["first"].append(recipe)
+        elif evaluates(recipe.definition):
+            recipes["scorers"].append(recipe)
+    try:
+        given = form_json_object("run_params", prefill["run_params"], "{}")
+    except InputError:
+        given = {}  # said when the form is sent
+    recipes["more"] = continuations(prefill["run_recipe"], given)
+    if prefill["run_recipe"] and not prefill["continue_recipe"] and recipes["more"]:
+        prefill["continue_recipe"] = recipes["more"][0].name
     return render(request, "campaigns/campaigns.html", {"rows": rows, "envs": ENV_NAMES, "recipes": recipes,
                                                         "prefill": prefill, "prefilled": any(prefill.values())})
+
+
+# What the New campaign form sends, and what a link (or a refused form) may fill it in with.
+FORM_FIELDS = ("name", "team", "envs", "schedule", "steps", "run_recipe", "continue_recipe", "eval_recipe",
+               "run_params", "budget_usd", "loop")
 
 
 @require_POST
@@ -220,7 +237,8 @@ def create_campaign(request):
                                    loop=post.get("loop") == "on", created_by=request.user, **launched)
     except InputError as err:
         messages.error(request, f"Campaign not created: {err.message}.")
-        return redirect("campaigns")
+        typed = {k: post[k][:2000] for k in FORM_FIELDS if post.get(k)}
+        return redirect(f"{reverse('campaigns')}?{urlencode(typed)}#new-campaign")  # the form open, as it was sent
     messages.success(request, f"Campaign {campaign.pk} {campaign.name!r} created.")
     return redirect("campaign", campaign_id=campaign.pk)
 

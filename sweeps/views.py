@@ -14,9 +14,11 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from campaigns.models import continuations
 from costs.money import exact_usd
 from costs.report import EXAMPLE_PRICES_NOTE
 from launch.models import Recipe, evaluates, names_init_from
@@ -179,10 +181,17 @@ def sweeps_page(request):
     spent = figures.spent(sweeps)
     rows = [(s, {"spent_usd": spent[s.pk][0], "started": spent[s.pk][1]}) for s in sweeps]
     recipes = _recipes()
+    # A refused form comes back open, with what was sent (the recipe chosen included).
+    prefill = {k: request.GET.get(k, "")[:4000] for k in FORM_FIELDS}
     return render(request, "sweeps/sweeps.html", {
         "rows": rows, "recipes": recipes, "objectives": search.OBJECTIVES, "space_max": SPACE_MAX,
-        "parallel_default": PARALLEL_DEFAULT, "trials_default": TRIALS_DEFAULT,
+        "parallel_default": PARALLEL_DEFAULT, "trials_default": TRIALS_DEFAULT, "prefill": prefill,
+        "prefilled": any(prefill.values()),
         "recipe_params": script_json({r.name: r.definition["params"] for r in recipes})})
+
+
+FORM_FIELDS = ("name", "team", "recipe", "space", "params", "objective", "target_score", "budget_usd", "parallel",
+               "max_trials", "seed", "priority")
 
 
 @require_POST
@@ -197,7 +206,8 @@ def create_sweep(request):
         sweep = Sweep.create(created_by=request.user, **{k: v for k, v in raw.items() if v not in ("", None)})
     except InputError as err:
         messages.error(request, f"Sweep not created: {err.message}.")
-        return redirect("sweeps")
+        typed = {k: post[k][:4000] for k in FORM_FIELDS if post.get(k)}
+        return redirect(f"{reverse('sweeps')}?{urlencode(typed)}#new-sweep")
     messages.success(request, f"Sweep {sweep.pk} {sweep.name!r} created: {sweep.trials.count()} trial(s) started.")
     return redirect("sweep", sweep_id=sweep.pk)
 
@@ -210,18 +220,23 @@ def sweep_page(request, sweep_id):
     live = request.GET.get("live", "1") != "0"
     by_number = {r["number"]: r for r in s["trials"]}
     best = {k: by_number.get(v) for k, v in s["best"].items()}
+    taking = continuations(sweep.recipe_name, {**sweep.params, **{d.name: None for d in sweep.dimensions}})
+    following = taking[0].name if taking else None
     context = {"sweep": sweep, "s": s, "best": best, "figures_json": script_json(charts.sweep_charts(s)),
                "live": live, "topics": f"sweep.{sweep.pk},jobs,costs" if live else "",
-               "campaign_links": {n: _campaign_link(sweep, r) for n, r in by_number.items()},
+               "campaign_links": {n: _campaign_link(sweep, r, following) for n, r in by_number.items()},
                "example_note": EXAMPLE_PRICES_NOTE}
     template = "sweeps/_body.html" if request.GET.get("part") == "body" else "sweeps/sweep.html"
     return render(request, template, context)
 
 
-def _campaign_link(sweep, row):
-    """The campaigns page's New campaign form, filled in with this trial's recipe and parameter values."""
+def _campaign_link(sweep, row, following=None):
+    """The campaigns page's New campaign form, filled in with this trial's recipe and parameter values, and the
+    recipe its next runs take (`following`: the first of campaigns.models.continuations, when there is one)."""
     query = {"run_recipe": sweep.recipe_name, "run_params": json.dumps({**sweep.params, **row["params"]}),
              "team": sweep.team, "name": f"{sweep.name} · trial {row['number']}"}
+    if following:
+        query["continue_recipe"] = following
     return "/campaigns?" + urlencode(query) + "#new-campaign"
 
 

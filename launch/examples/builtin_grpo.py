@@ -6,7 +6,8 @@ Django: it logs each step's metrics (train/reward_mean, train/kl, ...) and each 
 (points, 0 to 100; once before the first step, every --eval_every steps and at the end) to the run of
 MLFLOW_RUN_ID, writes `step_N/trainer.pt` checkpoints into --output_dir, and when an operator presses
 Stop (yardstick_mlflow.should_stop) writes one more, ends its run KILLED and exits 0. `--resume_from
-step_N` goes on from a checkpoint with the settings it was started with.
+step_N` goes on from a checkpoint with the settings it was started with; `--init_from step_N` starts a new
+run from another run's policy (a Continue, a campaign's next run).
 
 The base policy of the environment is pretrained on first use (about a minute on a CPU) into --base_dir,
 the same cache the built-in runner uses, and read from there afterwards.
@@ -43,6 +44,8 @@ def parse_args(argv=None):
     ap.add_argument("--base_dir", type=Path, default=None,
                     help="the base policies' cache (default: the built-in runner's, <data dir>/models)")
     ap.add_argument("--resume_from", help="a step_N folder of an earlier run to go on from")
+    ap.add_argument("--init_from", help="a step_N folder of another run: a new run (step 0, a fresh optimizer, the "
+                                        "flags' config) starts from its policy, which is also its KL reference")
     ap.add_argument("--device", default="auto", help="auto (cuda when there is one), cpu or cuda:N")
     return ap.parse_args(argv)
 
@@ -80,6 +83,12 @@ def make_trainer(args, device):
             sys.exit(f"--resume_from {args.resume_from}: no {CHECKPOINT_FILE} there")
         return Trainer.from_checkpoint(path, base_dir, device)
     config = train_config(args)
+    if args.init_from:
+        path = Path(args.init_from) / CHECKPOINT_FILE
+        if not path.is_file():
+            sys.exit(f"--init_from {args.init_from}: no {CHECKPOINT_FILE} there (a step_N folder of a built-in run)")
+        print(f"policy from {path}", flush=True)
+        return Trainer.from_policy(config, path, device)
     print(f"base policy for {config.env} from {base_dir} (pretrained there first if missing)", flush=True)
     return Trainer(config, base_dir, device)
 

@@ -39,9 +39,10 @@ def test_it_is_none_when_the_recipes_do_not_line_up():
     assert start_model(first, {"argv": ["{init_from}"]}, ["python", "train.py", "--model", "/m"]) is None
 
 
-def test_the_shipped_examples_score_with_eval_checkpoint_and_train_on_with_trl_grpo_continue():
+def test_the_shipped_examples_score_with_eval_checkpoint_and_train_on_with_their_continue_recipes():
     from launch.models import continues_training, evaluates
 
     names = [r["name"] for r in yaml.safe_load(EXAMPLES.read_text())["recipes"]]
     assert [n for n in names if evaluates(_shipped(n))] == ["eval-checkpoint"]
-    assert [n for n in names if continues_training(_shipped(n))] == ["trl-grpo-continue"]
+    assert [n for n in names if continues_training(_shipped(n))] == [
+        "trl-grpo-continue", "trl-grpo-cpu-continue", "builtin-grpo-continue", "builtin-grpo-cpu-continue"]

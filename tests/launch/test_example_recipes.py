@@ -34,10 +34,10 @@ def recipes():
     return {r["name"]: r for r in yaml.safe_load(RECIPES.read_text())["recipes"]}
 
 
-def recipe_argv(name, job_dir, values=(), roots=(), resume=None, init_from=None):
+def recipe_argv(name, job_dir, values=(), roots=(), resume=None, init_from=None, models=None):
     """The argv a launch of recipe `name` runs: its defaults overridden by `values` (checked by each
     parameter), a path parameter's root moved by `roots` ({name: new root}), resume_argv added with
-    {checkpoint} = `resume`."""
+    {checkpoint} = `resume`; {models} = `models`."""
     raw = recipes()[name]
     specs = [{**spec, "root": str(roots[spec["name"]])} if spec["name"] in dict(roots) else spec
              for spec in raw["params"]]
@@ -46,7 +46,7 @@ def recipe_argv(name, job_dir, values=(), roots=(), resume=None, init_from=None)
     filled = {n: p.default for n, p in params.items()}
     filled.update({n: params[n].value(v) for n, v in dict(values).items()})
     filled.update(python=sys.executable, yardstick=str(ROOT), job_dir=str(job_dir), experiment=EXPERIMENT,
-                  init_from=str(init_from or ""), checkpoint=str(resume or ""))
+                  init_from=str(init_from or ""), checkpoint=str(resume or ""), models=str(models or ""))
     return render(definition["argv"] + (definition["resume_argv"] if resume else []), filled)
 
 
@@ -55,9 +55,11 @@ def recipe_argv(name, job_dir, values=(), roots=(), resume=None, init_from=None)
 def test_every_example_recipe_is_a_valid_definition_and_imports_in_one_go(db):
     document = yaml.safe_load(RECIPES.read_text())
     by_name = {r["name"]: r for r in document["recipes"]}
-    assert set(by_name) == {"trl-grpo", "trl-grpo-continue", "trl-grpo-cpu", "verl-grpo", "verl-grpo-ray",
+    assert set(by_name) == {"trl-grpo", "trl-grpo-continue", "trl-grpo-cpu", "trl-grpo-cpu-continue", "verl-grpo",
+                            "verl-grpo-ray",
                             "nemo-rl-grpo-math", "nemo-rl-grpo-math-slurm", "plain-script", "builtin-grpo",
-                            "builtin-grpo-cpu", "eval-checkpoint"}
+                            "builtin-grpo-continue", "builtin-grpo-cpu", "builtin-grpo-cpu-continue",
+                            "eval-checkpoint"}
     for name, raw in by_name.items():
         definition = clean_definition(raw)
         assert definition["framework"] and definition["score_key"] and definition["description"], name
@@ -70,6 +72,12 @@ def test_every_example_recipe_is_a_valid_definition_and_imports_in_one_go(db):
     resumable = {n for n, r in by_name.items() if any("{checkpoint}" in a for a in r.get("resume_argv", []))}
     assert resumable == set(by_name) - {"nemo-rl-grpo-math", "nemo-rl-grpo-math-slurm", "eval-checkpoint"}
     assert "{init_from}" in " ".join(by_name["trl-grpo-continue"]["argv"] + by_name["eval-checkpoint"]["argv"])
+    # Each training recipe a campaign or a sweep's trial starts from has a continuation taking the same parameters.
+    for first in ("trl-grpo", "trl-grpo-cpu", "builtin-grpo", "builtin-grpo-cpu"):
+        following = by_name[f"{first}-continue"]
+        assert "{init_from}" in following["argv"], first
+        assert {p["name"] for p in by_name[first]["params"]} - {"model"} <= {p["name"] for p in following["params"]}
+        assert following["devices"] == by_name[first]["devices"], first
 
     assert import_all(document) == {"created": list(by_name), "updated": [], "unchanged": []}
     assert import_all(document)["unchanged"] == list(by_name)
@@ -308,3 +316,30 @@ def test_builtin_grpo_reports_its_steps_and_evaluations_and_checkpoints(job_run,
     steps = {s.step: s for s in run.job.steps.all()}
     assert steps[0].eval_pass1 is not None and steps[3].eval_pass1 is not None, "before the first step, at the end"
     assert steps[1].eval_pass1 is None and "train/reward_mean" in steps[1].metrics
+
+
+@pytest.mark.slow
+def test_builtin_grpo_cpu_continue_starts_a_new_run_from_another_runs_policy(job_run, tiny_base, tmp_path):
+    """A campaign's next run (or a Continue) of the built-in trainer: step 0 again, a fresh optimizer, the policy
+    and KL reference of the checkpoint it starts from, the values it was given."""
+    import torch
+
+    from trainer.rl import TrainConfig, Trainer
+
+    run, env, job_dir = job_run
+    source = Trainer(TrainConfig(env="arithmetic", steps=4, prompts_per_step=4, group_size=2, eval_size=8,
+                                 max_new_tokens=6), tiny_base, "cpu")
+    source.train_step()
+    start = tmp_path / "earlier-job" / "step_1"
+    source.save_checkpoint(start / "trainer.pt")
+    argv = recipe_argv("builtin-grpo-cpu-continue", job_dir, init_from=start, models=tiny_base,
+                       values={"steps": 2, "eval_every": 2, "checkpoint_every": 2, "prompts_per_step": 8,
+                               "group_size": 4, "lr": 0.0002})
+    text = launch(argv + ["--config", "eval_size=16", "--config", "max_new_tokens=6"], env, tmp_path / "continue.log")
+    assert f"policy from {start / 'trainer.pt'}" in text and "finished at step 2" in text
+    saved = torch.load(job_dir / "step_2" / "trainer.pt", map_location="cpu", weights_only=True)
+    assert saved["step"] == 2 and saved["config"]["lr"] == 0.0002 and saved["config"]["steps"] == 2
+    policy = source.policy.state_dict()
+    assert all(torch.equal(saved["reference"][k], policy[k]) for k in policy), "its KL reference: where it started"
+    run.job.refresh_from_db()
+    assert logged_steps(run) == [0, 1, 2]

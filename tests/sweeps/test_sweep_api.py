@@ -253,3 +253,57 @@ def test_the_sweep_starts_no_trial_that_would_pass_its_budget_and_says_why(recip
     assert sweep.reason == ("the next trial would pass the budget: a trial costs about $0.36 (the mean of 2 completed),"
                             " $0.28 is left of $1.00 after what the running trials will spend")
     assert 2 * 6 * MINUTE_USD == Decimal("0.723")
+
+
+def test_a_refused_sweep_form_comes_back_open_with_what_was_sent(recipes, operator, client, admin_user):
+    Recipe.define("train-cpu", {"argv": ["python", "train.py", "--lr", "{lr}"], "params": PARAMS[:1],
+                                "score_key": "eval/pass1"}, admin_user)
+    client.force_login(operator)
+    form = {"name": "cpu hunt", "team": "research", "recipe": "train-cpu", "space": '{"lr": {"low": 2, "high": 3}}',
+            "budget_usd": "5", "objective": "front", "parallel": "3", "priority": "low"}
+    resp = client.post("/sweeps/create", form)
+    assert resp.status_code == 302 and resp["Location"].startswith("/sweeps?") and resp["Location"].endswith("#new-sweep")
+    page = client.get(resp["Location"]).content.decode()
+    assert "Sweep not created: space.lr.low must be from 1e-07 to 1.0" in page
+    assert '<details class="card start" id="new-sweep" open>' in page
+    assert '<option value="train-cpu" selected>' in page, "the recipe chosen, not the first one"
+    assert '>{&quot;lr&quot;: {&quot;low&quot;: 2, &quot;high&quot;: 3}}</textarea>' in page
+    assert 'name="parallel" min="1" max="64" value="3"' in page and '<option value="low" selected>' in page
+    assert not Sweep.objects.exists()
+
+
+def test_a_campaign_from_a_cpu_trial_of_the_shipped_recipes_takes_the_cpu_continuation(db, operator, admin_user,
+                                                                                      client):
+    import yaml
+
+    from campaigns.models import Campaign
+    from launch.models import import_all
+    from tests.conftest import ROOT
+
+    import_all(yaml.safe_load((ROOT / "launch" / "examples" / "recipes.yaml").read_text()), admin_user)
+    Worker.report("launch@cpu-a", "cpu-a", ["launch@cpu-a"], ["cpu"], cores=4)
+    client.force_login(operator)
+    body = {"name": "cpu lr", "team": "research", "recipe": "builtin-grpo-cpu", "objective": "per_dollar",
+            "space": {"lr": {"low": 1e-4, "high": 1e-3, "log": True}, "kl_coef": {"low": 0.0, "high": 0.1}},
+            "params": {"steps": 8}, "budget_usd": "1", "parallel": 1, "max_trials": 2}
+    sweep = Sweep.objects.get(pk=post(client, "/api/sweeps", body).json()["id"])
+    link = client.get(f"/sweeps/{sweep.pk}").context["campaign_links"][0]  # "campaign from it", once it has ended
+    assert "continue_recipe=builtin-grpo-cpu-continue" in link
+    row = {"number": 0, "params": sweep.trials.get(number=0).params}
+    filled = client.get(link.split("#")[0]).content.decode()
+    select = filled.split('name="continue_recipe"')[1].split("</select>")[0]
+    assert '<option value="builtin-grpo-cpu-continue" selected>' in select
+    assert "trl-grpo-continue" not in select and "builtin-grpo-continue" not in select, (
+        "only the recipes that take the trial's values on its kind of device")
+    form = {"name": "from trial 0", "team": "research", "envs": "arithmetic", "run_recipe": "builtin-grpo-cpu",
+            "continue_recipe": "builtin-grpo-cpu-continue", "run_params": json.dumps({"steps": 8, **row["params"]})}
+    resp = client.post("/campaigns/create", {**form, "budget_usd": "-1"})
+    again = client.get(resp["Location"]).content.decode()
+    assert "Campaign not created: budget_usd must be a number of dollars" in again
+    assert '<details class="card start" id="new-campaign" open>' in again
+    assert '<option value="builtin-grpo-cpu-continue" selected>' in again and 'value="from trial 0"' in again
+    resp = client.post("/campaigns/create", form)
+    campaign = Campaign.objects.get()
+    assert resp["Location"] == f"/campaigns/{campaign.pk}"
+    assert (campaign.run_recipe, campaign.continue_recipe, campaign.run_params) == (
+        "builtin-grpo-cpu", "builtin-grpo-cpu-continue", {"steps": 8, **row["params"]})
