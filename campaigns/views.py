@@ -191,9 +191,12 @@ def campaigns_page(request):
     # run's recipe and values given, only those that take them, its own continuation first) and the evaluation
     # recipes that score one (they name it too, and train nothing).
     recipes = {"first": [], "more": [], "scorers": []}
-    for recipe in Recipe.objects.all():
+    everything = list(Recipe.objects.all())
+    setups = {r.definition.get("setup") for r in everything}  # another's shared setup: no run of a loop
+    for recipe in everything:
         if not names_init_from(recipe.definition):
-            recipes["first"].append(recipe)
+            if recipe.name not in setups:
+                recipes["first"].append(recipe)
         elif evaluates(recipe.definition):
             recipes["scorers"].append(recipe)
     try:

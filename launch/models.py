@@ -28,7 +28,8 @@ ARGV_MAX, PARAMS_MAX, ENV_MAX = 200, 50, 100
 GRACE_MAX_S = 3600
 DEFAULT_GRACE_S = (60, 30)  # the stop flag's, then SIGTERM's, before the next step
 FIELDS = ("description", "argv", "params", "env", "workdir", "devices", "framework", "score_key", "stop_grace_s",
-          "resume_argv", "checkpoint_pattern", "evaluates", "executor", "cluster", "shared_dir", "working_dir", "slurm")
+          "resume_argv", "checkpoint_pattern", "evaluates", "setup", "executor", "cluster", "shared_dir", "working_dir",
+          "slurm")
 # Where a recipe runs: "node" (a GPU node's launch worker, launch/executor.py) or a scheduler Yardstick submits it
 # to and follows (launch/remote.py): "ray" (a registered Ray cluster's Jobs API, launch/on_ray.py), "slurm" (a
 # batch job on a registered Slurm cluster, launch/on_slurm.py).
@@ -163,6 +164,12 @@ def clean_definition(raw):
                                       "{init_from}")
     if evaluates:  # only when true, as checkpoint_pattern
         out["evaluates"] = True
+    setup = raw.get("setup") or ""
+    if setup:  # only when given, as checkpoint_pattern
+        if not isinstance(setup, str):
+            raise InputError("setup", f"setup must be the name of a recipe (a shared setup a sweep runs once before "
+                                      f"its first trial), got {setup!r}")
+        out["setup"] = clean_name(setup, "setup")
     out.update(_where(raw, out))
     return out
 

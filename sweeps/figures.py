@@ -14,7 +14,8 @@ from sweeps.models import SweepTrial
 
 def summary(sweep, figs=None):
     figs = sweep.figures() if figs is None else figs
-    spent = sum((f.usd for f in figs), Decimal(0))
+    setup = _setup(sweep)
+    spent = sum((f.usd for f in figs), Decimal(0)) + (setup["usd"] if setup else Decimal(0))
     rows = [_row(f) for f in figs]
     scored = [i for i, f in enumerate(figs) if f.told_state == "ended" and f.score is not None
               and f.money.get("cost_usd") is not None]
@@ -39,6 +40,7 @@ def summary(sweep, figs=None):
         "budget_usd": exact_usd(sweep.budget_usd), "budget_display": usd_text(sweep.budget_usd),
         "left_usd": exact_usd(left), "left_display": usd_text(left),
         "budget_used_fraction": float(min(Decimal(1), spent / sweep.budget_usd)) if sweep.budget_usd else None,
+        "setup": {k: v for k, v in setup.items() if k != "usd"} if setup else None,
         "trials": rows, "started": len(rows), "active": sum(1 for f in figs if f.active),
         "stopped_by_sweep": sum(1 for f in figs if f.stopped_by_sweep),
         # What its dollars rest on (costs.intelligence.FLAGS), said beside them
@@ -51,15 +53,32 @@ def summary(sweep, figs=None):
 
 
 def spent(sweeps):
-    """{sweep id: (Decimal dollars charged to its trials, trials started)} of many sweeps at once, for the lists
-    (the Sweeps page, GET /api/sweeps): one read of their trials' money, none of their curves or importance."""
+    """{sweep id: (Decimal dollars charged to its trials and its setup, trials started)} of many sweeps at once, for
+    the lists (the Sweeps page, GET /api/sweeps): one read of their jobs' money, none of their curves or importance."""
     pairs = list(SweepTrial.objects.filter(sweep__in=sweeps).values_list("sweep_id", "job_id"))
-    money = jobs_money([job_id for _, job_id in pairs]) if pairs else {}
+    setups = [(s.pk, s.setup_job_id) for s in sweeps if s.setup_job_id is not None]
+    ids = [job_id for _, job_id in pairs + setups]
+    money = jobs_money(ids) if ids else {}
     out = {s.pk: (Decimal(0), 0) for s in sweeps}
     for sweep_id, job_id in pairs:
         usd, n = out[sweep_id]
         out[sweep_id] = (usd + charged_usd(money[job_id]), n + 1)
+    for sweep_id, job_id in setups:
+        usd, n = out[sweep_id]
+        out[sweep_id] = (usd + charged_usd(money[job_id]), n)
     return out
+
+
+def _setup(sweep):
+    """The sweep's shared setup job as the page, the API and the CSV show it, with `usd` (Decimal); None without."""
+    job = sweep.setup_job
+    if job is None:
+        return None
+    money = jobs_money([job.pk])[job.pk]
+    usd = charged_usd(money)
+    return {"job_id": job.pk, "recipe": job.launch.recipe_name, "status": job.status, "usd": usd,
+            "cost_usd": money["cost_usd"] if money.get("cost_usd") is not None else None,
+            "cost_display": money.get("cost_display", usd_text(usd)), "cost_title": money.get("cost_title", "")}
 
 
 def _row(f):

@@ -103,6 +103,9 @@ class Sweep(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
+    setup_job = models.OneToOneField(Job, null=True, blank=True, on_delete=models.PROTECT, related_name="sweep_setup",
+                                     help_text="the recipe's shared setup (its `setup` recipe), run once before the "
+                                               "first trial: charged to the sweep, never to a trial")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -212,8 +215,13 @@ class Sweep(models.Model):
         if any(f.to_resume for f in figs):
             changed = self._go_on(figs)
             figs = self.figures(self.trial_rows())
-        spent = sum((f.usd for f in figs), Decimal(0))
+        spent = sum((f.usd for f in figs), Decimal(0)) + self.setup_usd()
         active = [f for f in figs if f.active]
+        if self.state == State.RUNNING and not figs:
+            waiting, setup_changed = self._setup()
+            changed |= setup_changed
+            if waiting:
+                return changed
         if self.state == State.RUNNING and spent >= self.budget_usd:
             changed |= self._stop_launching(Why.BUDGET, f"the budget {usd_text(self.budget_usd)} is spent "
                                                         f"({usd_text(spent)} charged to its trials)")
@@ -235,11 +243,56 @@ class Sweep(models.Model):
             figs.append(launched)
         if self.state == State.RUNNING and started(figs) >= self.max_trials:
             changed |= self._stop_launching(Why.TRIALS, f"all {self.max_trials} trials started")
-        if self.state != State.RUNNING and not (Job.objects.filter(pk__in=[f.trial.job_id for f in active])
+        if self.state != State.RUNNING and not (Job.objects.filter(pk__in=[f.trial.job_id for f in active]
+                                                                    + [self.setup_job_id])
                                                 .exclude(status__in=ENDED).exists()):
             Sweep.objects.filter(pk=self.pk).update(state=State.ENDED, ended_at=now)
             changed = True
         return changed
+
+    def setup_recipe(self):
+        """The name of the recipe's shared setup (its definition's `setup`), or ""."""
+        recipe = Recipe.objects.filter(name=self.recipe_name).first()
+        return recipe.definition.get("setup", "") if recipe else ""
+
+    def setup_usd(self):
+        """The dollars charged to the setup job (Decimal, unrounded; 0 without one)."""
+        if self.setup_job_id is None:
+            return Decimal(0)
+        return charged_usd(jobs_money([self.setup_job_id])[self.setup_job_id])
+
+    def _setup(self):
+        """The recipe's shared setup (a base policy's build, a dataset's download): launched once, before the first
+        trial, with the sweep's values that its recipe takes, so that no trial pays for it. Return (whether trials
+        wait for it, whether this call changed something)."""
+        name = self.setup_recipe()
+        if not name:
+            return False, False
+        job = self.setup_job
+        if job is None:
+            recipe = Recipe.objects.filter(name=name).first()
+            if recipe is None:
+                raise InputError("recipe", f"recipe {self.recipe_name}'s setup is recipe {name!r}, which does not "
+                                           "exist: an admin imports or defines it")
+            takes = {p["name"] for p in recipe.definition["params"]}
+            values = {k: v for k, v in {**(self.defaults() or {}), **self.params}.items() if k in takes}
+            job = launch_kind.start(
+                recipe=name, params=values, name=f"{self.name} · setup", team=self.team, env=self.env,
+                budget_usd=self.budget_usd, node=self.node, pool=self.pool, created_by=self.created_by,
+                cluster=self.cluster or None, priority=Priority(self.priority).label)
+            Sweep.objects.filter(pk=self.pk).update(setup_job=job)
+            self.setup_job = job
+            log.info("sweep %s: its setup (recipe %s) is job %s", self.pk, name, job.pk)
+            return True, True
+        if job.status == Status.COMPLETED:
+            return False, False
+        if job.status not in ENDED:
+            return True, False
+        if job.interrupted and not (kind_of(job).resume_refusal(job) or job.not_resumable_reason):
+            return True, job.resume(by="the sweep")
+        what = job.error or job.stop_reason or job.status
+        return True, self._stop_launching(Why.FAILED, f"its setup (job {job.pk}, recipe {name}) ended {job.status}: "
+                                                      f"{what}")
 
     def _stop_by_the_dollar(self, figs):
         earlier = [(f.curve, f.usd) for f in figs if f.told_state == "ended"]
@@ -282,7 +335,7 @@ class Sweep(models.Model):
         return self._start_trial(figs, number, params)
 
     def _start_trial(self, figs, number, params, run_again_of=None, name=None):
-        left = self.budget_usd - sum((f.usd for f in figs), Decimal(0))
+        left = self.budget_usd - sum((f.usd for f in figs), Decimal(0)) - self.setup_usd()
         try:
             with transaction.atomic():
                 job = launch_kind.start(
@@ -349,6 +402,8 @@ class Sweep(models.Model):
             me._stop_launching(Why.STOPPED, f"stopped{who}")
             for trial in me.trials.select_related("job").exclude(job__status__in=ENDED):
                 trial.job.request_stop(by=f"the sweep's Stop{who}")
+            if me.setup_job is not None and me.setup_job.status not in ENDED:
+                me.setup_job.request_stop(by=f"the sweep's Stop{who}")
             publish(f"sweep.{self.pk}", "sweep", {"sweep": self.pk})
         self.advance()
         return True
@@ -547,7 +602,8 @@ def on_job_ended(sender=None, job=None, **kwargs):
     and its figures final)."""
     try:
         trial = SweepTrial.objects.filter(job_id=getattr(job, "pk", None)).select_related("sweep").first()
-        if trial is not None and trial.sweep.state != State.ENDED:
-            trial.sweep.advance()
+        sweep = trial.sweep if trial is not None else Sweep.objects.filter(setup_job_id=getattr(job, "pk", None)).first()
+        if sweep is not None and sweep.state != State.ENDED:
+            sweep.advance()
     except Exception:  # noqa: BLE001 - the process that ended the job must not fail for a sweep: beat passes again
         log.exception("sweep pass after job %s ended failed", getattr(job, "pk", None))

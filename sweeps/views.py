@@ -150,6 +150,10 @@ def to_csv(sweep, s):
                       csv_text(json.dumps(r["params"], sort_keys=True)), cell(r["cost_usd"]), cell(r["score"]),
                       cell(r["gain_points"]), cell(r["points_per_usd"]), "yes" if r["on_front"] else "",
                       csv_text(r["stopped_by_sweep"])])
+    if s["setup"]:
+        setup = s["setup"]
+        out.writerow(["SETUP", setup["job_id"], csv_text(setup["recipe"]), setup["status"], "", cell(setup["cost_usd"]),
+                      "", "", "", "", ""])
     out.writerow(["TOTAL", "", csv_text(sweep.name), sweep.state, "", s["spent_usd"], "", "", "", "", ""])
     return buf.getvalue()
 
@@ -170,8 +174,12 @@ def sweep_csv(request, sweep_id):
 
 
 def _recipes():
-    """The recipes a sweep can search: not an evaluation recipe, none that continues another job."""
-    return [r for r in Recipe.objects.all() if not evaluates(r.definition) and not names_init_from(r.definition)]
+    """The recipes a sweep can search: not an evaluation recipe, none that continues another job, none that is
+    another's shared setup."""
+    recipes = list(Recipe.objects.all())
+    setups = {r.definition.get("setup") for r in recipes}
+    return [r for r in recipes if not evaluates(r.definition) and not names_init_from(r.definition)
+            and r.name not in setups]
 
 
 @require_GET

@@ -7,7 +7,8 @@ Django: it logs each step's metrics (train/reward_mean, train/kl, ...) and each 
 MLFLOW_RUN_ID, writes `step_N/trainer.pt` checkpoints into --output_dir, and when an operator presses
 Stop (yardstick_mlflow.should_stop) writes one more, ends its run KILLED and exits 0. `--resume_from
 step_N` goes on from a checkpoint with the settings it was started with; `--init_from step_N` starts a new
-run from another run's policy (a Continue, a campaign's next run).
+run from another run's policy (a Continue, a campaign's next run); `--prepare_only` builds the base policy and
+exits (a sweep's shared setup, so that no trial pays for it).
 
 The base policy of the environment is pretrained on first use (about a minute on a CPU) into --base_dir,
 the same cache the built-in runner uses, and read from there afterwards.
@@ -47,6 +48,8 @@ def parse_args(argv=None):
     ap.add_argument("--init_from", help="a step_N folder of another run: a new run (step 0, a fresh optimizer, the "
                                         "flags' config) starts from its policy, which is also its KL reference")
     ap.add_argument("--device", default="auto", help="auto (cuda when there is one), cpu or cuda:N")
+    ap.add_argument("--prepare_only", action="store_true",
+                    help="build --env's base policy into --base_dir (if missing) and exit: a sweep's shared setup")
     return ap.parse_args(argv)
 
 
@@ -138,6 +141,13 @@ def main(argv=None):
 
     args = parse_args(argv)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    if args.prepare_only:
+        # here: trainer.rl loads torch, which --help does not need
+        from trainer.rl.pretrain import ensure_base_checkpoint
+
+        base_dir = args.base_dir or default_base_dir()
+        print(f"base policy for {args.env}: {ensure_base_checkpoint(args.env, base_dir, device)}", flush=True)
+        return
     trainer = make_trainer(args, device)
     run_id = mlflow.start_run().info.run_id  # the job's run when MLFLOW_RUN_ID is set
     if trainer.step == 0:  # a resumed run keeps the params it started with

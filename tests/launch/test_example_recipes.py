@@ -59,10 +59,13 @@ def test_every_example_recipe_is_a_valid_definition_and_imports_in_one_go(db):
                             "verl-grpo-ray",
                             "nemo-rl-grpo-math", "nemo-rl-grpo-math-slurm", "plain-script", "builtin-grpo",
                             "builtin-grpo-continue", "builtin-grpo-cpu", "builtin-grpo-cpu-continue",
-                            "eval-checkpoint"}
+                            "builtin-grpo-setup", "builtin-grpo-cpu-setup", "eval-checkpoint"}
+    setups = {r["setup"] for r in by_name.values() if r.get("setup")}
+    assert setups == {"builtin-grpo-setup", "builtin-grpo-cpu-setup"} and setups <= set(by_name)
     for name, raw in by_name.items():
         definition = clean_definition(raw)
-        assert definition["framework"] and definition["score_key"] and definition["description"], name
+        assert definition["framework"] and definition["description"], name
+        assert definition["score_key"] or name in setups, f"{name}: a run is scored (a setup scores nothing)"
         assert all(p["help"] for p in definition["params"]), f"{name}: every parameter says what it is"
         for item in definition["argv"]:  # a script of Yardstick's that a recipe runs is in this checkout
             if item.startswith("{yardstick}/"):
@@ -70,7 +73,7 @@ def test_every_example_recipe_is_a_valid_definition_and_imports_in_one_go(db):
     # Those that can go on from a checkpoint say how; NeMo RL resumes from its checkpoint_dir by itself
     # and an evaluation starts again.
     resumable = {n for n, r in by_name.items() if any("{checkpoint}" in a for a in r.get("resume_argv", []))}
-    assert resumable == set(by_name) - {"nemo-rl-grpo-math", "nemo-rl-grpo-math-slurm", "eval-checkpoint"}
+    assert resumable == set(by_name) - {"nemo-rl-grpo-math", "nemo-rl-grpo-math-slurm", "eval-checkpoint"} - setups
     assert "{init_from}" in " ".join(by_name["trl-grpo-continue"]["argv"] + by_name["eval-checkpoint"]["argv"])
     # Each training recipe a campaign or a sweep's trial starts from has a continuation taking the same parameters.
     for first in ("trl-grpo", "trl-grpo-cpu", "builtin-grpo", "builtin-grpo-cpu"):

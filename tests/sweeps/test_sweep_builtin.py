@@ -64,7 +64,8 @@ def builtin(recipe, launch_worker, tiny_base, tmp_path):
     gate.mkdir()
     argv = [shipped["argv"][0], GATED, "--gate", str(gate), *shipped["argv"][2:], "--base_dir", str(tiny_base),
             "--device", "cpu", "--config", "eval_size=64"]
-    fields = {k: v for k, v in shipped.items() if k not in ("name", "argv", "env", "stop_grace_s")}
+    # Without its shared setup (the base build, which the fixture made): test_sweep_run.py has a sweep's setup.
+    fields = {k: v for k, v in shipped.items() if k not in ("name", "argv", "env", "stop_grace_s", "setup")}
     recipe("builtin-grpo", argv, **fields, env={"OMP_NUM_THREADS": "1"}, stop_grace_s=[3, 2])
     prices()
     return gate

@@ -192,3 +192,39 @@ def test_a_restart_mid_sweep_starts_nothing_on_the_way_down_and_runs_the_interru
     why = Job.objects.get(pk=first[0].job_id).interrupted_by
     assert s["trials"][0]["stop_reason"] == f"interrupted: {why}; its parameters run again as trial {again[0].number}"
     assert f"interrupted: {why}" in client.get(f"/sweeps/{sweep.pk}").content.decode()
+
+
+def test_a_recipes_shared_setup_runs_once_first_and_is_charged_to_the_sweep_not_to_a_trial(
+        surface, operator, client, admin_user):
+    """A base build that trials 0 and 1 each paid at once (and that made the defaults lose) runs once, as the
+    sweep's setup job, before any trial: its dollars are the sweep's, no trial's, and the next trial's estimated cost
+    is the trials' own."""
+    from launch.models import Recipe
+    from tests.sweeps.bill import bill
+
+    Recipe.define("surface-setup", {"argv": [PY, SCRIPT, "--x", "0.5", "--steps", "2"], "score_key": "score"},
+                  admin_user)
+    recipe = Recipe.objects.get(name="surface")
+    Recipe.define("surface", {**recipe.definition, "setup": "surface-setup"}, admin_user)
+    client.force_login(operator)
+    body = {"name": "set up", "team": "research", "recipe": "surface", "space": {"x": {"low": 0.0, "high": 1.0}},
+            "params": {"steps": 2, "gate": str(surface)}, "objective": "per_dollar", "budget_usd": "0.5",
+            "parallel": 1, "max_trials": 5, "seed": 2, "stop_share": 0}
+    resp = client.post("/api/sweeps", json.dumps(body), content_type="application/json")
+    assert resp.status_code == 201, resp.content
+    sweep = Sweep.objects.get(pk=resp.json()["id"])
+    setup = sweep.setup_job
+    assert setup is not None and sweep.trials.count() == 0, "no trial before its setup"
+    assert "its shared setup (job #%d) runs first" % setup.pk in client.get(f"/sweeps/{sweep.pk}").content.decode()
+    wait_for(lambda: Job.objects.get(pk=setup.pk).status == Status.COMPLETED, what="the setup to complete")
+    assert bill(Job.objects.get(pk=setup.pk)) == 2  # two minutes of device time, as the trials' two steps
+    wait_for(lambda: sweep.trials.count() == 1, what="the first trial, once the setup completed")
+    drive(sweep, surface, lambda s: s.state == State.ENDED, in_order=True)
+    trial = 2 * MINUTE_USD
+    s = summary(sweep)
+    assert s["setup"]["job_id"] == setup.pk and Decimal(s["setup"]["cost_usd"]) == trial
+    assert [Decimal(r["cost_usd"]) for r in s["trials"]] == [trial] * 3, "no trial pays for the setup"
+    assert Decimal(s["spent_usd"]) == 4 * trial, "the sweep's dollars: its trials' and its setup's"
+    assert sweep.why == "budget" and f"a trial costs about {usd_text(trial)} (the mean of 3 completed)" in sweep.reason
+    rows = client.get(f"/api/sweeps/{sweep.pk}/csv").content.decode().splitlines()
+    assert rows[-2].startswith(f"SETUP,{setup.pk},surface-setup,completed,,{s['setup']['cost_usd']},")
