@@ -565,12 +565,16 @@ def _clean(raw, user):
     cluster = raw.get("cluster") or ""
     if not isinstance(cluster, str):
         raise InputError("cluster", f"cluster must be the name of a registered cluster, got {cluster!r}")
+    parallel = _number("parallel", raw.get("parallel"), 1, PARALLEL_MAX, True, PARALLEL_DEFAULT)
+    max_trials = _number("max_trials", raw.get("max_trials"), 1, TRIALS_MAX, True, TRIALS_DEFAULT)
+    if max_trials < parallel:
+        raise InputError("max_trials", f"max_trials ({max_trials}) is below parallel ({parallel}), the trials run at "
+                                       f"once: give at least {parallel} trials, or fewer at once")
     return {
         "name": name, "team": team, "recipe_name": recipe.name, "recipe_version": recipe.version,
         "space": [d.to_dict() for d in space], "params": params, "objective": objective, "target_score": target,
         "budget_usd": budget,
-        "parallel": _number("parallel", raw.get("parallel"), 1, PARALLEL_MAX, True, PARALLEL_DEFAULT),
-        "max_trials": _number("max_trials", raw.get("max_trials"), 1, TRIALS_MAX, True, TRIALS_DEFAULT),
+        "parallel": parallel, "max_trials": max_trials,
         "seed": _number("seed", raw.get("seed"), 0, 2**31 - 1, True, 0),
         "stop_share": _number("stop_share", raw.get("stop_share"), 0, 0.99, default=SHARE_DEFAULT),
         "stop_min_trials": _number("stop_min_trials", raw.get("stop_min_trials"), 1, 100, True, MIN_TRIALS_DEFAULT),

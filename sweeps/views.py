@@ -62,10 +62,36 @@ def _create(request):
     """Create from {FIELDS}; 201 with the sweep and its first trials."""
     try:
         body = json_object(request.body)
+        _json_numbers(body)
         sweep = Sweep.create(created_by=request.user, **body)
     except InputError as err:
         return bad(err.field, err.message)
     return JsonResponse(to_dict(sweep, figures.summary(sweep)), status=201)
+
+
+# The fields a JSON body gives as numbers (the form sends text, which Sweep.create reads): a string there ("2",
+# "1e-5") is refused, not taken silently. budget_usd, like every amount of money in the API, may be either.
+JSON_NUMBERS = ("parallel", "max_trials", "seed", "stop_share", "stop_min_trials", "target_score")
+
+
+def _json_numbers(body):
+    for key in JSON_NUMBERS:
+        if isinstance(body.get(key), str):
+            raise InputError(key, f"{key} must be a JSON number, got the string {body[key]!r} (write {body[key]} "
+                                  "without quotes)")
+    space = body.get("space")
+    for name, entry in (space.items() if isinstance(space, dict) else ()):
+        for bound in ("low", "high"):
+            if isinstance(entry, dict) and isinstance(entry.get(bound), str):
+                raise InputError(f"space.{name}.{bound}", f"space.{name}.{bound} must be a JSON number, got the "
+                                                          f"string {entry[bound]!r}")
+    params, recipe = body.get("params"), Recipe.objects.filter(name=body.get("recipe") or "").first()
+    if isinstance(params, dict) and recipe is not None:
+        numeric = {p["name"]: p["kind"] for p in recipe.definition["params"] if p["kind"] in ("integer", "float")}
+        for name, value in params.items():
+            if name in numeric and isinstance(value, str):
+                raise InputError(f"params.{name}", f"params.{name} must be a JSON number (an {numeric[name]}), got "
+                                                   f"the string {value!r}")
 
 
 sweeps_api = methods(GET=_list, POST=_create)
@@ -211,6 +237,7 @@ def create_sweep(request):
         raw = {k: post.get(k, "") for k in FIELDS if k not in ("space", "params")}
         raw["space"] = form_json_object("space", post.get("space", ""), SPACE_EXAMPLE)
         raw["params"] = form_json_object("params", post.get("params", ""), '{"steps": 100}')
+        _json_numbers({"recipe": raw.get("recipe"), "space": raw["space"], "params": raw["params"]})
         sweep = Sweep.create(created_by=request.user, **{k: v for k, v in raw.items() if v not in ("", None)})
     except InputError as err:
         messages.error(request, f"Sweep not created: {err.message}.")

@@ -56,6 +56,10 @@ def post(client, url, body=None):
     ({"priority": "high"}, "priority", "priority high is for admins"),
     ({"team": ""}, "team", "team is required"),
     ({"colour": "red"}, "colour", "a sweep has no field 'colour'"),
+    ({"parallel": "2"}, "parallel", "parallel must be a JSON number, got the string '2'"),
+    ({"space": {"lr": {"low": "1e-5", "high": 1e-2}}}, "space.lr.low", "must be a JSON number, got the string '1e-5'"),
+    ({"params": {"steps": "50"}}, "params.steps", "params.steps must be a JSON number (an integer), got the string"),
+    ({"parallel": 3, "max_trials": 2}, "max_trials", "max_trials (2) is below parallel (3), the trials run at once"),
 ])
 def test_a_bad_field_is_refused_by_name_and_nothing_is_created(recipes, operator, client, change, field, says):
     client.force_login(operator)
