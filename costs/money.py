@@ -66,6 +66,28 @@ def usd_text(value):
     return f"{sign}${amount.quantize(CENT, ROUND_HALF_UP):,}"
 
 
+def usd_texts(*values):
+    """Dollars shown side by side ("Spent · Budget · left"), each as usd_text writes it but all to one precision: the
+    one the finest of them needs (cents when each is a cent or more), so "$0.0169 · $0.0200 · $0.0031" and never
+    "$0.02 · $0.02 · $0.0031"."""
+    places = 2
+    for value in values:
+        if value is None or value == "":
+            continue
+        amount = abs(_decimal(value)).quantize(MICRO, ROUND_HALF_UP)
+        if 0 < amount < CENT:
+            places = max(places, -_significant(amount, 2).normalize().as_tuple().exponent)
+    out = []
+    for value in values:
+        if value is None or value == "" or places == 2:
+            out.append(usd_text(value))
+            continue
+        exact = _decimal(value)
+        amount = abs(exact).quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP)
+        out.append(f"{'-' if exact < 0 and amount else ''}${amount:,}")
+    return out
+
+
 def usd_title(value):
     """The exact figure for a hover where usd_text rounds ("exact: $0.003912"); "" where it shows it all."""
     exact = exact_usd(value)

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from costs.intelligence import FLAGS, charged_usd, jobs_money
 from costs.ledger import usage
-from costs.money import exact_usd, ipd_text, usd_text
+from costs.money import exact_usd, ipd_text, usd_text, usd_texts
 from sweeps import search
 from sweeps.models import SweepTrial
 
@@ -32,13 +32,14 @@ def summary(sweep, figs=None):
                          default=None) if sweep.target_score is not None else None),
     }
     left = sweep.budget_usd - spent
+    shown = usd_texts(spent, sweep.budget_usd, left)  # side by side on the page: one precision
     return {
         "id": sweep.pk, "state": sweep.state, "why": sweep.why, "reason": sweep.reason,
         "objective": sweep.objective, "objective_text": search.OBJECTIVES[sweep.objective],
         "target_score": sweep.target_score,
-        "spent_usd": exact_usd(spent), "spent_display": usd_text(spent),
-        "budget_usd": exact_usd(sweep.budget_usd), "budget_display": usd_text(sweep.budget_usd),
-        "left_usd": exact_usd(left), "left_display": usd_text(left),
+        "spent_usd": exact_usd(spent), "spent_display": shown[0],
+        "budget_usd": exact_usd(sweep.budget_usd), "budget_display": shown[1],
+        "left_usd": exact_usd(left), "left_display": shown[2],
         "budget_used_fraction": float(min(Decimal(1), spent / sweep.budget_usd)) if sweep.budget_usd else None,
         "setup": {k: v for k, v in setup.items() if k != "usd"} if setup else None,
         "trials": rows, "started": len(rows), "active": sum(1 for f in figs if f.active),

@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from costs.intelligence import Scores, charged_usd, jobs_money, score_cost_curve
 from costs.models import AttributionState
-from costs.money import exact_usd, usd_text
+from costs.money import exact_usd, usd_text, usd_texts
 from costs.prices import PriceBook
 from launch import kind as launch_kind
 from launch.models import Recipe, evaluates, names_init_from
@@ -319,9 +319,11 @@ class Sweep(models.Model):
         estimate = sum(done, Decimal(0)) / len(done)
         committed = spent + sum((max(Decimal(0), estimate - f.usd) for f in figs if f.active), Decimal(0))
         if committed + estimate > self.budget_usd:
-            return Why.BUDGET, (f"the next trial would pass the budget: a trial costs about {usd_text(estimate)} "
-                                f"(the mean of {len(done)} completed), {usd_text(self.budget_usd - committed)} is left "
-                                f"of {usd_text(self.budget_usd)} after what the running trials will spend")
+            # Written once, as the sweep stops launching: what was left then (its dollars still grow a minute or two).
+            cost, left, budget = usd_texts(estimate, self.budget_usd - committed, self.budget_usd)
+            return Why.BUDGET, (f"the next trial would pass the budget: a trial costs about {cost} (the mean of "
+                                f"{len(done)} completed), and {left} of {budget} was left then, after what the "
+                                "running trials would spend")
         return None
 
     def _launch(self, figs):

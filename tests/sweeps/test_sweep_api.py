@@ -255,7 +255,7 @@ def test_the_sweep_starts_no_trial_that_would_pass_its_budget_and_says_why(recip
     # $0.723 spent; a third at the completed ones' mean would make $1.0845, past the $1 budget.
     assert sweep.trials.count() == 2 and (sweep.state, sweep.why) == (State.ENDED, "budget")
     assert sweep.reason == ("the next trial would pass the budget: a trial costs about $0.36 (the mean of 2 completed),"
-                            " $0.28 is left of $1.00 after what the running trials will spend")
+                            " and $0.28 of $1.00 was left then, after what the running trials would spend")
     assert 2 * 6 * MINUTE_USD == Decimal("0.723")
 
 
@@ -316,3 +316,13 @@ def test_a_campaign_from_a_cpu_trial_of_the_shipped_recipes_takes_the_cpu_contin
     assert resp["Location"] == f"/campaigns/{campaign.pk}"
     assert (campaign.run_recipe, campaign.continue_recipe, campaign.run_params) == (
         "builtin-grpo-cpu", "builtin-grpo-cpu-continue", {"steps": 8, **row["params"]})
+
+
+def test_amounts_side_by_side_are_written_to_one_precision():
+    from costs.money import usd_texts
+
+    # The walk's sweep: $0.016912 spent of $0.02, shown "$0.02 · $0.02 · $0.0031 left".
+    assert usd_texts(Decimal("0.016912"), Decimal("0.02"), Decimal("0.003088")) == ["$0.0169", "$0.0200", "$0.0031"]
+    assert usd_texts(Decimal("12.5"), Decimal("100"), Decimal("87.5")) == ["$12.50", "$100.00", "$87.50"]
+    assert usd_texts(Decimal("0.0201"), Decimal("0.02"), Decimal("-0.0001")) == ["$0.0201", "$0.0200", "-$0.0001"]
+    assert usd_texts(None, Decimal("1234.5")) == ["—", "$1,234.50"]
