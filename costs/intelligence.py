@@ -21,11 +21,11 @@ from django.utils import timezone
 
 from costs import fold
 from costs.ledger import usage
-from costs.models import Allocation
+from costs.models import Allocation, AttributionState
 from costs.money import DISPLAY_KEYS, displays, exact_usd, usd_text
 from costs.prices import PriceBook, cost_usd, model_key
 from trainer.kinds import kinds
-from trainer.models import Step
+from trainer.models import Step, Stint
 from trainer.runner import BUILD_PHASE
 
 MINUTE, DAY = timedelta(minutes=1), timedelta(days=1)
@@ -135,15 +135,18 @@ def jobs_money(job_ids, book=None, rows=None, scores=None):
     costs = dict.fromkeys(job_ids, Decimal(0))
     energy = dict.fromkeys(job_ids, Decimal(0))
     flags = {job_id: dict.fromkeys(FLAGS, False) for job_id in job_ids}
+    charged = set()  # jobs charged any device time
     for u in usage(job_ids=job_ids, book=book) if rows is None else rows:
         costs[u.job_id] += u.total_usd
         energy[u.job_id] += u.energy_j
+        if u.device_s > 0:
+            charged.add(u.job_id)
         for flag in FLAGS:
             flags[u.job_id][flag] |= getattr(u, flag)
     tokens = dict(Step.objects.filter(job_id__in=job_ids, step__gt=0).values("job_id")
                   .annotate(n=Sum("gen_tokens")).values_list("job_id", "n"))
     scores = scores or Scores(job_ids)
-    blind = unmeasured(job_ids)
+    blind = {**silent_gpus([j for j in job_ids if j not in charged]), **unmeasured(job_ids)}
     return {job_id: {**_money(cost, scores, job_id, blind.get(job_id, "")),
                      **token_figures(cost, tokens.get(job_id) or 0, energy[job_id]), **flags[job_id]}
             for job_id, cost in costs.items()}
@@ -151,6 +154,38 @@ def jobs_money(job_ids, book=None, rows=None, scores=None):
 
 # What a job's dollars rest on that is not measured or not real (ledger.Usage's flags): said wherever they are shown.
 FLAGS = ("simulated", "power_estimated", "example_price")
+
+
+# A job that held GPUs this long, in minutes attribution has charged, and was charged no device time at all: its GPUs
+# sent no samples then. Two minutes: a shorter stint may fall in minutes not yet attributed, or in one alone.
+SILENT_S = 120
+
+
+def silent_gpus(job_ids, through=None):
+    """{job id: why} of `job_ids` (jobs charged no device time) that held GPUs for SILENT_S or more in minutes
+    attribution has charged (`through`: AttributionState.done_through): the GPUs sent no samples while they held them
+    (an agent that lists its GPUs but reads none of their telemetry, an exporter that stopped). Their $0 is no figure:
+    "not measured", as for a job on a node no agent measures."""
+    if not job_ids:
+        return {}
+    if through is None:
+        through = AttributionState.objects.filter(pk=1).values_list("done_through", flat=True).first()
+        if through is None:  # attribution never ran: nothing is charged yet, which says nothing
+            return {}
+    held, where = {}, {}
+    for job_id, node, device, started, ended in (Stint.objects.filter(job_id__in=job_ids, started_at__lt=through)
+                                                 .exclude(device="cpu")
+                                                 .values_list("job_id", "node", "device", "started_at", "ended_at")):
+        held[job_id] = held.get(job_id, 0.0) + (min(ended or through, through) - started).total_seconds()
+        where.setdefault(job_id, set()).add((node, device))
+    out = {}
+    for job_id, seconds in held.items():
+        if seconds >= SILENT_S:
+            gpus = sorted(where[job_id])
+            nodes = ", ".join(sorted({n for n, _ in gpus}))
+            out[job_id] = (f"its GPUs sent no samples while it held them ({len(gpus)} GPU{'s' if len(gpus) > 1 else ''}"
+                           f" on {nodes}, {seconds:.0f} s): no device time or energy could be charged")
+    return out
 
 
 def unmeasured(job_ids):

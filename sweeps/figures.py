@@ -89,7 +89,7 @@ def _row(f):
         "params": f.trial.params, "params_display": {k: _value_text(v) for k, v in f.trial.params.items()},
         "stopped_by_sweep": f.stopped_by_sweep,
         "interrupted": f.interrupted,
-        "stop_reason": f.stopped_by_sweep or _interruption(f) or (job.stop_reason if job.status != "completed" else ""),
+        "stop_reason": f.stopped_by_sweep or _interruption(f) or _why_ended(job),
         "settling": f.settling,
         "cost_usd": money["cost_usd"] if money else exact_usd(f.usd),
         "cost_display": money.get("cost_display", usd_text(f.usd)), "cost_title": money.get("cost_title", ""),
@@ -125,6 +125,17 @@ def cost_review(period):
     if not rows:
         return None
     return {"sweeps": sorted(rows.values(), key=lambda r: (r["sweep"].team, -r["usd"]))}
+
+
+def _why_ended(job):
+    """Why a trial that did not complete ended: its stop's reason, its error, or who stopped it (the reason of its
+    last status change); "" for one that completed or runs."""
+    if job.status in ("completed", "queued", "running"):
+        return ""
+    if job.stop_reason or job.error:
+        return job.stop_reason or job.error
+    change = job.status_changes.order_by("-at", "-id").values_list("reason", flat=True).first()
+    return change or job.status
 
 
 def _interruption(f):

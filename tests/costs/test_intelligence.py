@@ -93,3 +93,28 @@ def test_dollars_per_million_tokens_of_a_cheap_job_are_not_rounded_to_the_cent()
     figures = token_figures(Decimal("0.0039"), 51_200, Decimal(100))
     assert figures["usd_per_million_tokens"] == "0.076172"
     assert figures["tokens_per_joule"] == 512.0
+
+
+def test_a_job_whose_gpus_sent_no_samples_is_not_measured_rather_than_free(fleet):
+    """A node whose agent lists its GPUs but reads none of their telemetry: a 300 s H100 job there was shown
+    "$0.00", and a sweep put such trials on its front at $0; its cost is no figure, said wherever it is shown."""
+    from costs.intelligence import NOT_MEASURED, jobs_money
+
+    set_prices(("*", "6.00", "0.50", "1.0", T0.date()))
+    node = fleet.node("silent")
+    quiet, heard = fleet.device(node), fleet.device(node)
+    fleet.minutes(heard, T0, 5, power_w=600)
+    silent_job, measured_job, short_job = fleet.job("s", "red"), fleet.job("m", "red"), fleet.job("short", "red")
+    fleet.stint(silent_job, quiet, T0, T0 + timedelta(seconds=300))
+    fleet.stint(measured_job, heard, T0, T0 + timedelta(seconds=300))
+    fleet.stint(short_job, quiet, T0 + timedelta(minutes=6), T0 + timedelta(minutes=6, seconds=40))
+    ids = [silent_job.pk, measured_job.pk, short_job.pk]
+    assert jobs_money(ids)[silent_job.pk]["cost_usd"] == "0.00", "attribution never ran: nothing charged yet, no verdict"
+    attribute(now=T0 + timedelta(minutes=11))
+    money = jobs_money(ids)
+    silent = money[silent_job.pk]
+    assert (silent["cost_usd"], silent["cost_display"], silent["points_per_usd"]) == (None, NOT_MEASURED, None)
+    assert silent["cost_title"] == "its GPUs sent no samples while it held them (1 GPU on silent, 300 s): no device " \
+                                   "time or energy could be charged"
+    assert money[measured_job.pk]["cost_usd"] == "0.525", "5 minutes at $0.10 and 36 kJ a minute at $0.50/kWh"
+    assert money[short_job.pk]["cost_usd"] == "0.00", "40 s may fall in one minute alone: no verdict"

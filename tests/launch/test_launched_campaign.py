@@ -106,8 +106,8 @@ def test_the_campaigns_form_makes_a_loop_of_recipes_and_refuses_a_bad_one(db, re
     form = client.get("/campaigns").content.decode()
     next_run, scored_by = form.split('name="continue_recipe"')[1].split('name="eval_recipe"')
     assert '<option value="steps">steps v1</option>' in form
-    assert '<option value="steps-continue">' in next_run and '<option value="score">' not in next_run
-    assert '<option value="score">' in scored_by and '<option value="steps-continue">' not in scored_by
+    assert '<option value="steps-continue"' in next_run and '<option value="score"' not in next_run
+    assert '<option value="score"' in scored_by and '<option value="steps-continue"' not in scored_by
 
     base = {"name": "from the form", "team": "research", "envs": "arith, gsm", "run_recipe": "steps",
             "continue_recipe": "steps-continue", "eval_recipe": "score"}

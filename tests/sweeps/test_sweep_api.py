@@ -108,6 +108,9 @@ def test_stop_budget_and_run_again(recipes, operator, admin_user, client):
     assert stopped.status_code == 200 and stopped.json()["state"] == "ended", "queued trials are cancelled at once"
     assert stopped.json()["reason"] == "stopped by otto"
     assert set(Job.objects.values_list("status", flat=True)) == {Status.STOPPED}
+    why = "cancelled before it started by the sweep's Stop by otto"
+    assert [r["stop_reason"] for r in client.get(f"/api/sweeps/{sweep.pk}").json()["figures"]["trials"]] == [why, why]
+    assert f'<td class="trial-stop">{why}</td>' in client.get(f"/sweeps/{sweep.pk}").content.decode().replace("&#x27;", "'")
     again = post(client, f"/api/sweeps/{sweep.pk}/stop")
     assert again.status_code == 409 and again.json()["state"] == "ended"
 
