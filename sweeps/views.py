@@ -217,15 +217,29 @@ def sweeps_page(request):
     recipes = _recipes()
     # A refused form comes back open, with what was sent (the recipe chosen included).
     prefill = {k: request.GET.get(k, "")[:4000] for k in FORM_FIELDS}
+    hidden = {k: request.GET[k][:400] for k in HIDDEN_FIELDS if request.GET.get(k)}
     return render(request, "sweeps/sweeps.html", {
         "rows": rows, "recipes": recipes, "objectives": search.OBJECTIVES, "space_max": SPACE_MAX,
-        "parallel_default": PARALLEL_DEFAULT, "trials_default": TRIALS_DEFAULT, "prefill": prefill,
+        "parallel_default": PARALLEL_DEFAULT, "trials_default": TRIALS_DEFAULT, "prefill": prefill, "hidden": hidden,
         "prefilled": any(prefill.values()),
         "recipe_params": script_json({r.name: r.definition["params"] for r in recipes})})
 
 
 FORM_FIELDS = ("name", "team", "recipe", "space", "params", "objective", "target_score", "budget_usd", "parallel",
                "max_trials", "seed", "priority")
+# What a sweep's definition holds beyond the form's fields: carried, hidden, by a form filled in from a sweep (Run
+# again), so the new sweep is the old one but for what the form shows.
+HIDDEN_FIELDS = ("stop_share", "stop_min_trials", "defaults_first", "env", "node", "pool", "cluster")
+
+
+def again_link(sweep):
+    """The New sweep form filled in with `sweep`'s definition and the next seed: Run again, read before it spends."""
+    definition = sweep.definition()
+    values = {**definition, "name": f"{sweep.name} (again)", "seed": sweep.seed + 1,
+              "space": json.dumps(definition["space"]), "params": json.dumps(definition["params"]),
+              "defaults_first": "true" if sweep.defaults_first else "false"}
+    query = {k: values[k] for k in FORM_FIELDS + HIDDEN_FIELDS if values.get(k) not in (None, "")}
+    return "/sweeps?" + urlencode(query) + "#new-sweep"
 
 
 @require_POST
@@ -241,7 +255,7 @@ def create_sweep(request):
         sweep = Sweep.create(created_by=request.user, **{k: v for k, v in raw.items() if v not in ("", None)})
     except InputError as err:
         messages.error(request, f"Sweep not created: {err.message}.")
-        typed = {k: post[k][:4000] for k in FORM_FIELDS if post.get(k)}
+        typed = {k: post[k][:4000] for k in FORM_FIELDS + HIDDEN_FIELDS if post.get(k)}
         return redirect(f"{reverse('sweeps')}?{urlencode(typed)}#new-sweep")
     messages.success(request, f"Sweep {sweep.pk} {sweep.name!r} created: {sweep.trials.count()} trial(s) started.")
     return redirect("sweep", sweep_id=sweep.pk)
@@ -260,6 +274,7 @@ def sweep_page(request, sweep_id):
     context = {"sweep": sweep, "s": s, "best": best, "figures_json": script_json(charts.sweep_charts(s)),
                "live": live, "topics": f"sweep.{sweep.pk},jobs,costs" if live else "",
                "campaign_links": {n: _campaign_link(sweep, r, following) for n, r in by_number.items()},
+               "again_link": again_link(sweep),
                "example_note": EXAMPLE_PRICES_NOTE}
     template = "sweeps/_body.html" if request.GET.get("part") == "body" else "sweeps/sweep.html"
     return render(request, template, context)

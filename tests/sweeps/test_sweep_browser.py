@@ -83,12 +83,21 @@ def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F
     assert sweep.trials.count() == 2, "no trial started once the budget was spent"
     assert "the sweep's budget $0.10 is spent" in page.locator('#trials-table tr[data-trial="1"] .trial-stop').inner_text()
 
-    # Run again: a new sweep with the next seed, stopped from its own page.
+    # Run again: the New sweep form, filled in with this sweep and the next seed, spends nothing until it is sent;
+    # then a new sweep, stopped from its own page.
     page.click("#sweep-again")
+    page.wait_for_selector("#new-sweep[open] #sweep-form")
+    assert Sweep.objects.count() == 1, "nothing started before the form is sent"
+    assert page.input_value('#sweep-form [name="seed"]') == "1"
+    assert page.input_value('#sweep-form [name="budget_usd"]') == "0.10"
+    assert page.input_value('#sweep-form [name="name"]') == f"{sweep.name} (again)"
+    assert page.input_value('#sweep-form [name="stop_min_trials"]') == str(sweep.stop_min_trials), "carried, hidden"
+    page.click('#sweep-form button[type="submit"]')
     page.wait_for_url(f"{live_web.url}/sweeps/*")
     again = Sweep.objects.exclude(pk=sweep.pk).get()
     assert page.url.endswith(f"/sweeps/{again.pk}") and (again.seed, again.budget_usd) == (1, Decimal("0.1"))
-    assert f"Sweep {again.pk} runs sweep {sweep.pk} again with seed 1." in page.locator(".messages").inner_text()
+    assert (again.space, again.params, again.stop_min_trials, again.stop_share) == (
+        sweep.space, sweep.params, sweep.stop_min_trials, sweep.stop_share)
     page.click("#sweep-stop")
     page.wait_for_selector('#sweep-state[data-state="ending"], #sweep-state[data-state="ended"]')
     assert "no more trials: stopped by olga" in page.locator("#sweep-reason").inner_text()
