@@ -1,6 +1,7 @@
 """The campaign page's Plotly figures, drawn from campaigns.figures.summary (nothing is computed here)."""
 
 from dashboard.figures import BLACK, colour, layout
+from trainer.models import ENDED
 
 
 def campaign_charts(campaign, s):
@@ -28,6 +29,8 @@ def scores(campaign, s):
                      "hovertemplate": "$%{x:.6f}: %{y:.1f} pts<extra>" + env + "</extra>"})
     shapes, notes = [], []
     for r in s["runs"]:
+        if r["status"] not in ENDED:
+            continue  # a run still running has no end to mark yet
         x = float(r["cumulative_usd"])
         shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
                        "line": {"color": "#888", "width": 1, "dash": "dot"}})
@@ -60,4 +63,12 @@ def cost_per_point(s):
     return {"data": [{"type": "scatter", "mode": "lines+markers", "name": "campaign $ so far ÷ net points so far",
                       "x": [p["at"] for p in pts], "y": [float(p["usd_per_net_point"]) for p in pts],
                       "text": [f"after run {p['n']}" for p in pts], "line": {"color": colour(0), "width": 2}}],
-            "layout": layout("Cost per net point, over time", "end of run (UTC)", "$ per point", height=280)}
+            "layout": _to_the_second(layout("Cost per net point, over time", "end of run (UTC)", "$ per point",
+                                            height=280))}
+
+
+def _to_the_second(out):
+    """Runs a few seconds apart (a CPU campaign) would get plotly's millisecond ticks: dates to the second, at most."""
+    out["xaxis"] = {**out.get("xaxis", {}), "type": "date", "tickformat": "%b %-d, %H:%M:%S",
+                    "hoverformat": "%Y-%m-%d %H:%M:%S"}
+    return out

@@ -42,9 +42,13 @@ def front(s):
     for r in rows:
         # On to its dollars now, at its newest score: what it spent since it last scored (and the front's corner).
         xs, ys = [p["usd"] for p in r["curve"]] + [_now(r)], [p["score"] for p in r["curve"]] + [r["curve"][-1]["score"]]
-        data.append({"type": "scatter", "mode": "lines", "x": xs, "y": ys, "name": f"trial {r['number']}",
-                     "showlegend": False,
-                     "line": {"color": colour(r["number"]), "width": 1}, "opacity": 0.5, "hoverinfo": "skip"})
+        # Labelled where it ends ("trial N", in its colour), and named on hover along it.
+        label = f"trial {r['number']}"
+        data.append({"type": "scatter", "mode": "lines+text", "x": xs, "y": ys, "name": label, "showlegend": False,
+                     "text": [""] * (len(xs) - 1) + [label], "textposition": "middle right",
+                     "textfont": {"size": 10, "color": colour(r["number"])},
+                     "line": {"color": colour(r["number"]), "width": 1}, "opacity": 0.6,
+                     "hovertemplate": f"{label}: %{{y:.2f}} pts at $%{{x:.6f}}<extra></extra>"})
     names = {"completed": "completed", "sweep": "stopped by the sweep", "active": "running or queued",
              "other": "stopped, failed or out of budget"}
     for kind, label in names.items():

@@ -422,8 +422,9 @@ def waits(start, end, now=None):
     wants = _wants(jobs)
     by_team = {}
     for job in jobs:
-        if wants[job.pk] is None or (job.placed_at is None and job.status != Status.QUEUED):
-            continue
+        want = wants[job.pk]
+        if want is None or want.kind == "cpu" or (job.placed_at is None and job.status != Status.QUEUED):
+            continue  # no wait for GPUs: a cpu launch shares cores (it passes through the line, never waits long)
         by_team.setdefault(job.team, []).append((job.waited_s(now), job.placed_at is None))
     caps = {}
     for cap in TeamCap.objects.all():

@@ -201,8 +201,8 @@ def test_a_built_in_job_on_cpu_is_not_in_the_line(one_node_two_workers, operator
     assert not job.in_line and job.gpus == [] and job.waited_s() == 0
 
 
-def test_waits_by_team_in_the_cost_review_are_the_figures_by_hand_beside_the_cap(two_gpus, operator, admin_user,
-                                                                                   client):
+def test_waits_by_team_in_the_cost_review_are_the_figures_by_hand_beside_the_cap(two_gpus, recipe, operator,
+                                                                                   admin_user, client):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -211,6 +211,9 @@ def test_waits_by_team_in_the_cost_review_are_the_figures_by_hand_beside_the_cap
     jobs = [run("one", operator, team="research") for _ in range(5)] + [run("one", operator, team="infra")]
     cancelled = run("one", operator, team="research")
     Job.objects.filter(pk=cancelled.pk).update(status=Status.STOPPED)  # left the line before its turn: not counted
+    recipe("on-cpu", [PY, "-c", "pass"], devices={"kind": "cpu", "count": 1})
+    on_cpu = [run("on-cpu", operator, team="research") for _ in range(3)]  # a cpu launch shares cores: no wait here
+    assert all(Job.objects.get(pk=j.pk).queued_at is not None for j in on_cpu)
     now = timezone.now()
     # Waits of 10, 20, 30 and 100 s, and one still waiting for 50 s so far; infra's never waited.
     for job, waited in zip(jobs, (10, 20, 30, 100, None)):

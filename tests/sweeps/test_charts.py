@@ -23,3 +23,6 @@ def test_the_front_steps_up_where_a_dearer_trial_scores_more_whatever_order_the_
     assert (markers["x"], markers["y"]) == ([0.0014, 0.0012], [33.4, 1.2])
     curve = next(t for t in data if t["name"] == "trial 0")
     assert (curve["x"][-2:], curve["y"][-2:]) == ([0.0014 * 0.9, 0.0014], [33.4, 33.4])
+    # Each trial's line says whose it is: labelled where it ends, and on hover along it.
+    assert curve["text"] == ["", "", "trial 0"] and "lines+text" == curve["mode"]
+    assert curve["hovertemplate"].startswith("trial 0: ")
