@@ -27,7 +27,7 @@ from decimal import Decimal
 
 from costs import tokens
 from costs.intelligence import FLAGS, charged_usd, ipd, jobs_money, score_cost_curve
-from costs.money import exact_usd, ipd_text, usd_text
+from costs.money import exact_usd, ipd_text, usd_text, usd_texts
 from trainer.kinds import kind_of
 from trainer.models import ENDED
 
@@ -105,6 +105,9 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
     over_time = _cost_per_point_over_time(runs)
     budget = campaign.budget_usd
     left = None if budget is None else budget - total
+    # Spent, Budget and left side by side on the page: one precision (costs.money.usd_texts).
+    spent_text, budget_text, left_text = usd_texts(total, budget, left) if budget is not None else (
+        usd_text(total), usd_text(None), usd_text(None))
     return {
         "campaign": campaign.pk,
         "envs": campaign.envs,
@@ -113,14 +116,14 @@ def summary(campaign, points=PROJECTION_POINTS_DEFAULT):
         "start_scorers": [e.pk for e in evaluations.get(None, [])],
         "latest": latest,
         "runs": runs,
-        "cost_usd": exact_usd(total), "cost_display": usd_text(total),
+        "cost_usd": exact_usd(total), "cost_display": spent_text,
         # What its dollars rest on (costs.intelligence.FLAGS), said beside them
         **{flag: any(m.get(flag) for m in money.values()) for flag in FLAGS},
         "net_gain_points": net_total,
         "net_ipd": _ratio(total_ipd), "net_ipd_display": ipd_text(total_ipd), "net_state": total_state,
         "usd_per_net_point": exact_usd(total_usd_per_point), "usd_per_net_point_display": usd_text(total_usd_per_point),
-        "budget_usd": exact_usd(budget), "budget_display": usd_text(budget),
-        "budget_left_usd": exact_usd(left), "budget_left_display": usd_text(left),
+        "budget_usd": exact_usd(budget), "budget_display": budget_text,
+        "budget_left_usd": exact_usd(left), "budget_left_display": left_text,
         "budget_used_fraction": (float(total / budget) if budget else None),
         "cost_per_point_over_time": over_time,
         "projection": projection(campaign, jobs, points, latest),
