@@ -9,6 +9,7 @@ again; only admins raise a budget. API errors are `{"error": message}`, plus `"f
 import csv
 import io
 import json
+from decimal import Decimal
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -19,12 +20,14 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from campaigns.models import continuations
+from costs.intelligence import jobs_money
 from costs.money import exact_usd
 from costs.report import EXAMPLE_PRICES_NOTE
-from launch.models import Recipe, evaluates, names_init_from
+from launch.models import Launch, Recipe, evaluates, names_init_from
 from launch.space import SPACE_MAX
 from sweeps import charts, figures, search
 from sweeps.models import FIELDS, PARALLEL_DEFAULT, TRIALS_DEFAULT, State, Sweep
+from trainer.models import Status
 from yardstick.auth import require_role
 from yardstick.http import bad, methods, script_json
 from yardstick.inputs import InputError, form_json_object, json_object
@@ -222,7 +225,30 @@ def sweeps_page(request):
         "rows": rows, "recipes": recipes, "objectives": search.OBJECTIVES, "space_max": SPACE_MAX,
         "parallel_default": PARALLEL_DEFAULT, "trials_default": TRIALS_DEFAULT, "prefill": prefill, "hidden": hidden,
         "prefilled": any(prefill.values()),
-        "recipe_params": script_json({r.name: r.definition["params"] for r in recipes})})
+        "recipe_params": script_json({r.name: r.definition["params"] for r in recipes}),
+        "recipe_costs": script_json(recipe_costs([r.name for r in recipes]))})
+
+
+# How many of a recipe's newest completed jobs the form's estimate of a trial's cost averages.
+COST_SAMPLE = 10
+
+
+def recipe_costs(names):
+    """{recipe: {"mean_usd", "low_usd", "high_usd", "jobs"}}: what the newest COST_SAMPLE completed launched jobs of
+    each recipe cost (exact dollar strings, unrounded means), the form's estimate of one trial before a budget is set;
+    recipes with none are left out. An estimate, whatever values those jobs ran with, and labelled so."""
+    out = {}
+    for name in names:
+        ids = list(Launch.objects.filter(recipe_name=name, job__status=Status.COMPLETED)
+                   .order_by("-job__finished_at").values_list("job_id", flat=True)[:COST_SAMPLE])
+        if not ids:
+            continue
+        money = jobs_money(ids)
+        usd = [Decimal(money[i]["cost_usd"]) for i in ids if money[i]["cost_usd"] is not None]
+        if usd:
+            out[name] = {"mean_usd": exact_usd(sum(usd, Decimal(0)) / len(usd)), "low_usd": exact_usd(min(usd)),
+                         "high_usd": exact_usd(max(usd)), "jobs": len(usd)}
+    return out
 
 
 FORM_FIELDS = ("name", "team", "recipe", "space", "params", "objective", "target_score", "budget_usd", "parallel",

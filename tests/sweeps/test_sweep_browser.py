@@ -37,6 +37,7 @@ def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F
     log_in(page, live_web.url, "olga", "/sweeps")
     assert page.locator("#new-sweep").get_attribute("open") is not None, "no sweep yet: the form is open"
     assert "x (float 0 to 1, default 0.5)" in page.locator("#recipe-params-hint").inner_text()
+    assert page.locator("#trial-cost-hint").inner_text().startswith("No completed job of this recipe yet")
 
     def fill_in(space):
         page.fill("#sweep-form input[name=name]", "hill")
@@ -51,6 +52,9 @@ def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F
 
     fill_in('{"x": {"low": 0, "high": 2}}')
     assert "Sweep not created: space.x.high must be from 0.0 to 1.0, got 2.0." in page.locator(".messages").inner_text()
+    # The refused form is back, open, as it was sent.
+    assert page.input_value("#sweep-form textarea[name=space]") == '{"x": {"low": 0, "high": 2}}'
+    assert page.input_value("#sweep-form select[name=objective]") == "per_dollar"
     fill_in('{"x": {"low": 0, "high": 1}}')
     page.wait_for_url(f"{live_web.url}/sweeps/*")
     sweep = Sweep.objects.get()

@@ -16,7 +16,7 @@ import pytest
 from django.utils import timezone
 
 from costs.intelligence import jobs_money
-from costs.money import usd_text
+from costs.money import exact_usd, usd_text
 from sweeps import search
 from sweeps.figures import summary
 from sweeps.models import State, Sweep
@@ -87,6 +87,12 @@ def test_a_sweep_stops_a_hopeless_trial_by_the_dollar_and_counts_its_dollars(
     # Its five trials fitted the budget (each running one counted at the completed ones' mean): it ended at five.
     assert (sweep.why, sweep.reason) == ("trials", "all 5 trials started")
     assert Decimal(s["spent_usd"]) <= Decimal("2.0") + 6 * MINUTE_USD
+    # The New sweep form's estimate of a trial before a budget is set: the recipe's completed jobs' mean (the
+    # stopped trial is not one).
+    completed = [t for t in trials if t.job.status == Status.COMPLETED]
+    estimate = json.loads(client.get("/sweeps").context["recipe_costs"])["surface"]
+    full = exact_usd(6 * MINUTE_USD)
+    assert estimate == {"mean_usd": full, "low_usd": full, "high_usd": full, "jobs": len(completed)}
     listed = client.get("/api/sweeps").json()["sweeps"]
     assert [(x["id"], x["spent_usd"], x["trials"]) for x in listed] == [(sweep.pk, s["spent_usd"], len(trials))]
     assert usd_text(Decimal(s["spent_usd"])) in client.get("/sweeps").content.decode()
