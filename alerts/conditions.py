@@ -25,6 +25,11 @@ def breaches(rule, now):
     return CONDITIONS[rule.kind](rule, now)
 
 
+def register(name, condition):
+    """The condition of a rule kind an app above alerts defines (alerts.models.register_kind), from its ready()."""
+    CONDITIONS[name] = condition
+
+
 # -- the fleet ------------------------------------------------------------------------------------
 
 

@@ -71,7 +71,18 @@ KINDS = {
     "entropy_low": Kind("Entropy too low", "floor on train/entropy", "for this many consecutive steps", "steps",
                         ("team", "job"), 5),
 }
-KINDS_ACCEPTED = ", ".join(KINDS)
+# Ids, not names, follow these scope prefixes ("job:12", "sweep:3").
+ID_SCOPES = ("job", "sweep")
+
+
+def register_kind(name, kind):
+    """Add a rule kind an app above alerts defines (its condition: alerts.conditions.register), from its ready()."""
+    KINDS[name] = kind
+    return kind
+
+
+def kinds_accepted():
+    return ", ".join(KINDS)
 # The rules a fresh install starts with (`up` makes them on its first run, beside the admin user), so a failed job
 # or a cluster that stopped answering shows on the Alerts page before anyone thought to ask; the whole fleet, no
 # channel. An admin changes, disables or deletes them like any other rule.
@@ -198,7 +209,7 @@ class AlertRule(models.Model):
         if not self.scope:
             return None, None
         prefix, _, value = self.scope.partition(":")
-        return prefix, (int(value) if prefix == "job" else value)
+        return prefix, (int(value) if prefix in ID_SCOPES else value)
 
     @classmethod
     def create(cls, fields, by=None):
@@ -244,7 +255,7 @@ class AlertRule(models.Model):
             self.name = _name("name", fields["name"])
         if "kind" in fields:
             if fields["kind"] not in KINDS:
-                raise InputError("kind", f"kind must be one of {KINDS_ACCEPTED}, got {fields['kind']!r}")
+                raise InputError("kind", f"kind must be one of {kinds_accepted()}, got {fields['kind']!r}")
             self.kind = fields["kind"]
         spec = self.spec
         if "threshold" in fields or creating or "kind" in fields:
@@ -298,14 +309,14 @@ class AlertRule(models.Model):
         scope = check_text("scope", scope.strip())
         if not scope:
             return ""
-        accepted = " or ".join(f"{p}:<{'id' if p == 'job' else 'name'}>" for p in self.spec.scopes)
+        accepted = " or ".join(f"{p}:<{'id' if p in ID_SCOPES else 'name'}>" for p in self.spec.scopes)
         prefix, _, value = scope.partition(":")
         value = value.strip()
-        if prefix not in self.spec.scopes or not value or (prefix == "job" and not (value.isdigit()
-                                                                                   and len(value) <= 12)):
+        if prefix not in self.spec.scopes or not value or (prefix in ID_SCOPES and not (value.isdigit()
+                                                                                       and len(value) <= 12)):
             raise InputError("scope", f"scope of a {self.kind} rule must be empty (everything) or {accepted}, "
                                       f"got {scope!r}")
-        return f"{prefix}:{int(value) if prefix == 'job' else value}"
+        return f"{prefix}:{int(value) if prefix in ID_SCOPES else value}"
 
     def describe(self):
         """The rule's condition in words, for the page and notifications."""

@@ -17,3 +17,7 @@ class SweepsConfig(AppConfig):
         from sweeps.figures import cost_review
 
         add_cost_review_card("sweeps/_review.html", cost_review)
+        # The `sweep` alert kind: a sweep ended, stalled, or two of its trials failed.
+        from sweeps import notices
+
+        notices.register()
