@@ -37,6 +37,7 @@ def summary(sweep, figs=None):
         "id": sweep.pk, "state": sweep.state, "why": sweep.why, "reason": sweep.reason,
         "objective": sweep.objective, "objective_text": search.OBJECTIVES[sweep.objective],
         "target_score": sweep.target_score,
+        "space": sweep.space,  # [Dimension.to_dict()]: the study charts' axes (log, choices)
         "spent_usd": exact_usd(spent), "spent_display": shown[0],
         "budget_usd": exact_usd(sweep.budget_usd), "budget_display": shown[1],
         "left_usd": exact_usd(left), "left_display": shown[2],
