@@ -51,7 +51,67 @@ def summary(sweep, figs=None):
         "best": {k: (None if v is None else v["number"]) for k, v in best.items()},
         "importance": search.importance(sweep.dimensions, sweep.objective, [f.told for f in figs],
                                         sweep.target_score),
+        "repeats": (groups := repeats(figs)),
+        "repeats_note": _overlap(groups),
+        "space_changes": [{**c, "space_display": _space_text(c["space"])} for c in sweep.space_changes],
+        "space_display": _space_text(sweep.space),
+        "outside_space": [f.trial.number for f in figs if not search.inside(sweep.dimensions, f.trial.params)],
+        "pending": len(sweep.pending),
     }
+
+
+def repeats(figs):
+    """Each trial run again over other seeds (Re-run the top K), with its repeats: the spread of their scores and
+    points per dollar over the seeds that ended with a result (mean, lowest, highest, sample standard deviation), so
+    a difference between two trials can be read against the noise of one. Best mean points per dollar first."""
+    by_number = {f.trial.number: f for f in figs}
+    members = {}
+    for f in figs:
+        if f.trial.repeat_of_id is not None:
+            members.setdefault(f.trial.repeat_of.number, []).append(f)
+    out = []
+    for number, rest in members.items():
+        first = by_number.get(number)
+        runs = ([first] if first is not None else []) + rest
+        done = [f for f in runs if f.told_state == "ended" and f.score is not None and f.money.get("cost_usd")
+                is not None]
+        ppd = [f.ppd for f in done if f.ppd is not None]
+        out.append({"number": number, "trials": [f.trial.number for f in runs],
+                    "seeds": [f.trial.seed for f in runs],
+                    "ended": len(done), "score": _spread([f.score for f in done]), "points_per_usd": _spread(ppd)})
+    return sorted(out, key=lambda g: -(g["points_per_usd"]["mean"] if g["points_per_usd"] else float("-inf")))
+
+
+def _spread(values):
+    if not values:
+        return None
+    mean = sum(values) / len(values)
+    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else None
+    return {"mean": mean, "low": min(values), "high": max(values), "sd": sd, "n": len(values)}
+
+
+def _overlap(groups):
+    """A sentence when the two best groups' points per dollar overlap over their seeds: which is better is then
+    within the noise of these runs."""
+    ranked = [g for g in groups if g["points_per_usd"] and g["points_per_usd"]["n"] > 1]
+    if len(ranked) < 2:
+        return ""
+    a, b = ranked[0], ranked[1]
+    if a["points_per_usd"]["low"] <= b["points_per_usd"]["high"]:
+        return (f"trials {a['number']} and {b['number']}: their points per dollar overlap over their seeds "
+                f"({a['points_per_usd']['n']} and {b['points_per_usd']['n']} runs): which is better is within the "
+                "noise of these runs")
+    return ""
+
+
+def _space_text(space):
+    parts = []
+    for d in space:
+        if "choices" in d:
+            parts.append(f"{d['name']} in {', '.join(str(c) for c in d['choices'])}")
+        else:
+            parts.append(f"{d['name']} {d['low']:.4g} to {d['high']:.4g}{' (log)' if d['log'] else ''}")
+    return "; ".join(parts)
 
 
 def spent(sweeps):
@@ -90,6 +150,7 @@ def _row(f):
         "params": f.trial.params, "params_display": {k: _value_text(v) for k, v in f.trial.params.items()},
         "stopped_by_sweep": f.stopped_by_sweep,
         "interrupted": f.interrupted,
+        "repeat_of": f.trial.repeat_of.number if f.trial.repeat_of_id is not None else None, "seed": f.trial.seed,
         "stop_reason": f.stopped_by_sweep or _interruption(f) or _why_ended(job),
         "settling": f.settling,
         "cost_usd": money["cost_usd"] if money else exact_usd(f.usd),

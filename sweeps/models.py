@@ -106,6 +106,12 @@ class Sweep(models.Model):
     setup_job = models.OneToOneField(Job, null=True, blank=True, on_delete=models.PROTECT, related_name="sweep_setup",
                                      help_text="the recipe's shared setup (its `setup` recipe), run once before the "
                                                "first trial: charged to the sweep, never to a trial")
+    pending = models.JSONField(default=list, blank=True,
+                               help_text="[{params, repeat_of, seed}]: trials asked for by hand (Re-run the top K), "
+                                         "launched before the search is asked for more, as `parallel` allows")
+    space_changes = models.JSONField(default=list, blank=True,
+                                     help_text="[{from_trial, space, around, by, at}]: each earlier space, and from "
+                                               "which trial the next one holds (Narrow around the best)")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -155,7 +161,7 @@ class Sweep(models.Model):
         return [Dimension.from_dict(d) for d in self.space]
 
     def trial_rows(self):
-        return list(self.trials.select_related("job", "run_again_as").order_by("number"))
+        return list(self.trials.select_related("job", "run_again_as", "repeat_of").order_by("number"))
 
     def figures(self, trials=None, book=None):
         """[TrialFigures] of the sweep's trials, in number order: what the pages, the API, the CSV and each pass
@@ -330,22 +336,31 @@ class Sweep(models.Model):
         """Start the next trial (its parameters asked of the search); None (and the sweep ending, saying why) when
         the launch is refused."""
         number = len(figs)
+        if self.pending:  # asked for by hand (Re-run the top K): before the search is asked for more
+            ask, rest = self.pending[0], self.pending[1:]
+            Sweep.objects.filter(pk=self.pk).update(pending=rest)
+            self.pending = rest
+            of = SweepTrial.objects.filter(sweep=self, number=ask["repeat_of"]).first()
+            return self._start_trial(figs, number, ask["params"], repeat_of=of, seed=ask["seed"],
+                                     name=f"{self.name} · trial {number} (trial {ask['repeat_of']}, seed {ask['seed']})")
         told = [f.told for f in figs]
         params = self.defaults() if number == 0 and self.defaults_first else None
         if params is None:
             params = search.ask(self.dimensions, self.objective, told, self.seed, self.target_score)
         return self._start_trial(figs, number, params)
 
-    def _start_trial(self, figs, number, params, run_again_of=None, name=None):
+    def _start_trial(self, figs, number, params, run_again_of=None, name=None, repeat_of=None, seed=None):
         left = self.budget_usd - sum((f.usd for f in figs), Decimal(0)) - self.setup_usd()
+        extra = {} if seed is None else {SEED_PARAM: seed}
         try:
             with transaction.atomic():
                 job = launch_kind.start(
-                    recipe=self.recipe_name, params={**self.params, **params},
+                    recipe=self.recipe_name, params={**self.params, **params, **extra},
                     name=name or f"{self.name} · trial {number}", team=self.team, env=self.env,
                     budget_usd=max(left, Decimal(0)), node=self.node, pool=self.pool, created_by=self.created_by,
                     cluster=self.cluster or None, priority=Priority(self.priority).label)
-                trial = SweepTrial.objects.create(sweep=self, number=number, job=job, params=params)
+                trial = SweepTrial.objects.create(sweep=self, number=number, job=job, params=params,
+                                                  repeat_of=repeat_of, seed=seed)
                 if run_again_of is not None:
                     SweepTrial.objects.filter(pk=run_again_of.pk).update(run_again_as=trial)
         except InputError as err:
@@ -433,12 +448,155 @@ class Sweep(models.Model):
         return self
 
 
+    # -- more trials on the same study -------------------------------------------------------------------
+
+    def add_trials(self, by, trials, narrow_around=None, space=None, budget=None):
+        """`trials` more of the same study (its trials so far are the search's history): max_trials raised by as many,
+        the sweep running again if it had ended or stopped launching. `narrow_around` (a trial's number) first narrows
+        the space around that trial's values (sweeps.search.narrow), or `space` ({name: {...}}, the same parameters)
+        replaces it; trials outside the new space stay on the page and leave the search. `budget`: a new budget too
+        (raising it is an admin's call, as set_budget). Return what was done, in words; InputError naming the field
+        (nothing changes then)."""
+        count = _number("trials", trials, 1, TRIALS_MAX, True)
+        if narrow_around not in (None, "") and space not in (None, "", {}):
+            raise InputError("space", "give a new space or a trial to narrow around, not both")
+        with transaction.atomic():
+            me = Sweep.objects.select_for_update().get(pk=self.pk)
+            new_space, around = None, None
+            if narrow_around not in (None, ""):
+                around = _number("narrow_around", narrow_around, 0, TRIALS_MAX, True)
+                trial = me.trials.filter(number=around).first()
+                if trial is None:
+                    raise InputError("narrow_around", f"sweep {me.pk} has no trial {around}; its trials are 0 to "
+                                                      f"{me.trials.count() - 1}")
+                new_space = search.narrow(me.dimensions, trial.params)
+                if new_space == me.dimensions:
+                    raise InputError("narrow_around", "the space has no range to narrow (its parameters are choices, "
+                                                      "or already as narrow as they go): give a new space instead")
+            elif space not in (None, "", {}):
+                new_space = me._same_parameters(space)
+            me._more_room(count, by, budget)
+            if new_space is not None:
+                me.space_changes = [*me.space_changes, {"from_trial": me.trials.count(), "space": me.space,
+                                                        "around": around, "by": _who(by),
+                                                        "at": timezone.now().isoformat()}]
+                me.space = [d.to_dict() for d in new_space]
+            me.max_trials = min(TRIALS_MAX, me._room_base() + count)
+            what = (f"{count} more trial(s) added by {_who(by)}" +
+                    (f", the space narrowed around trial {around}" if around is not None else
+                     ", in a new space" if new_space is not None else ""))
+            me._reopen(what)
+            me.save()
+        self.advance()
+        return what
+
+    def repeat_top(self, by, top, seeds, budget=None):
+        """Run the `top` best trials (by the sweep's objective, trials not themselves repeats) over `seeds` seeds in
+        all, their own included: each gets the repeats it lacks, with the recipe's `seed` parameter the next values
+        after its own, queued (`pending`) before the search asks for more. Return how many were queued."""
+        top = _number("top", top, 1, 20, True)
+        seeds = _number("seeds", seeds, 2, 20, True)
+        with transaction.atomic():
+            me = Sweep.objects.select_for_update().get(pk=self.pk)
+            recipe = Recipe.objects.filter(name=me.recipe_name).first()
+            spec = next((p for p in (recipe.definition["params"] if recipe else []) if p["name"] == SEED_PARAM), None)
+            if spec is None or spec["kind"] != "integer":
+                raise InputError("seeds", f"recipe {me.recipe_name} has no integer parameter {SEED_PARAM!r}: its runs "
+                                          "cannot be told apart by seed")
+            if any(d.name == SEED_PARAM for d in me.dimensions):
+                raise InputError("seeds", f"this sweep searches {SEED_PARAM!r} itself")
+            figs = me.figures()
+            ranked = me._ranked([f for f in figs if f.trial.repeat_of_id is None])[:top]
+            if not ranked:
+                raise InputError("top", "no trial has ended with a result yet: re-run the best once one has")
+            base = {**{p["name"]: p["default"] for p in recipe.definition["params"]}, **me.params}[SEED_PARAM]
+            queued = {(a["repeat_of"], a["seed"]) for a in me.pending}
+            asks = []
+            for f in ranked:
+                had = {f.trial.seed if f.trial.seed is not None else base}
+                had |= {t.seed for t in f.trial.repeats.all()} | {s for n, s in queued if n == f.trial.number}
+                seed = base
+                while len(had) < seeds:
+                    seed += 1
+                    if seed > spec.get("maximum", 2**31 - 1):
+                        break
+                    if seed not in had:
+                        had.add(seed)
+                        asks.append({"params": f.trial.params, "repeat_of": f.trial.number, "seed": seed})
+            if not asks:
+                raise InputError("seeds", f"the top {len(ranked)} trial(s) already run over {seeds} seeds")
+            me._more_room(len(asks), by, budget)
+            me.pending = [*me.pending, *asks]
+            me.max_trials = min(TRIALS_MAX, me._room_base() + len(asks))
+            me._reopen(f"trials {', '.join(str(f.trial.number) for f in ranked)} re-run over {seeds} seeds by "
+                       f"{_who(by)} ({len(asks)} trials)")
+            me.save()
+        self.advance()
+        return len(asks)
+
+    def _ranked(self, figs):
+        """The trials with a result, best first by the sweep's objective: points per dollar (the front's too: the
+        figure Yardstick exists for), or the cheapest that reached the target."""
+        done = [f for f in figs if f.told_state == "ended" and f.score is not None and f.money.get("cost_usd")
+                is not None]
+        if self.objective == "cheapest":
+            return sorted((f for f in done if f.score >= self.target_score), key=lambda f: f.usd)
+        return sorted((f for f in done if f.ppd is not None), key=lambda f: -f.ppd)
+
+    def _same_parameters(self, raw):
+        recipe = Recipe.objects.filter(name=self.recipe_name).first()
+        try:
+            space = parse_space(raw, recipe.definition["params"] if recipe else [])
+        except ParamError as err:
+            raise InputError(err.field, err.message) from None
+        names, old = sorted(d.name for d in space), sorted(d.name for d in self.dimensions)
+        if names != old:
+            raise InputError("space", f"a sweep's new space searches the same parameters ({', '.join(old)}), got "
+                                      f"{', '.join(names)}: start a new sweep to search others")
+        return space
+
+    def _more_room(self, count, by, budget):
+        """Check (and set) the budget for `count` more trials: refused when it is spent and not raised."""
+        if budget not in (None, ""):
+            value = inputs.budget(budget)
+            if value is None or value <= 0:
+                raise InputError("budget_usd", f"budget_usd must be a number of dollars above 0, got {budget!r}")
+            if value > self.budget_usd and not has_role(by, "admin"):
+                raise InputError("budget_usd", f"only an admin can raise a sweep's budget (it is "
+                                               f"{usd_text(self.budget_usd)}); you can lower it")
+            self.budget_usd = value
+        spent = sum((f.usd for f in self.figures()), Decimal(0)) + self.setup_usd()
+        if spent >= self.budget_usd:
+            shown = usd_texts(spent, self.budget_usd)
+            raise InputError("budget_usd", f"the sweep has spent {shown[0]} of its {shown[1]} budget: give a higher "
+                                           f"budget with the {count} trial(s) (an admin's call)")
+
+    def _room_base(self):
+        """What more trials are added to: max_trials while the sweep still starts trials, else the trials it started
+        (a sweep stopped at 2 of 5 that gets 1 more starts 1 more)."""
+        started_now = started(self.figures())
+        return max(self.max_trials, started_now) if self.state == State.RUNNING else started_now
+
+    def _reopen(self, what):
+        self.state, self.why, self.reason, self.ended_at = State.RUNNING, Why.NONE, what, None
+
+
+SEED_PARAM = "seed"  # the recipe parameter a re-run over seeds varies
+
+
+def _who(user):
+    return getattr(user, "username", None) or str(user)
+
+
 class SweepTrial(models.Model):
     sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="trials")
     number = models.PositiveIntegerField()
     job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="sweep_trial")
     params = models.JSONField(help_text="the searched parameters' values Optuna drew")
     stopped_reason = models.TextField(blank=True, default="", help_text="why the sweep stopped it early")
+    repeat_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="repeats",
+                                  help_text="the trial whose parameters this one runs again with another seed")
+    seed = models.BigIntegerField(null=True, blank=True, help_text="the recipe's seed a repeat ran with")
     run_again_as = models.OneToOneField("self", null=True, blank=True, on_delete=models.SET_NULL,
                                         related_name="run_again_of",
                                         help_text="the trial that runs these parameters again: this one was "

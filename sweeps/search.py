@@ -27,6 +27,8 @@ import math
 import warnings
 from dataclasses import dataclass
 
+from launch.space import Dimension
+
 OBJECTIVES = {
     "front": "the highest score for the fewest dollars (score and dollars, two objectives)",
     "per_dollar": "the most points per dollar (net gain over dollars)",
@@ -96,6 +98,8 @@ def study(space, objective, trials, seed, target=None):
         out = optuna.create_study(directions=directions, sampler=sampler)
     dists = distributions(space)
     for t in sorted(trials, key=lambda t: t.number):
+        if not inside(space, t.params):
+            continue  # drawn before the space was narrowed, outside it now: the study of the new space leaves it out
         params = {k: v for k, v in t.params.items() if k in dists}
         told = values(objective, t, target) if t.state == "ended" else None
         if t.state == "running":
@@ -123,6 +127,49 @@ def ask(space, objective, trials, seed, target=None):
         trial = s.ask(distributions(space))
     by_name = {d.name: d for d in space}
     return {name: _plain(by_name[name], value) for name, value in trial.params.items()}
+
+
+def inside(space, params):
+    """Whether `params` ({name: value}) lie within each of the space's dimensions (a trial of a narrowed sweep drawn
+    before it was narrowed may not)."""
+    for d in space:
+        value = params.get(d.name)
+        if d.kind == "choice":
+            if value not in d.choices:
+                return False
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not d.low <= value <= d.high:
+            return False
+    return True
+
+
+NARROW_SHARE = 0.25  # "narrow around the best": each range to a quarter of its width (of its log width on a log scale)
+
+
+def narrow(space, around, share=NARROW_SHARE):
+    """A space ([Dimension]) around a trial's values (`around`, {name: value}): each range `share` of its width,
+    centred on the value and moved inside the old range where it would cross an end; on a log scale in log units.
+    Choices are kept whole (a choice has no "around"); an integer range keeps at least two values."""
+    out = []
+    for d in space:
+        value = around.get(d.name)
+        if d.kind == "choice" or isinstance(value, bool) or not isinstance(value, (int, float)):
+            out.append(d)
+            continue
+        scale, unscale = (math.log, math.exp) if d.log else (float, float)
+        low, high, v = scale(d.low), scale(d.high), scale(min(max(value, d.low), d.high))
+        width = (high - low) * share
+        start = min(max(v - width / 2, low), high - width)
+        new_low, new_high = unscale(start), unscale(start + width)
+        if d.kind == "integer":
+            new_low, new_high = max(int(d.low), math.floor(new_low)), min(int(d.high), math.ceil(new_high))
+            if new_high <= new_low:
+                new_low, new_high = (new_low, new_low + 1) if new_low < d.high else (new_high - 1, new_high)
+        else:
+            # The ends exactly the old ones where they meet them (exp(log(x)) can miss x by a rounding)
+            new_low = d.low if start <= low else max(d.low, new_low)
+            new_high = d.high if start + width >= high else min(d.high, new_high)
+        out.append(Dimension(d.name, d.kind, low=new_low, high=new_high, log=d.log))
+    return out
 
 
 def _plain(dimension, value):

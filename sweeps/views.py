@@ -26,7 +26,7 @@ from costs.report import EXAMPLE_PRICES_NOTE
 from launch.models import Launch, Recipe, evaluates, names_init_from
 from launch.space import SPACE_MAX
 from sweeps import charts, figures, search
-from sweeps.models import FIELDS, PARALLEL_DEFAULT, TRIALS_DEFAULT, State, Sweep
+from sweeps.models import FIELDS, PARALLEL_DEFAULT, SEED_PARAM, TRIALS_DEFAULT, State, Sweep
 from trainer.models import Status
 from yardstick.auth import require_role
 from yardstick.http import bad, methods, script_json
@@ -153,6 +153,55 @@ def _again(request, sweep_id):
     return JsonResponse(to_dict(new), status=201)
 
 
+MORE_FIELDS = ("trials", "narrow_around", "space", "budget_usd")
+REPEAT_FIELDS = ("top", "seeds", "budget_usd")
+
+
+def _body_of(request, fields, numbers):
+    body = json_object(request.body)
+    unknown = sorted(set(body) - set(fields))
+    if unknown:
+        raise InputError(unknown[0], f"unknown field {unknown[0]!r}; give {', '.join(fields)}")
+    for key in numbers:
+        if isinstance(body.get(key), str):
+            raise InputError(key, f"{key} must be a JSON number, got the string {body[key]!r}")
+    return body
+
+
+@require_role("operator")
+def _more(request, sweep_id):
+    """{"trials": N, "narrow_around": trial number | "space": {...}, "budget_usd"}: N more trials of the same
+    study."""
+    sweep = Sweep.objects.filter(pk=sweep_id).first()
+    if sweep is None:
+        return _missing(sweep_id)
+    try:
+        body = _body_of(request, MORE_FIELDS, ("trials", "narrow_around"))
+        sweep.add_trials(request.user, body.get("trials"), body.get("narrow_around"), body.get("space"),
+                         body.get("budget_usd"))
+    except InputError as err:
+        return bad(err.field, err.message)
+    sweep.refresh_from_db()
+    return JsonResponse(to_dict(sweep, figures.summary(sweep)))
+
+
+@require_role("operator")
+def _repeat(request, sweep_id):
+    """{"top": K, "seeds": S, "budget_usd"}: the K best trials over S seeds in all."""
+    sweep = Sweep.objects.filter(pk=sweep_id).first()
+    if sweep is None:
+        return _missing(sweep_id)
+    try:
+        body = _body_of(request, REPEAT_FIELDS, ("top", "seeds"))
+        queued = sweep.repeat_top(request.user, body.get("top"), body.get("seeds"), body.get("budget_usd"))
+    except InputError as err:
+        return bad(err.field, err.message)
+    sweep.refresh_from_db()
+    return JsonResponse({**to_dict(sweep, figures.summary(sweep)), "queued": queued})
+
+
+sweep_more_api = methods(POST=_more)
+sweep_repeat_api = methods(POST=_repeat)
 sweep_stop_api = methods(POST=_stop)
 sweep_budget_api = methods(POST=_budget)
 sweep_again_api = methods(POST=_again)
@@ -161,7 +210,7 @@ sweep_again_api = methods(POST=_again)
 # -- CSV ---------------------------------------------------------------------------------------------------
 
 CSV_COLUMNS = ("trial", "job_id", "name", "status", "params", "cost_usd", "score_points", "gain_points",
-               "points_per_usd", "on_front", "stopped_by_sweep")
+               "points_per_usd", "on_front", "stopped_by_sweep", "repeat_of", "seed")
 
 
 def to_csv(sweep, s):
@@ -178,12 +227,12 @@ def to_csv(sweep, s):
         out.writerow([r["number"], r["job_id"], csv_text(r["name"]), r["status"],
                       csv_text(json.dumps(r["params"], sort_keys=True)), cell(r["cost_usd"]), cell(r["score"]),
                       cell(r["gain_points"]), cell(r["points_per_usd"]), "yes" if r["on_front"] else "",
-                      csv_text(r["stopped_by_sweep"])])
+                      csv_text(r["stopped_by_sweep"]), cell(r["repeat_of"]), cell(r["seed"])])
     if s["setup"]:
         setup = s["setup"]
         out.writerow(["SETUP", setup["job_id"], csv_text(setup["recipe"]), setup["status"], "", cell(setup["cost_usd"]),
-                      "", "", "", "", ""])
-    out.writerow(["TOTAL", "", csv_text(sweep.name), sweep.state, "", s["spent_usd"], "", "", "", "", ""])
+                      "", "", "", "", "", "", ""])
+    out.writerow(["TOTAL", "", csv_text(sweep.name), sweep.state, "", s["spent_usd"], "", "", "", "", "", "", ""])
     return buf.getvalue()
 
 
@@ -301,9 +350,18 @@ def sweep_page(request, sweep_id):
                "live": live, "topics": f"sweep.{sweep.pk},jobs,costs" if live else "",
                "campaign_links": {n: _campaign_link(sweep, r, following) for n, r in by_number.items()},
                "again_link": again_link(sweep),
+               "more": {k: request.GET.get(k, "")[:100] for k in MORE_FORM},
+               "narrow_default": best["per_dollar"]["number"] if best.get("per_dollar") else (
+                   best["score"]["number"] if best.get("score") else ""),
+               "can_repeat": _has_seed(sweep),
                "example_note": EXAMPLE_PRICES_NOTE}
     template = "sweeps/_body.html" if request.GET.get("part") == "body" else "sweeps/sweep.html"
     return render(request, template, context)
+
+
+def _has_seed(sweep):
+    recipe = Recipe.objects.filter(name=sweep.recipe_name).first()
+    return bool(recipe) and any(p["name"] == SEED_PARAM and p["kind"] == "integer" for p in recipe.definition["params"])
 
 
 def _campaign_link(sweep, row, following=None):
@@ -340,6 +398,48 @@ def sweep_budget(request, sweep_id):
     messages.success(request, f"Sweep {sweep.pk}'s budget is now ${sweep.budget_usd.normalize():f}"
                               f"{'; it is running again' if sweep.state == State.RUNNING else ''}.")
     return redirect("sweep", sweep_id=sweep.pk)
+
+
+@require_POST
+@require_role("operator")
+def sweep_more(request, sweep_id):
+    """The sweep page's More trials form: N more trials, the space as it is or narrowed around a trial."""
+    sweep = get_object_or_404(Sweep, pk=sweep_id)
+    post = request.POST
+    narrow = post.get("narrow_around", "").strip() if post.get("how") == "narrow" else None
+    try:
+        what = sweep.add_trials(request.user, post.get("trials", "").strip() or None, narrow,
+                                budget=post.get("budget_usd", "").strip() or None)
+    except InputError as err:
+        messages.error(request, f"No trials added: {err.message}.")
+        return redirect(f"{reverse('sweep', args=[sweep.pk])}?{urlencode(_typed(post))}#more-trials")
+    sweep.refresh_from_db()
+    messages.success(request, f"Sweep {sweep.pk}: {what}; {sweep.max_trials} trials in all now.")
+    return redirect("sweep", sweep_id=sweep.pk)
+
+
+@require_POST
+@require_role("operator")
+def sweep_repeat(request, sweep_id):
+    """The sweep page's Re-run the top K form."""
+    sweep = get_object_or_404(Sweep, pk=sweep_id)
+    post = request.POST
+    try:
+        queued = sweep.repeat_top(request.user, post.get("top", "").strip() or None,
+                                  post.get("seeds", "").strip() or None, post.get("budget_usd", "").strip() or None)
+    except InputError as err:
+        messages.error(request, f"Nothing re-run: {err.message}.")
+        return redirect(f"{reverse('sweep', args=[sweep.pk])}?{urlencode(_typed(post))}#more-trials")
+    messages.success(request, f"Sweep {sweep.pk}: {queued} trial(s) queued to re-run its best over other seeds.")
+    return redirect("sweep", sweep_id=sweep.pk)
+
+
+MORE_FORM = ("trials", "how", "narrow_around", "top", "seeds", "budget_usd")
+
+
+def _typed(post):
+    """What the More trials forms sent, to fill them again when refused."""
+    return {k: post[k][:100] for k in MORE_FORM if post.get(k)}
 
 
 @require_POST

@@ -30,6 +30,13 @@
   }
   async function refresh() {
     timer = null;
+    // Not while someone types into a form of the body (the budget's): its value would be drawn over. Later.
+    const active = document.activeElement;
+    const body = document.getElementById(root.dataset.liveBody);
+    if (active && body && body.contains(active) && /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName)) {
+      timer = setTimeout(refresh, 1000);
+      return;
+    }
     try {
       const url = new URL(location.href);
       url.searchParams.set("part", "body");

@@ -5,7 +5,8 @@ at d dollars is quality(x) × (1 − 0.8^(d / minute's price)).
 
 With --gate DIR it waits, after step --steps // 2 and after its last step, until DIR/<job id>-<step> exists (the
 test charges the steps so far, lets the sweep take a pass, then releases it), or until it is asked to stop.
-Usage: surface_script.py --x X --steps N [--gate DIR]."""
+--seed S moves every score after the first by noise(S), a known offset (a repeat's "other seed").
+Usage: surface_script.py --x X --steps N [--gate DIR] [--seed S]."""
 
 import argparse
 import os
@@ -21,8 +22,15 @@ def quality(x):
     return 100.0 - 200.0 * (x - 0.3) ** 2
 
 
-def score(x, step):
-    return quality(x) * (1.0 - 0.8 ** step)
+def noise(seed):
+    """A seed's offset to every score, known in advance: 0 for seed 0 (the other tests' runs), -1 to +1 points."""
+    if not seed:
+        return 0.0
+    return ((seed * 7919) % 11 - 5) / 5.0
+
+
+def score(x, step, seed=0):
+    return quality(x) * (1.0 - 0.8 ** step) + (noise(seed) if step else 0.0)
 
 
 def wait(gate, step):
@@ -44,10 +52,11 @@ def main():
     parser.add_argument("--x", type=float, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--gate", default="")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     with mlflow.start_run():  # the job's run: MLFLOW_RUN_ID
         for step in range(args.steps + 1):
-            mlflow.log_metric("score", score(args.x, step), step=step)
+            mlflow.log_metric("score", score(args.x, step, args.seed), step=step)
             if step in (args.steps // 2, args.steps) and not wait(args.gate, step):
                 return
 

@@ -97,3 +97,27 @@ def test_importance_says_which_parameter_moves_the_objective(monkeypatch):
     front = search.importance(SPACE, "front", trials)
     assert list(front) == ["score"], "every trial cost the same: nothing explains the dollars"
     assert max(front["score"], key=front["score"].get) == "lr"
+
+
+def test_narrowing_around_a_trial_takes_a_quarter_of_each_range_inside_the_old_one():
+    """lr 1e-5..1e-2 on a log scale is 3 decades: a quarter is 0.75 of a decade, centred on 1e-3 (10^-3.375 to
+    10^-2.625); kl_coef 0..0.5 around 0.01 would cross 0, so it is moved inside: 0 to 0.125; group 4..16 around 15:
+    a quarter of 12 is 3, moved inside the top end: 13 to 16; the choice stays whole."""
+    narrowed = {d.name: d for d in search.narrow(SPACE, {"lr": 1e-3, "kl_coef": 0.01, "group": 15,
+                                                          "schedule": "constant"})}
+    lr = narrowed["lr"]
+    assert lr.log and lr.low == pytest.approx(10 ** -3.375) and lr.high == pytest.approx(10 ** -2.625)
+    assert (narrowed["kl_coef"].low, narrowed["kl_coef"].high) == (0.0, pytest.approx(0.125))
+    assert (narrowed["group"].kind, narrowed["group"].low, narrowed["group"].high) == ("integer", 13, 16)
+    assert narrowed["schedule"] == SPACE[3]
+    # What the narrowed space asks is inside it; a trial drawn before, outside it, is left out of its study.
+    new = list(narrowed.values())
+    asked = search.ask(new, "per_dollar", [], 3)
+    assert search.inside(new, asked) and search.inside(SPACE, asked)
+    old = Told(0, {"lr": 1e-5, "kl_coef": 0.4, "group": 4, "schedule": "cosine"}, "ended", score=1, gain=1, usd=1.0)
+    near = Told(1, {"lr": 1e-3, "kl_coef": 0.01, "group": 15, "schedule": "cosine"}, "ended", score=2, gain=2, usd=1.0)
+    assert not search.inside(new, old.params) and search.inside(new, near.params)
+    assert len(search.study(new, "per_dollar", [old, near], 0).trials) == 1
+    # An integer range already two values wide keeps two.
+    two = parse_space({"group": {"low": 4, "high": 5}}, PARAMS)
+    assert [(d.low, d.high) for d in search.narrow(two, {"group": 5})] == [(4, 5)]

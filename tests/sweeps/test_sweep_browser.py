@@ -86,6 +86,19 @@ def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F
     assert (second.status, second.stop_reason) == ("stopped", "the sweep's budget $0.10 is spent")
     assert sweep.trials.count() == 2, "no trial started once the budget was spent"
     assert "the sweep's budget $0.10 is spent" in page.locator('#trials-table tr[data-trial="1"] .trial-stop').inner_text()
+    # More trials of an ended sweep whose budget is spent: refused, saying so, each form as it was sent.
+    page.fill("#more-form input[name=trials]", "3")
+    page.check('#more-form input[name=how][value="narrow"]')
+    page.click("#more-submit")
+    assert ("No trials added: the sweep has spent $0.24 of its $0.10 budget: give a higher budget with the 3 trial(s)"
+            in page.locator(".messages").inner_text())
+    assert page.input_value("#more-form input[name=trials]") == "3"
+    assert page.is_checked('#more-form input[name=how][value="narrow"]')
+    page.fill("#repeat-form input[name=seeds]", "4")
+    page.click("#repeat-submit")
+    assert "Nothing re-run: the sweep has spent $0.24" in page.locator(".messages").inner_text()
+    assert page.input_value("#repeat-form input[name=seeds]") == "4"
+    assert sweep.trials.count() == 2 and Sweep.objects.get(pk=sweep.pk).max_trials == 3, "nothing changed"
 
     # Run again: the New sweep form, filled in with this sweep and the next seed, spends nothing until it is sent;
     # then a new sweep, stopped from its own page.
@@ -107,6 +120,15 @@ def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F
     assert "no more trials: stopped by olga" in page.locator("#sweep-reason").inner_text()
     wait_for(lambda: all(t.job.status in ("stopped", "completed") for t in again.trials.select_related("job")),
              what="the stopped sweep's trial to end")
+    # One more trial of the stopped sweep, within its budget: it runs again, and is stopped again.
+    page.goto(f"{live_web.url}/sweeps/{again.pk}")
+    page.fill("#more-form input[name=trials]", "1")
+    page.click("#more-submit")
+    assert (f"Sweep {again.pk}: 1 more trial(s) added by olga; 2 trials in all now."
+            in page.locator(".messages").inner_text())
+    assert again.trials.count() == 2
+    page.click("#sweep-stop")
+    wait_for(lambda: Sweep.objects.get(pk=again.pk).state == "ended", what="the sweep to end after its added trial")
 
     day = timezone.now().date()
     page.goto(f"{live_web.url}/costs?from={day - timedelta(days=1)}&to={day}")

@@ -35,14 +35,15 @@ import surface_script  # noqa: E402
 
 PARAMS = [{"name": "x", "kind": "float", "default": 0.5, "minimum": 0.0, "maximum": 1.0, "help": "where on the hill"},
           {"name": "steps", "kind": "integer", "default": 6, "minimum": 1, "maximum": 40, "help": "steps"},
-          {"name": "gate", "kind": "string", "default": "", "help": "the test's gate folder"}]
+          {"name": "gate", "kind": "string", "default": "", "help": "the test's gate folder"},
+          {"name": "seed", "kind": "integer", "default": 0, "minimum": 0, "maximum": 1000, "help": "the score's noise"}]
 
 
 @pytest.fixture
 def surface(recipe, launch_worker, tmp_path):
     """The surface script as an admin's recipe; its stop flag read every second (stop graces of 3 s and 2 s)."""
-    recipe("surface", [PY, SCRIPT, "--x", "{x}", "--steps", "{steps}", "--gate", "{gate}"], params=PARAMS,
-           score_key="score", stop_grace_s=[3, 2])
+    recipe("surface", [PY, SCRIPT, "--x", "{x}", "--steps", "{steps}", "--gate", "{gate}", "--seed", "{seed}"],
+           params=PARAMS, score_key="score", stop_grace_s=[3, 2])
     prices()
     gate = tmp_path / "gate"
     gate.mkdir()
@@ -234,3 +235,81 @@ def test_a_recipes_shared_setup_runs_once_first_and_is_charged_to_the_sweep_not_
     assert sweep.why == "budget" and f"a trial costs about {usd_text(trial)} (the mean of 3 completed)" in sweep.reason
     rows = client.get(f"/api/sweeps/{sweep.pk}/csv").content.decode().splitlines()
     assert rows[-2].startswith(f"SETUP,{setup.pk},surface-setup,completed,,{s['setup']['cost_usd']},")
+
+
+def test_more_trials_narrowed_around_the_best_then_the_best_over_seeds_with_their_spread(
+        surface, operator, admin_user, client):
+    """An ended sweep gets more trials of the same study: refused input changes nothing; "narrow around the best"
+    narrows the space around that trial and its new trials are drawn inside it; "re-run the top 1 over 3 seeds" runs
+    its parameters again with the recipe's seeds 1 and 2, and the Seeds table's spread is the runs' own figures."""
+    client.force_login(operator)
+    body = {"name": "more", "team": "research", "recipe": "surface", "space": {"x": {"low": 0.0, "high": 1.0}},
+            "params": {"steps": 2, "gate": str(surface)}, "objective": "per_dollar", "budget_usd": "100",
+            "parallel": 3, "max_trials": 3, "seed": 4, "stop_share": 0}
+    sweep = Sweep.objects.get(pk=client.post("/api/sweeps", json.dumps(body), content_type="application/json")
+                              .json()["id"])
+    drive(sweep, surface, lambda s: s.state == State.ENDED)
+    best = summary(sweep)["best"]["per_dollar"]
+    bx = sweep.trials.get(number=best).params["x"]
+
+    def more(what, path="more"):
+        return client.post(f"/api/sweeps/{sweep.pk}/{path}", json.dumps(what), content_type="application/json")
+
+    refused = [({"trials": "2"}, "trials"), ({"trials": 0}, "trials"),
+               ({"trials": 2, "narrow_around": 9}, "narrow_around"),
+               ({"trials": 2, "space": {"steps": {"low": 1, "high": 3}}}, "space"),
+               ({"trials": 2, "narrow_around": 0, "space": {"x": {"low": 0.1, "high": 0.2}}}, "space"),
+               ({"trials": 2, "budget_usd": "1000"}, "budget_usd"), ({"trials": 2, "colour": 1}, "colour"),
+               ({"top": 1, "seeds": 1}, "seeds")]
+    for what, field in refused:
+        resp = more(what, "repeat" if "top" in what else "more")
+        assert resp.status_code == 400 and resp.json()["field"] == field, (what, resp.content)
+    assert client.post(f"/api/sweeps/{sweep.pk}/budget", json.dumps({"budget_usd": "0.000001"}),
+                       content_type="application/json").status_code == 200
+    resp = more({"trials": 2})
+    assert resp.status_code == 400 and resp.json()["field"] == "budget_usd" and "has spent" in resp.json()["error"]
+    sweep.refresh_from_db()
+    assert (sweep.state, sweep.max_trials, sweep.space_changes, sweep.trials.count()) == (State.ENDED, 3, [], 3)
+
+    # An admin gives the budget back with the narrowing.
+    client.force_login(admin_user)
+    resp = more({"trials": 2, "narrow_around": best, "budget_usd": "100"})
+    assert resp.status_code == 200, resp.content
+    sweep.refresh_from_db()
+    # Running again: both new trials started at once (parallel 3), so it launches no more, as after any max_trials.
+    assert (sweep.state, sweep.reason, sweep.max_trials) == (State.ENDING, "all 5 trials started", 5)
+    (x,) = sweep.dimensions
+    assert x.high - x.low == pytest.approx(0.25) and x.low <= bx <= x.high
+    drive(sweep, surface, lambda s: s.state == State.ENDED)
+    new = list(sweep.trials.filter(number__gte=3).order_by("number"))
+    assert [t.number for t in new] == [3, 4] and all(x.low <= t.params["x"] <= x.high for t in new)
+    s = summary(sweep)
+    assert s["space_changes"][0]["around"] == best and s["space_changes"][0]["from_trial"] == 3
+    outside = [t.number for t in sweep.trials.all() if not x.low <= t.params["x"] <= x.high]
+    assert s["outside_space"] == sorted(outside)
+    page = client.get(f"/sweeps/{sweep.pk}").content.decode()
+    assert f"narrowed around trial {best} by {admin_user.username}" in page and 'id="more-form"' in page
+
+    # The best (of the trials that are not repeats) over three seeds: its own (0) and the next two.
+    top = summary(sweep)["best"]["per_dollar"]
+    resp = more({"top": 1, "seeds": 3}, "repeat")
+    assert resp.status_code == 200 and resp.json()["queued"] == 2, resp.content
+    drive(sweep, surface, lambda s: s.state == State.ENDED)
+    repeats = list(sweep.trials.filter(repeat_of__number=top).order_by("number"))
+    assert [(t.number, t.seed, t.params) for t in repeats] == [
+        (5, 1, sweep.trials.get(number=top).params), (6, 2, sweep.trials.get(number=top).params)]
+    assert [Job.objects.get(pk=t.job_id).launch.values["seed"] for t in repeats] == [1, 2]
+    s = summary(sweep)
+    (group,) = s["repeats"]
+    usd = float(2 * MINUTE_USD)
+    tx = sweep.trials.get(number=top).params["x"]
+    ppd = [surface_script.score(tx, 2, seed) / usd for seed in (0, 1, 2)]  # gain: the last score minus 0
+    assert group["trials"] == [top, 5, 6] and group["ended"] == 3
+    spread = group["points_per_usd"]
+    assert (spread["low"], spread["high"]) == (pytest.approx(min(ppd)), pytest.approx(max(ppd)))
+    assert spread["mean"] == pytest.approx(sum(ppd) / 3)
+    assert more({"top": 1, "seeds": 3}, "repeat").json()["field"] == "seeds", "already over 3 seeds"
+    page = client.get(f"/sweeps/{sweep.pk}").content.decode()
+    assert 'id="seeds-table"' in page and f"trial {top}, seed 2" in page
+    rows = client.get(f"/api/sweeps/{sweep.pk}/csv").content.decode().splitlines()
+    assert rows[0].endswith(",repeat_of,seed") and rows[7].endswith(f",{top},2"), rows
