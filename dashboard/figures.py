@@ -54,7 +54,9 @@ def layout(title, xtitle=None, ytitle=None, **extra):
         "font": {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12, "color": "#1d1d1b"},
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "#ffffff",
-        "legend": {"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0},
+        # Below the chart, from the figure's bottom edge up: Plotly moves the plot up to make room, and
+        # dashboard.js (fitLegend) makes the figure taller where its rows need more than LEGEND_ROOM.
+        "legend": {"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0, "x": 0},
         "hovermode": "x unified",
         "xaxis": {"title": {"text": xtitle or "", "standoff": 4}, "gridcolor": "#e6e6e6", "zeroline": False, "automargin": True},
         "yaxis": {"title": {"text": ytitle or ""}, "gridcolor": "#e6e6e6", "zeroline": False, "automargin": True},

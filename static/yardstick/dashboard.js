@@ -49,10 +49,28 @@
   });
   function draw(f) {
     f.el.replaceChildren();
-    Plotly.newPlot(f.el, f.spec.data, f.spec.layout, config);
+    Plotly.newPlot(f.el, f.spec.data, f.spec.layout, config).then(function () { Y.fitLegend(f.el); });
     f.el.dataset.drawn = "true";
     f.drawn = true;
   }
+  // A legend of many entries (a run's twenty logged keys) wraps into rows taller than the room under the plot:
+  // Plotly then draws them past the figure, over the next card. The figure grows by what its legend needs beyond
+  // LEGEND_ROOM (two rows fit the height it was given), after each draw: a narrower window wraps more rows.
+  const LEGEND_ROOM = 44;
+  Y.fitLegend = function (el) {
+    const base = el.layout && el.layout.height;
+    const legend = el.layout && el.layout.legend;
+    if (!base || !legend || legend.yref !== "container" || el.dataset.fitsLegend) return;
+    el.dataset.fitsLegend = "true";
+    function fit() {
+      const box = el.querySelector(".legend");
+      if (!box) return;
+      const want = base + Math.max(0, Math.ceil(box.getBoundingClientRect().height) - LEGEND_ROOM);
+      if (Math.abs(el.layout.height - want) > 2) Plotly.relayout(el, { height: want });
+    }
+    fit();
+    el.on("plotly_afterplot", fit);
+  };
   // A chart with nothing to draw yet says why in words, not on bare axes: the job's phase while it has one
   // ("building the base policy ..."), else the figure's `empty` text. Its first point draws it (flush).
   function sayEmpty(f) {

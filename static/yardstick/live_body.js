@@ -24,7 +24,9 @@
         c.replaceChildren(p); c.dataset.drawn = "empty"; return;
       }
       c.replaceChildren();
-      Plotly.newPlot(c, spec.data, spec.layout, config);
+      Plotly.newPlot(c, spec.data, spec.layout, config).then(function () {
+        if (window.Yardstick && window.Yardstick.fitLegend) window.Yardstick.fitLegend(c);
+      });
       c.dataset.drawn = "true";
     });
   }

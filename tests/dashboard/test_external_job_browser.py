@@ -46,7 +46,9 @@ def test_an_external_runs_page_shows_what_it_logged_and_grows_live(  # noqa: F81
     # A framework logs its whole config: 200 keys, as TRL does.
     mlflow.log_params({f"config.key_{i:03d}": i for i in range(200)})
     for step in (1, 2):
-        mlflow.log_metrics({"critic/score/mean": 0.2 * step, "actor/entropy": 1.5, "timing_s/gen": 3.0}, step=step)
+        mlflow.log_metrics({"critic/score/mean": 0.2 * step, "actor/entropy": 1.5, "timing_s/gen": 3.0,
+                            **{f"timing_s/stage_{i:02d}_of_the_update_in_seconds": 0.1 * i for i in range(16)}},
+                           step=step)
     (tmp_path / "val_step2.json").write_text(json.dumps([{"input": "Natalia sold 48 clips...", "output": "72",
                                                           "score": 1.0}]))
     mlflow.log_artifact(str(tmp_path / "val_step2.json"))
@@ -69,6 +71,15 @@ def test_an_external_runs_page_shows_what_it_logged_and_grows_live(  # noqa: F81
     for fig in ("logged:actor", "logged:critic", "logged:timing_s", "reward"):
         page.wait_for_selector(f".chart[data-fig='{fig}'][data-drawn='true']")
     assert traces_x(page, "logged:critic") == [["score/mean", [1, 2]]]
+    # Seventeen timing keys: their legend wraps into rows the chart grows to hold, not drawn over the next card.
+    page.wait_for_function("""() => { const c = document.querySelector(".chart[data-fig='logged:timing_s']");
+        const legend = c.querySelector('.legend'), svg = c.querySelector('.main-svg');
+        return legend && legend.getBoundingClientRect().bottom <= svg.getBoundingClientRect().bottom + 1; }""")
+    fits = page.evaluate("""() => { const c = document.querySelector(".chart[data-fig='logged:timing_s']");
+        const legend = c.querySelector('.legend').getBoundingClientRect();
+        const card = c.closest('.card').getBoundingClientRect(), plot = c.querySelector('.bglayer rect').getBoundingClientRect();
+        return [legend.height, legend.bottom <= card.bottom, plot.height]; }""")
+    assert fits[0] > 100 and fits[1] and fits[2] > 150, fits
     assert page.locator("#samples-body").inner_text().startswith("0\tNatalia sold 48 clips...\t72\t1.00\t—")
     img = page.locator("#run-figures img")
     img.scroll_into_view_if_needed()  # loading="lazy": drawn as a person scrolls down to it
