@@ -4,6 +4,7 @@ end (rows, charts and spend redrawn without a reload), is refused raising the bu
 (the running trial is stopped, no trial starts), runs it again and stops the new one; the cost review shows the first
 as one line with its trials underneath."""
 
+import json
 import sys
 from datetime import timedelta
 from decimal import Decimal
@@ -146,3 +147,56 @@ def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F
         page.click(badge)
         page.wait_for_url(f"{live_web.url}/sweeps/{sweep.pk}")
     assert page.locator(".badge.sweep").count() == 0
+
+
+def test_a_campaign_is_started_from_a_cpu_trial_by_clicking(  # noqa: F811
+        transactional_db, live_web, page, django_user_model, admin_user, output_dir, request):
+    """The shipped recipes, a `builtin-grpo-cpu` sweep whose trial 0 completed: "campaign from it" in the trials
+    table opens the New campaign form filled in (the trial's values, its CPU continuation chosen, the GPU ones not
+    offered); a bad budget comes back refused with the form as sent; Create starts the campaign."""
+    import yaml
+
+    from campaigns.models import Campaign
+    from launch.models import import_all
+    from tests.conftest import ROOT
+    from trainer.models import Status, Worker
+
+    def set_up():
+        import_all(yaml.safe_load((ROOT / "launch" / "examples" / "recipes.yaml").read_text()), admin_user)
+        Worker.report("launch@cpu-a", "cpu-a", ["launch@cpu-a"], ["cpu"], cores=4)
+        user = django_user_model.objects.get(username="olga")
+        sweep = Sweep.create(created_by=user, name="cpu lr", team="research", recipe="builtin-grpo-cpu",
+                             objective="per_dollar", space={"lr": {"low": 1e-4, "high": 1e-3, "log": True}},
+                             params={"steps": 8}, budget_usd="1", parallel=1, max_trials=2)
+        setup = sweep.setup_job
+        assert setup.claim() and setup.finish(Status.COMPLETED)
+        sweep.advance()
+        trial = sweep.trials.select_related("job").get(number=0)
+        assert trial.job.claim() and trial.job.finish(Status.COMPLETED)
+        return sweep, trial.params
+
+    user_in_role(django_user_model, "olga", "operator", subprocess=True)
+    sweep, params = in_thread(set_up)
+    log_in(page, live_web.url, "olga", f"/sweeps/{sweep.pk}")
+    page.click('#trials-table tr[data-trial="0"] a:has-text("campaign from it")')
+    page.wait_for_url(f"{live_web.url}/campaigns?*")
+    form = page.locator("#new-campaign[open] form")
+    assert form.locator("select[name=run_recipe]").input_value() == "builtin-grpo-cpu"
+    assert form.locator("select[name=continue_recipe]").input_value() == "builtin-grpo-cpu-continue"
+    offered = form.locator("select[name=continue_recipe] option").all_inner_texts()
+    assert not [o for o in offered if o.startswith(("trl-grpo-continue", "builtin-grpo-continue"))], offered
+    assert json.loads(form.locator("input[name=run_params]").input_value()) == {"steps": 8, **params}
+    assert form.locator("input[name=name]").input_value() == "cpu lr · trial 0"
+    form.locator("input[name=envs]").fill("arithmetic")
+    form.locator("input[name=budget_usd]").fill("-1")
+    form.locator("button[type=submit]").click()
+    assert "Campaign not created: budget_usd must be a number of dollars" in page.locator(".messages").inner_text()
+    form = page.locator("#new-campaign[open] form")
+    assert form.locator("select[name=continue_recipe]").input_value() == "builtin-grpo-cpu-continue", "kept"
+    form.locator("input[name=budget_usd]").fill("2")
+    form.locator("button[type=submit]").click()
+    page.wait_for_url(f"{live_web.url}/campaigns/*")
+    campaign = in_thread(lambda: Campaign.objects.get())
+    assert (campaign.run_recipe, campaign.continue_recipe, campaign.run_params) == (
+        "builtin-grpo-cpu", "builtin-grpo-cpu-continue", {"steps": 8, **params})
+    shot(page, output_dir, request, "campaign-from-cpu-trial")
