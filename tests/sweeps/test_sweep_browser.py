@@ -70,6 +70,8 @@ def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F
                            ".textContent.trim() === '$0.24'")
     assert page.locator('[data-fig="front"]').get_attribute("data-drawn") == "true"
     assert page.locator("#sweep-spent").inner_text() == "$0.24"
+    # Each trial's line on the score chart is named where it ends.
+    assert page.locator('[data-fig="front"] .textpoint text', has_text="trial 0").count() == 1
     shot(page, output_dir, request, "running")
 
     page.fill("#budget-form input[name=budget_usd]", "9")
@@ -82,6 +84,9 @@ def test_an_operator_starts_follows_and_stops_a_sweep_in_the_browser(  # noqa: F
     assert "no more trials: the budget $0.10 is spent ($0.24 charged to its trials)" in page.locator(
         "#sweep-reason").inner_text()
     page.wait_for_selector('#sweep-state[data-state="ended"]', timeout=30_000)
+    # Spent, Budget and what is left, side by side, to one precision.
+    assert [page.locator(f"#sweep-{k}").inner_text() for k in ("spent", "budget", "left")] == [
+        "$0.24", "$0.10", "-$0.14 left"]
     second = sweep.trials.get(number=1).job
     second.refresh_from_db()
     assert (second.status, second.stop_reason) == ("stopped", "the sweep's budget $0.10 is spent")
