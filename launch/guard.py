@@ -71,7 +71,12 @@ def _fail_job(job_id, pgid, worker_pid):
 
     django.setup()
     from trainer.models import Job  # here: needs the apps django.setup() just loaded
+    from yardstick.celery import start_no_more_work  # here: loaded only when the worker died, as Django is
 
+    # It cleans up; it starts nothing (the job's end frees devices: a waiting job, a sweep's next trial). Its worker
+    # may have died in a stopping `up` that now stops every part: what comes next is for the passes of the parts
+    # that live (beat's, or those of the next `up`), which put it on a worker that is there.
+    start_no_more_work()
     job = Job.objects.filter(pk=job_id).first()
     if job is not None:
         job.fail_worker_lost(pgid, f"its launch worker (pid {worker_pid}) died; the guard killed the run's processes")

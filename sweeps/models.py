@@ -637,8 +637,10 @@ class TrialFigures:
                          and job.finished_at >= through)
         # Said while it stops and once it has; a trial that completed before the stop reached it was not stopped.
         self.stopped_by_sweep = trial.stopped_reason if job.status != Status.COMPLETED else ""
-        self.told_state = ("running" if self.active or self.settling else
-                           "failed" if job.status == Status.FAILED or self.interrupted else "ended")
+        # A failed or interrupted trial is no result however its dollars settle; an ended one waits for them.
+        self.told_state = ("running" if self.active else
+                           "failed" if job.status == Status.FAILED or self.interrupted else
+                           "running" if self.settling else "ended")
         self.told = search.Told(trial.number, trial.params, self.told_state, score=self.score, gain=self.gain,
                                 usd=float(self.usd) if money and money.get("cost_usd") is not None else None)
 

@@ -6,6 +6,7 @@ import psutil
 from billiard.exceptions import WorkerLostError
 from celery import shared_task
 from celery.signals import task_failure, worker_ready, worker_shutdown, worker_shutting_down
+from django.db import connection
 
 from trainer import queue, runner, workers
 from trainer.kinds import kinds
@@ -85,6 +86,10 @@ def stop_this_workers_jobs(sig=None, how=None, exitcode=None, **kwargs):
     `failed` by the heartbeat check minutes later. The signal fires in the
     worker's main process; the jobs run in its pool processes.
     """
+    # A connection of this (main) thread, opened at its start, may be to a PostgreSQL that restarted since (`up`
+    # restarts one that died): a fresh one, or the stop is never asked and `up` kills the worker 30 s later, its
+    # runs failed instead of stopped at a checkpoint.
+    connection.close()
     stopped = runner.request_stop_of_local_jobs(reason=f"worker shutting down ({how or sig})")
     for job_id in stopped:
         log.warning("job %s will stop at its next step: the worker is shutting down", job_id)

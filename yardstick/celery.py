@@ -36,9 +36,15 @@ _shutting_down = threading.Event()
 
 @worker_shutting_down.connect
 def _start_no_more_work(**kwargs):
+    start_no_more_work()
+
+
+def start_no_more_work():
+    """From now on this process starts no work (a worker's warm shutdown; a launch guard cleaning up after its dead
+    worker, which a stopping `up` may have killed)."""
     _shutting_down.set()
 
 
 def shutting_down():
-    """True in a Celery worker process that has begun its warm shutdown."""
+    """True in a Celery worker process that has begun its warm shutdown (or a process that said so)."""
     return _shutting_down.is_set()

@@ -1,6 +1,7 @@
 """A launch worker that dies takes its runs with it: no process of a launched command outlives it, and its job
 fails at once (the guard, launch/guard.py), not minutes later when the heartbeat check would find it."""
 
+import json
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import psutil
 import pytest
 
 from launch.models import Launch
+from sweeps.models import Sweep
 from tests.conftest import ROOT, database_url
 from tests.waiting import wait_for
 from trainer.models import Job, Worker
@@ -38,17 +40,31 @@ def worker_process(transactional_db, live_server, launch_data_dir, settings, tmp
     log.close()
 
 
+def guards():
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "launch.guard" in cmdline:
+            found.append(proc.pid)
+    return found
+
+
 def test_killing_the_worker_kills_every_process_of_the_run_and_fails_the_job_at_once(
         worker_process, recipe, operator, client):
     # A run that starts a child in a session of its own (as some launchers do): the group alone would miss it.
     script = ("import subprocess, sys, time\n"
               "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
               "print('child', child.pid, flush=True)\ntime.sleep(600)\n")
-    recipe("sleeper", [sys.executable, "-c", script])
+    recipe("sleeper", [sys.executable, "-c", script, "{x}"],
+           params=[{"name": "x", "kind": "float", "default": 0.5, "minimum": 0.0, "maximum": 1.0, "help": "x"}])
     client.force_login(operator)
-    resp = client.post("/api/launch", '{"recipe": "sleeper", "team": "research"}', content_type="application/json")
+    # A sweep's trial: the job's end frees its device, and a process that sees it end would start the next trial.
+    body = {"name": "s", "team": "research", "recipe": "sleeper", "space": {"x": {"low": 0.0, "high": 1.0}},
+            "budget_usd": "5", "parallel": 1, "max_trials": 2}
+    resp = client.post("/api/sweeps", json.dumps(body), content_type="application/json")
     assert resp.status_code == 201, resp.content
-    job_id = resp.json()["id"]
+    sweep = Sweep.objects.get(pk=resp.json()["id"])
+    job_id = sweep.trials.get().job_id
     child = wait_for(lambda: next((int(t.split()[1]) for s, t in Job.objects.get(pk=job_id).output_lines
                                    .values_list("stream", "text") if t.startswith("child ")), None),
                      timeout_s=60, what=lambda: f"the run to start; worker log: {worker_process.log.read_text()[-3000:]}")
@@ -65,6 +81,10 @@ def test_killing_the_worker_kills_every_process_of_the_run_and_fails_the_job_at_
         wait_for(lambda pid=pid: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
                  timeout_s=10, what=f"process {pid} to be gone")
     assert job.stints.get().end_reason == "crashed"
+    # The guard cleans up and starts nothing (its worker may have died in a stopping `up`): the sweep's next trial is
+    # for the passes of the parts that live.
+    wait_for(lambda: not guards(), timeout_s=20, what="the guard to end")
+    assert job.interrupted and sweep.trials.count() == 1
 
 
 def test_a_warm_shutdown_stops_its_runs_through_their_stop_flag(worker_process, recipe, operator, client):

@@ -5,8 +5,9 @@ tens of seconds, so a single `up` walks every scenario in turn: its start (a ter
 read, ending with the URL and the login; each part's whole output in its log file), a second `up`
 turned away, its embedded Redis and PostgreSQL killed with SIGKILL (the way a crash or the OOM
 killer ends them) and brought back on their data while the children stay, a dead child restarted,
-then Ctrl-C, with no per-task line on the terminal all along; a second run with `--verbose` then
-starts on the data it kept and prints those lines too.
+then a sweep with two trials running and Ctrl-C, with no per-task line on the terminal all along; a second run
+with `--verbose` then starts on the data it kept, prints those lines too, and the sweep goes on without a stranded
+or doubly counted trial (tests/sweeps/restart_walk.py).
 """
 
 import os
@@ -22,6 +23,7 @@ import pytest
 
 from tests.conftest import ROOT, free_port
 from tests.platform.up_process import Up, processes_using
+from tests.sweeps import restart_walk
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -31,14 +33,18 @@ CHILD_EXITED = r"(web|worker|jobs|beat|collector) exited"
 # What Celery prints per task and beat per tick, every few seconds: for the log files, not the terminal.
 PER_TASK = r"Task \S+\[[\w-]+\] (received|succeeded in)|Sending due task"
 LOGIN = r"^ +up \| log in as admin / (\S+)   \(shown once; kept in "
+FAST_SWEEPS = {"YARDSTICK_SWEEP_PASS_S": "2"}  # the sweep's pass every 2 s, not 15
 
 
 def test_up_runs_every_part_restarts_a_dead_child_or_server_and_stops_them_all(service_dir):
     data_dir = service_dir / "data"
     pg_port = free_port()
     # Its PostgreSQL also listens on TCP for GPU nodes, as a control plane's does.
-    up = Up(data_dir, free_port(), env={"YARDSTICK_PG_LISTEN": "127.0.0.1", "YARDSTICK_PG_PORT": str(pg_port),
-                                        "YARDSTICK_PG_PASSWORD": "correct horse battery"})
+    gate = service_dir / "gate"
+    gate.mkdir()
+    settings = {"YARDSTICK_PG_LISTEN": "127.0.0.1", "YARDSTICK_PG_PORT": str(pg_port),
+                "YARDSTICK_PG_PASSWORD": "correct horse battery", **FAST_SWEEPS}
+    up = Up(data_dir, free_port(), env=settings)
     tcp = f"host=127.0.0.1 port={pg_port} user=postgres dbname=yardstick connect_timeout=5"
     pids = {}
     try:
@@ -126,6 +132,9 @@ def test_up_runs_every_part_restarts_a_dead_child_or_server_and_stops_them_all(s
         new_beat = int(up.wait_for_line(r"started beat \(pid (\d+)\)").group(1))
         assert new_beat != pids["beat"]
         pids["beat again"] = new_beat
+
+        # A sweep with two trials running, then Ctrl-C (below) and up again: tests/sweeps/restart_walk.py.
+        sweep = restart_walk.start(data_dir, gate, settings)
     finally:
         code = up.stop()
     assert code == 0
@@ -137,13 +146,17 @@ def test_up_runs_every_part_restarts_a_dead_child_or_server_and_stops_them_all(s
     for pid in pids.values():
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
-    # A second run starts on the kept data: same admin, no new password; --verbose prints every line.
-    again = Up(data_dir, free_port(), args=["--verbose"])
+    restart_walk.after_ctrl_c(data_dir, sweep, gate, settings)
+
+    # A second run starts on the kept data: same admin, no new password; --verbose prints every line; the sweep
+    # goes on.
+    again = Up(data_dir, free_port(), env=settings, args=["--verbose"])
     try:
         again.wait_for_line(rf"^ +up \| log in as admin \(password in {re.escape(str(data_dir))}/admin-password\)$")
         assert (data_dir / "admin-password").read_text().strip() == login
         again.wait_for_any_line(r"^ +worker \| INFO celery\.app\.trace: Task \S+ succeeded in")
         assert any(re.match(r"^ +beat \| INFO celery\.beat: Scheduler: Sending due task", line) for line in again.lines)
+        restart_walk.after_up_again(data_dir, sweep, settings)
     finally:
         assert again.stop() == 0
     assert processes_using(data_dir) == []
