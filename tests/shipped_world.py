@@ -26,11 +26,12 @@ TRACEBACK = ["Traceback (most recent call last):", '  File "train.py", line 3, i
 
 def seed(admin, operator):
     """Fill the database as above; return {"jobs": {label: job id}, "recipes", "clusters", "nodes", "devices",
-    "campaigns", "sweeps", "alerts", "rules", "runs", "experiments"} (the ids and names its URLs take)."""
+    "campaigns", "sweeps", "deployments", "alerts", "rules", "runs", "experiments"} (the ids and names its URLs take)."""
     from alerts.models import Alert, AlertRule, Channel
     from campaigns.models import Campaign
     from launch import kind
     from launch.models import Cluster, Launch, OutputLine, Recipe, import_all
+    from serving.models import Deployment
     from sweeps.models import Sweep
     from tracking import store
     from tracking.models import Run
@@ -146,8 +147,10 @@ def seed(admin, operator):
     rules = [AlertRule.create({"name": f"every {kind_}", "kind": kind_, "channels": [channel.pk]}, by=admin)
              for kind_ in ("job_failed", "cluster_unreachable", "gpu_idle", "node_stale", "device_unhealthy")]
     alert = Alert.fire(rules[1], "cluster:ray-a", 15.0, "cluster ray-a has not answered for 15 minutes", now)
+    Deployment.register({"name": "llama-8b", "team": "serve", "engine": "vllm", "node": "gpu-a",
+                         "metrics_url": "http://127.0.0.1:9/metrics", "model": "meta-llama/Llama-3.1-8B-Instruct"}, admin)
     b.attribute(now)
-    return {"jobs": jobs, "recipes": list(Recipe.objects.values_list("name", flat=True)),
+    return {"jobs": jobs, "deployments": ["llama-8b"], "recipes": list(Recipe.objects.values_list("name", flat=True)),
             "clusters": ["ray-a", "hpc"], "nodes": ["gpu-a"], "devices": [d.uuid for d in devices],
             "campaigns": [campaign.pk], "sweeps": [sw.pk for sw in sweeps], "alerts": [alert.pk] if alert else [], "rules": [r.pk for r in rules],
             "runs": list(Run.objects.values_list("run_id", flat=True)), "experiments": [experiment.pk]}

@@ -298,6 +298,7 @@ INSTALLED_APPS = [
     "exporter.apps.ExporterConfig",
     "launch.apps.LaunchConfig",
     "sweeps.apps.SweepsConfig",
+    "serving.apps.ServingConfig",
 ]
 
 MIDDLEWARE = [

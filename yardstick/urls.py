@@ -26,6 +26,7 @@ urlpatterns = [
     path("", include("costs.urls")),
     path("", include("campaigns.urls")),
     path("", include("sweeps.urls")),
+    path("", include("serving.urls")),
     path("", include("alerts.urls")),
     path("", include("exporter.urls")),
     # One URL style: pages have no trailing slash, and one asked for with it is sent to its address.

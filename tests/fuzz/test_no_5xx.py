@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from tests.dashboard import builders as b
 from tests.fuzz.params import CONFIG_FIELDS, MEANS_SOMETHING, PARAMS
 
-OUR_APPS = ("alerts", "campaigns", "collector", "costs", "launch", "sweeps", "trainer", "tracking", "yardstick")
+OUR_APPS = ("alerts", "campaigns", "collector", "costs", "launch", "serving", "sweeps", "trainer", "tracking",
+            "yardstick")
 # A modest number keeps the suite fast; YARDSTICK_FUZZ_EXAMPLES=500 looks harder (derandomized: same examples each run).
 EXAMPLES = int(os.environ.get("YARDSTICK_FUZZ_EXAMPLES", "12"))
 

@@ -37,7 +37,8 @@ def shipped(db, admin_user, operator, viewer):
 def path_values(url_name, part, world):
     """The values of path part `part` of URL `url_name` that name something in the seeded world."""
     if part == "name":
-        return world["recipes"] if "recipe" in url_name else world["clusters"] if "cluster" in url_name else world["nodes"]
+        return (world["recipes"] if "recipe" in url_name else world["clusters"] if "cluster" in url_name else
+                world["deployments"] if "deployment" in url_name else world["nodes"])
     return {"job_id": list(world["jobs"].values()), "part": ["controls", "launch", "base_build"], "run_id": world["runs"],
             "experiment_id": world["experiments"], "campaign_id": world["campaigns"], "sweep_id": world["sweeps"], "alert_id": world["alerts"],
             "rule_id": world["rules"], "uuid": world["devices"], "version": [plotly.__version__],

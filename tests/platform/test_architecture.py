@@ -17,7 +17,7 @@ import grimp
 from tests.conftest import ROOT
 
 APPS = ("yardstick", "collector", "trainer", "costs", "tracking", "campaigns", "dashboard", "alerts", "exporter",
-        "launch", "sweeps")
+        "launch", "sweeps", "serving")
 
 
 def _product_sources():
@@ -138,7 +138,7 @@ def test_a_project_import_inside_a_function_says_why():
 # Which app owns a table, by the table's name.
 TABLE_OWNERS = {"collector_": "collector", "telemetry_": "collector", "trainer_": "trainer", "costs_": "costs",
                 "tracking_": "tracking", "campaigns_": "campaigns", "alerts_": "alerts", "yardstick_": "yardstick",
-                "launch_": "launch", "sweeps_": "sweeps"}
+                "launch_": "launch", "sweeps_": "sweeps", "serving_": "serving"}
 SQL_TABLE = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE)\s+([a-z]+_[a-z0-9_]+)", re.IGNORECASE)
 
 

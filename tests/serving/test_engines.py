@@ -287,7 +287,7 @@ def test_naming_an_engine_the_page_is_not_says_what_it_looks_like():
                       "starts 'hello world')"),
     ("vllm:prompt_tokens_total{model_name=m} 1\n", "the page is not Prometheus text (Invalid labels: "),
     ("a 1\x00\n", "the page is binary, not Prometheus text (it has NUL bytes)"),
-    (gzip.compress(b"vllm:prompt_tokens_total 1\n"), "the page is not UTF-8 text (byte 0x8b at 1): compressed or "
+    (gzip.compress(b"vllm:prompt_tokens_total 1\n", mtime=0), "the page is not UTF-8 text (byte 0x8b at 1): compressed or "
                                                      "binary?"),
     ("# TYPE x counter\nx 1\n# EOF\n", "the page is not OpenMetrics text ("),
 ])
