@@ -364,14 +364,14 @@ def serve_waiting():
 
 def summary(now=None):
     """The line as the queue panel and /api/queue show it: per pool (the shared one is ""), its workers' GPUs (all,
-    free, held), the jobs running that the line placed, the waiting ones in order (the first is the next to start);
+    free, held), the jobs running that the line placed and those placed but not started yet, the waiting ones in order (the first is the next to start);
     and the team caps."""
     now = now or timezone.now()
     pools = {}
 
     def pool(name):
         return pools.setdefault(name, {"pool": name, "workers": [], "gpus": 0, "free_gpus": 0, "held_gpus": 0,
-                                       "cores": 0, "running": 0, "waiting": []})
+                                       "cores": 0, "running": 0, "starting": 0, "waiting": []})
 
     counted = set()  # (pool, node): a node's jobs worker and launch worker share its GPUs
     workers = [w for w in sorted(live_workers(now), key=lambda w: w.name) if any(k.runs_on(w) for k in kinds())]
@@ -387,10 +387,13 @@ def summary(now=None):
         row["free_gpus"] += len(free_gpus)
         row["held_gpus"] += len(gpu_indices(worker)) - len(free_gpus)
         row["cores"] += worker.cores
+    # Placed by the line: running (or stopping), or given its devices and sent to its worker but not started yet
+    # ("starting": a worker busy with its last run, or restarting). Counted apart: one running and one sent is not
+    # "Running 2".
     placed = Job.objects.filter(status__in=[Status.QUEUED, *ACTIVE], queued_at__isnull=False,
                                 placed_at__isnull=False)
-    for name, count in Counter(placed.values_list("pool", flat=True)).items():
-        pool(name)["running"] = count
+    for (name, status), count in Counter(placed.values_list("pool", "status")).items():
+        pool(name)["starting" if status == Status.QUEUED else "running"] += count
     line = list(waiting())
     wants = _wants(line)
     for job in line:

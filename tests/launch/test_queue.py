@@ -9,7 +9,7 @@ import pytest
 from launch.kind import start
 from launch.models import Launch
 from trainer.models import Job, Status, TeamCap, Worker
-from trainer.queue import place_waiting, set_cap, set_priority
+from trainer.queue import place_waiting, set_cap, set_priority, summary
 from yardstick.inputs import InputError
 
 PY = sys.executable
@@ -56,6 +56,19 @@ def test_the_third_waits_1st_in_line_and_gets_the_gpu_the_first_frees(two_gpus, 
     assert end(first).placed == [third] and gpus(third) == [0] and line() == []
     third.refresh_from_db()
     assert third.placed_on == "launch@gpu-a" and third.status_note == "" and third.waited_s() >= 0
+
+
+def test_the_queue_panel_counts_a_placed_job_not_yet_started_apart_from_the_running_ones(two_gpus, operator, client):
+    """The walk's "Running 2" with one job running and one placed on its worker but not started."""
+    first, second, third = (run("one", operator) for _ in range(3))
+    assert Job.objects.get(pk=first.pk).claim(), "its worker started it"
+    shared = summary()["pools"][0]
+    assert (shared["running"], shared["starting"], len(shared["waiting"])) == (1, 1, 1)
+    client.force_login(operator)
+    assert client.get("/api/queue").json()["pools"][0]["starting"] == 1
+    panel = client.get("/jobs").content.decode().split('id="queue-table"')[1].split("</table>")[0]
+    running = panel.split('class="num queue-running">')[1].split("</td>")[0]
+    assert running.startswith("1 ") and "+1 starting" in running
 
 
 def test_a_high_priority_launch_overtakes_a_normal_one_and_only_an_admin_may_ask_for_high(two_gpus, operator,

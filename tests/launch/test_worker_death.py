@@ -40,11 +40,12 @@ def worker_process(transactional_db, live_server, launch_data_dir, settings, tmp
     log.close()
 
 
-def guards():
+def guards(pgid):
+    """The guard processes of the run whose process group is `pgid` (other tests' runs have theirs)."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if "launch.guard" in cmdline:
+        if "launch.guard" in cmdline and str(pgid) in cmdline[cmdline.index("launch.guard") + 1:][:1]:
             found.append(proc.pid)
     return found
 
@@ -83,7 +84,7 @@ def test_killing_the_worker_kills_every_process_of_the_run_and_fails_the_job_at_
     assert job.stints.get().end_reason == "crashed"
     # The guard cleans up and starts nothing (its worker may have died in a stopping `up`): the sweep's next trial is
     # for the passes of the parts that live.
-    wait_for(lambda: not guards(), timeout_s=20, what="the guard to end")
+    wait_for(lambda: not guards(leader), timeout_s=20, what="the guard to end")
     assert job.interrupted and sweep.trials.count() == 1
 
 

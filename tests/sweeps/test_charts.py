@@ -201,6 +201,17 @@ def _two_results():
     return sweep
 
 
+def _no_gain():
+    """Two trials whose score stayed at 5 points over 6 charged steps: no trial gained."""
+    prices()
+    sweep = Sweep.create(created_by=None, **{**GOOD, "name": "flat", "budget_usd": "100", "parallel": 1})
+    run_charged(sweep.trials.get(number=0).job, 6, score=lambda k: 5.0)
+    sweep.advance()
+    run_charged(sweep.trials.get(number=1).job, 6, score=lambda k: 5.0)
+    sweep.advance()
+    return sweep
+
+
 def test_the_sweep_page_draws_the_study_from_its_trials_values_and_points_per_dollar(recipes, viewer, client):
     sweep = _two_results()
     client.force_login(viewer)
@@ -248,3 +259,8 @@ def test_chromium_draws_the_parallel_coordinates_and_the_slices(  # noqa: F811
     assert slices_chart.locator(".scatterlayer .point").count() == 4
     assert sorted(slices_chart.locator(".g-xtitle, .g-x2title").all_text_contents()) == ["kl_coef", "lr"]
     shot(page, output_dir, request, "study")
+    # A sweep none of whose trials gained says so where its best per dollar would be.
+    in_thread(sweep.stop)  # its waiting trial gives the line's GPU to the next sweep's
+    flat = in_thread(_no_gain)
+    page.goto(f"{live_web.url}/sweeps/{flat.pk}")
+    assert "(no trial gained)" in page.locator("#best-per-dollar").inner_text()
