@@ -1,6 +1,7 @@
 """Celery entry points for jobs: thin wrappers around trainer.runner and trainer.models."""
 
 import logging
+import threading
 
 import psutil
 from billiard.exceptions import WorkerLostError
@@ -86,13 +87,33 @@ def stop_this_workers_jobs(sig=None, how=None, exitcode=None, **kwargs):
     `failed` by the heartbeat check minutes later. The signal fires in the
     worker's main process; the jobs run in its pool processes.
     """
-    # A connection of this (main) thread, opened at its start, may be to a PostgreSQL that restarted since (`up`
-    # restarts one that died): a fresh one, or the stop is never asked and `up` kills the worker 30 s later, its
-    # runs failed instead of stopped at a checkpoint.
-    connection.close()
-    stopped = runner.request_stop_of_local_jobs(reason=f"worker shutting down ({how or sig})")
-    for job_id in stopped:
+    # The signal handler runs in the main thread between two of its bytecodes, perhaps in the middle of a query of
+    # that thread's connection (its worker_ready handler placing waiting jobs): it must not use or close that one
+    # (a closed connection under a running query left the worker hung, never forgotten). A thread of its own opens a
+    # fresh connection, which also reaches a PostgreSQL that restarted since (`up` restarts one that died); without
+    # one the stop is never asked and `up` kills the worker 30 s later, its runs failed instead of stopped.
+    stopped = _in_a_thread_of_its_own(runner.request_stop_of_local_jobs, reason=f"worker shutting down ({how or sig})")
+    for job_id in stopped or ():
         log.warning("job %s will stop at its next step: the worker is shutting down", job_id)
+
+
+def _in_a_thread_of_its_own(fn, *args, **kwargs):
+    """fn(*args, **kwargs) on a new thread's own database connection, closed after; its result, or None after an
+    error (logged) or 20 s."""
+    result = []
+
+    def call():
+        try:
+            result.append(fn(*args, **kwargs))
+        except Exception:  # noqa: BLE001 - a shutdown goes on: what was not done is logged
+            log.exception("%s did not finish", fn.__name__)
+        finally:
+            connection.close()  # this thread's
+
+    thread = threading.Thread(target=call, name=f"shutdown-{fn.__name__}", daemon=True)
+    thread.start()
+    thread.join(timeout=20)
+    return result[0] if result else None
 
 
 # This worker's row in trainer_worker (what devices it has), kept while it runs; see trainer/workers.py.
@@ -122,4 +143,4 @@ def forget_this_worker(sender=None, **kwargs):
     reporter = _reporter.pop(name, None)
     if reporter is not None:
         reporter.stop()
-        workers.forget(name)
+        _in_a_thread_of_its_own(workers.forget, name)  # the main thread's connection may be mid-query or stale

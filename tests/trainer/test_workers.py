@@ -241,3 +241,34 @@ def test_a_celery_worker_reports_its_queues_and_devices_when_ready_and_is_forgot
         os.killpg(worker.pid, signal.SIGTERM)
         worker.wait(timeout=60)
     assert not Worker.objects.filter(name=name).exists(), "a stopped worker no longer counts"
+
+
+def test_a_shutdown_signal_in_the_middle_of_a_query_asks_the_stop_and_leaves_that_query_alone(transactional_db):
+    """Celery calls the warm-shutdown handlers from its SIGTERM handler, in the worker's main thread, between two
+    of its bytecodes: perhaps while that thread waits on a query (its worker_ready handler placing waiting jobs,
+    under load). The handler asks this process's jobs to stop over a connection of its own; the query goes on to
+    its answer, and the connection serves the worker's next query (the forgetting of its row on the way out).
+    Closing the main thread's connection there left the worker hung and its row counted."""
+    from django.db import connection
+
+    from tests.dashboard import builders as b
+    from trainer.models import Stint
+    from trainer.tasks import stop_this_workers_jobs
+
+    job = b.job(name="mine")
+    Stint.objects.create(job=job, node=settings.YARDSTICK_NODE, device="cpu", pid=os.getpid())
+    asked = []
+    before = signal.signal(signal.SIGALRM, lambda *_: asked.append(stop_this_workers_jobs(sig="SIGTERM", how="Warm")))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(1.5), 7")
+            assert cursor.fetchone()[1] == 7
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    assert asked == [None], "the handler ran while the query waited"
+    job.refresh_from_db()
+    assert (job.status, job.stop_requested) == ("stopping", True)
+    assert job.interrupted_by == "worker shutting down (Warm)"
+    assert Worker.objects.filter(name="nobody").delete()[0] == 0  # the main thread's connection still serves
