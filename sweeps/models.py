@@ -46,6 +46,7 @@ from trainer import inputs
 from trainer.kinds import kind_of
 from trainer.models import ENDED, ENV_MAX, NAME_MAX, TEAM_MAX, Job, Priority, Status
 from yardstick.auth import has_role
+from yardstick.celery import shutting_down
 from yardstick.inputs import InputError
 from yardstick.live import publish
 
@@ -236,7 +237,7 @@ class Sweep(models.Model):
                                                                   "spent")
         if self.stop_share > 0:  # while ending too: its last trials spend as much as any
             changed |= self._stop_by_the_dollar(figs)
-        while self.state == State.RUNNING and len(active) < self.parallel:
+        while self.state == State.RUNNING and len(active) < self.parallel and not shutting_down():
             refusal = self._next_refusal(figs, spent)
             if refusal:
                 changed |= self._stop_launching(*refusal)
@@ -371,6 +372,17 @@ class Sweep(models.Model):
         log.info("sweep %s: trial %s is job %s with %s", self.pk, number, job.pk, params)
         return TrialFigures(trial, None, None, None)
 
+    def _no_launch_worker_now(self):
+        """True while nothing could run a trial of this sweep now: this process is shutting down (what it started
+        would go to a worker going away), or no launch worker where its trials run has reported (a restart under
+        way: the trial goes on at the pass after one has, instead of the sweep ending on the refusal)."""
+        if shutting_down():
+            return True
+        if self.cluster:
+            return False
+        return not any(w.team == self.pool and (not self.node or w.host == self.node)
+                       for w in launch_kind.launch_workers())
+
     def _go_on(self, figs):
         """Each trial its worker's restart or death interrupted goes on: resumed from its newest checkpoint, or, when
         it cannot resume (no checkpoint yet, a recipe without resume arguments), its parameters run again as a new
@@ -379,7 +391,7 @@ class Sweep(models.Model):
         changed = False
         number = len(figs)
         for f in figs:
-            if not f.to_resume:
+            if not f.to_resume or self._no_launch_worker_now():
                 continue
             job = f.trial.job
             why = job.interrupted_by

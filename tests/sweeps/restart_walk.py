@@ -118,7 +118,7 @@ def after_up_again(data_dir, pk, env):
     seen = shell(data_dir, READ.replace("PK", str(pk)), env)
     assert stranded == [], "no job left queued or running"
     by_number = {t[0]: t for t in trials}
-    assert [t[0] for t in trials] == [0, 1, 2, 3, 4], trials
+    assert [t[0] for t in trials] == [0, 1, 2, 3, 4], (trials, seen["reason"])
     # Trials 0 and 1 were interrupted and run again as 2 and 3, with their parameters; 4 is the third of max_trials.
     assert sorted(by_number[n][5] for n in (0, 1)) == [2, 3], trials
     for n in (0, 1):

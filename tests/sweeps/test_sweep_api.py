@@ -329,3 +329,34 @@ def test_amounts_side_by_side_are_written_to_one_precision():
     assert usd_texts(Decimal("12.5"), Decimal("100"), Decimal("87.5")) == ["$12.50", "$100.00", "$87.50"]
     assert usd_texts(Decimal("0.0201"), Decimal("0.02"), Decimal("-0.0001")) == ["$0.0201", "$0.0200", "-$0.0001"]
     assert usd_texts(None, Decimal("1234.5")) == ["—", "$1,234.50"]
+
+
+def test_an_interrupted_trial_waits_for_a_launch_worker_and_no_trial_starts_from_a_process_going_away(
+        recipes, operator, client):
+    """A restart under way: the launch worker has stopped its trials (interrupted) and forgotten itself. A pass then
+    (from the worker still running the sweeps' passes) runs nothing again and does not end the sweep on the refusal:
+    the trial goes on at the pass after a launch worker has reported. A pass in a process that is shutting down
+    starts no trial at all (it would go to a worker going away)."""
+    from yardstick import celery as yardstick_celery
+
+    client.force_login(operator)
+    sweep = Sweep.objects.get(pk=post(client, "/api/sweeps", {**GOOD, "parallel": 1}).json()["id"])
+    first = sweep.trials.get().job
+    assert first.claim()
+    Job.objects.filter(pk=first.pk).update(status=Status.STOPPED, interrupted_by="worker shutting down (Warm)")
+    Worker.objects.filter(name="launch@gpu-a").delete()  # forgotten on its way out
+    sweep.advance()
+    sweep.refresh_from_db()
+    assert (sweep.state, sweep.reason, sweep.trials.count()) == (State.RUNNING, "", 1), "it waits"
+
+    Worker.report("launch@gpu-a", "gpu-a", ["launch@gpu-a"], ["cpu", "cuda:0"], cores=8, gpus=GPUS)
+    yardstick_celery.start_no_more_work()
+    try:
+        sweep.advance()
+        assert sweep.trials.count() == 1, "nothing started from a process going away"
+    finally:
+        yardstick_celery._shutting_down.clear()
+    sweep.advance()  # up again: trial 0's parameters run again as trial 1
+    again = sweep.trials.get(number=1)
+    assert (sweep.state, sweep.trials.get(number=0).run_again_as_id) == (State.RUNNING, again.pk)
+    assert again.params == sweep.trials.get(number=0).params
