@@ -32,6 +32,19 @@ def test_cached_forward_gives_the_same_logits_as_a_full_forward():
     assert_close(torch.cat(pieces, dim=1), full, atol=1e-4, rtol=1e-4)
 
 
+def test_attention_is_causal_scaled_dot_product_attention():
+    """The attention is written out (two products and a softmax, faster on CPUs at these sizes): it must be
+    PyTorch's causal scaled dot-product attention, position for position."""
+    import torch.nn.functional as F
+
+    model = random_model()
+    attn = model.blocks[0].attn
+    x = torch.randn(3, 20, SMALL.n_embd)
+    q, k, v = (t.view(3, 20, SMALL.n_head, -1).transpose(1, 2) for t in attn.c_attn(x).split(SMALL.n_embd, dim=2))
+    expected = attn.c_proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(3, 20, -1))
+    assert_close(attn(x), expected, atol=1e-5, rtol=1e-5)
+
+
 def test_greedy_sampling_with_the_kv_cache_equals_sampling_without_it():
     model = random_model()
     prompts = encode_prompts(["12+34=", "999-1=", "7+7="], 8)
