@@ -341,3 +341,81 @@ class DeviceHolder(models.Model):
     class Meta:
         managed = False
         db_table = "telemetry_device_holder"
+
+
+class ScrapeTarget(models.Model):
+    """A metrics page the agent of `node` reads every few seconds (collector/agent/serving.py): a serving
+    deployment's (serving.models.Deployment keeps it in step), and how its newest reads went."""
+
+    name = models.CharField(max_length=100, unique=True, help_text="the deployment's name")
+    node = models.CharField(max_length=255, db_index=True, help_text="the node whose agent reads it")
+    engine = models.CharField(max_length=20, help_text="a key of collector.agent.engines.ENGINES, or auto")
+    metrics_url = models.CharField(max_length=1000)
+    model = models.CharField(max_length=500, blank=True, default="", help_text="'': every model the page counts")
+    checked_at = models.DateTimeField(null=True, blank=True, help_text="the newest read, whether it worked or not")
+    read_at = models.DateTimeField(null=True, blank=True, help_text="the newest read that worked")
+    engine_read = models.CharField(max_length=20, blank=True, default="", help_text="the engine the page was read as")
+    unreadable_since = models.DateTimeField(null=True, blank=True,
+                                            help_text="the first failed read after the last that worked")
+    unreadable = models.CharField(max_length=2000, blank=True, default="", help_text="why the newest read failed")
+
+    def __str__(self):
+        return f"scrape target {self.name} on {self.node}"
+
+    @classmethod
+    def put(cls, name, node, engine, metrics_url, model):
+        """Create or change the target `name`; a changed page, node or engine keeps what was read of the old."""
+        target, _ = cls.objects.update_or_create(name=name, defaults={
+            "node": node, "engine": engine, "metrics_url": metrics_url, "model": model})
+        return target
+
+
+class ServedCount(models.Model):
+    """What one model's counters on a target's page gained between two reads (the later one's `ts`), and its gauges
+    then; written by the node's agent (collector/agent/writer.py), once per read whatever the replays. None: the
+    engine does not expose it."""
+
+    target = models.ForeignKey(ScrapeTarget, on_delete=models.CASCADE, related_name="counts")
+    ts = models.DateTimeField()
+    model = models.CharField(max_length=500, blank=True, default="", help_text="'' for an engine that names none")
+    prompt_tokens = models.FloatField(null=True)
+    generation_tokens = models.FloatField(null=True)
+    requests = models.FloatField(null=True)
+    cached_prompt_tokens = models.FloatField(null=True)
+    prefill_seconds = models.FloatField(null=True)
+    decode_seconds = models.FloatField(null=True)
+    ttft_sum = models.FloatField(null=True)
+    ttft_count = models.FloatField(null=True)
+    itl_sum = models.FloatField(null=True)
+    itl_count = models.FloatField(null=True)
+    running = models.FloatField(null=True)
+    waiting = models.FloatField(null=True)
+    kv_cache_usage = models.FloatField(null=True)
+    restarted = models.BooleanField(default=False, help_text="the engine restarted since the read before")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["target", "model", "ts"], name="served_count_once")]
+        indexes = [models.Index(fields=["target", "ts"])]
+
+    SUMMED = ("prompt_tokens", "generation_tokens", "requests", "cached_prompt_tokens")
+
+    @staticmethod
+    def empty():
+        return {f: None for f in ServedCount.SUMMED} | {"restarts": 0, "first": None, "last": None}
+
+    @classmethod
+    def totals(cls, target_ids=None, since=None):
+        """{target id: {prompt_tokens, generation_tokens, requests, cached_prompt_tokens (sums; None where the
+        engine exposes none), restarts, first, last (ISO times of the first and last reads counted)}}."""
+        rows = cls.objects.all()
+        if target_ids is not None:
+            rows = rows.filter(target_id__in=target_ids)
+        if since is not None:
+            rows = rows.filter(ts__gt=since)
+        sums = {f: models.Sum(f) for f in cls.SUMMED}
+        restarts = models.Count("pk", filter=models.Q(restarted=True))
+        out = {}
+        for r in rows.values("target").annotate(**sums, restarts=restarts, first=models.Min("ts"), last=models.Max("ts")):
+            out[r["target"]] = {f: r[f] for f in cls.SUMMED} | {
+                "restarts": r["restarts"], "first": r["first"].isoformat(), "last": r["last"].isoformat()}
+        return out

@@ -1,8 +1,9 @@
 """Serving deployments: a model served by an inference engine on a node's GPUs (docs/serving.md).
 
 An admin registers a `Deployment` (name, team, engine or "auto", the engine's metrics URL, the model it serves, the
-node whose collector agent reads it). The engine's own counters (serving/engines.py reads each engine's names) are
-what its tokens, requests and latency will be read from; its dollars, from the GPUs it holds, priced as a job's.
+node whose collector agent reads it). The agent reads the page of its `target` (collector.models.ScrapeTarget, kept in
+step by `register`) and stores what its counters gained (collector.models.ServedCount); its dollars will come from the
+GPUs it holds, priced as a job's.
 Registration checks every field and stores nothing when one is wrong (InputError names it).
 """
 
@@ -10,8 +11,12 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import models, transaction
+from django.db.models.signals import post_delete
+from django.dispatch import receiver
+from django.utils import timezone
 
-from serving.engines import ENGINES
+from collector.agent.engines import ENGINES
+from collector.models import ScrapeTarget, ServedCount
 from trainer.models import TEAM_MAX
 from yardstick.inputs import InputError, text_problem
 
@@ -26,7 +31,7 @@ AUTO = "auto"
 class Deployment(models.Model):
     name = models.CharField(max_length=NAME_MAX, unique=True)
     team = models.CharField(max_length=TEAM_MAX, db_index=True, help_text="who pays for it")
-    engine = models.CharField(max_length=20, help_text="an engine of serving.engines.ENGINES, or auto: found from "
+    engine = models.CharField(max_length=20, help_text="an engine of collector.agent.engines.ENGINES, or auto: found from "
                                                        "the metric names its page gives")
     metrics_url = models.CharField(max_length=URL_MAX, help_text="the engine's Prometheus page, http(s)")
     model = models.CharField(max_length=MODEL_MAX, blank=True, default="",
@@ -38,6 +43,9 @@ class Deployment(models.Model):
                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # What the node's agent reads (collector.models.ScrapeTarget): kept in step by register.
+    target = models.OneToOneField(ScrapeTarget, null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="deployment")
 
     class Meta:
         ordering = ["name"]
@@ -70,14 +78,48 @@ class Deployment(models.Model):
             row = row or cls(name=name, created_by=user)
             for field, value in clean.items():
                 setattr(row, field, value)
+            row.target = ScrapeTarget.put(name, clean["node"], clean["engine"], clean["metrics_url"], clean["model"])
             row.save()
         return row, outcome
 
-    def to_dict(self):
-        return {"name": self.name, "team": self.team, "engine": self.engine, "metrics_url": self.metrics_url,
-                "model": self.model, "node": self.node, "description": self.description,
-                "created_by": self.created_by.username if self.created_by_id else None,
-                "created_at": self.created_at.isoformat()}
+
+    def to_dict(self, counted=None):
+        """The deployment and, given `counted` (ServedCount.totals by target id), what its agent has read."""
+        t = self.target
+        out = {"name": self.name, "team": self.team, "engine": self.engine, "metrics_url": self.metrics_url,
+               "model": self.model, "node": self.node, "description": self.description,
+               "created_by": self.created_by.username if self.created_by_id else None,
+               "created_at": self.created_at.isoformat(),
+               "read_at": _iso(t and t.read_at), "engine_read": t.engine_read if t else "",
+               "unreadable_since": _iso(t and t.unreadable_since), "unreadable": (t.unreadable if t else "") or None}
+        if counted is not None:
+            out["counted"] = counted.get(self.target_id, ServedCount.empty())
+        return out
+
+    @property
+    def state(self):
+        """What the page says of its metrics: "not read yet", "read at 14:02", "unreadable since 14:02: ..."."""
+        t = self.target
+        if t is not None and t.unreadable_since is not None:
+            return f"metrics unreadable since {_clock(t.unreadable_since)}: {t.unreadable}"
+        if t is None or t.read_at is None:
+            return f"not read yet: the agent on node {self.node} reads it every few seconds once it runs"
+        return f"read at {_clock(t.read_at)}"
+
+
+@receiver(post_delete, sender=Deployment)
+def _read_no_more(sender, instance, **kwargs):
+    """A deleted deployment (one, or a queryset's) is read no more, and what was read of it goes with it."""
+    if instance.target_id is not None:
+        ScrapeTarget.objects.filter(pk=instance.target_id).delete()
+
+
+def _iso(ts):
+    return ts.isoformat() if ts else None
+
+
+def _clock(ts):
+    return timezone.localtime(ts).strftime("%Y-%m-%d %H:%M")
 
 
 def clean_name(value):

@@ -8,7 +8,8 @@ from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from serving.engines import ENGINES
+from collector.agent.engines import ENGINES
+from collector.models import ServedCount
 from serving.models import AUTO, FIELDS, Deployment
 from yardstick.auth import require_role
 from yardstick.http import bad, methods
@@ -21,7 +22,9 @@ def _missing(name):
 
 @require_role("viewer")
 def _list(request):
-    return JsonResponse({"deployments": [d.to_dict() for d in Deployment.objects.select_related("created_by")]})
+    rows = list(Deployment.objects.select_related("created_by", "target"))
+    counted = ServedCount.totals([d.target_id for d in rows])
+    return JsonResponse({"deployments": [d.to_dict(counted) for d in rows]})
 
 
 @require_role("admin")
@@ -37,7 +40,7 @@ def _register(request):
 @require_role("viewer")
 def _detail(request, name):
     row = Deployment.objects.filter(name=name).first()
-    return _missing(name) if row is None else JsonResponse(row.to_dict())
+    return _missing(name) if row is None else JsonResponse(row.to_dict(ServedCount.totals([row.target_id])))
 
 
 @require_role("admin")
@@ -57,8 +60,12 @@ deployment_api = methods(GET=_detail, DELETE=_delete)
 @require_role("viewer")
 def serving_page(request):
     prefill = {k: request.GET.get(k, "")[:2000] for k in FIELDS}
+    rows = list(Deployment.objects.select_related("created_by", "target"))
+    counted = ServedCount.totals([d.target_id for d in rows])
+    for row in rows:
+        row.counted = counted.get(row.target_id, ServedCount.empty())
     return render(request, "serving/serving.html", {
-        "deployments": list(Deployment.objects.select_related("created_by")), "engines": ENGINES, "auto": AUTO,
+        "deployments": rows, "engines": ENGINES, "auto": AUTO,
         "prefill": prefill, "prefilled": any(prefill.values())})
 
 

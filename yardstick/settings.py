@@ -226,6 +226,9 @@ if COLLECTOR_SOURCE not in ("host", "nvml"):
 BEAT_STALE_S = envint("YARDSTICK_BEAT_STALE_S", 60, minimum=1)
 # A newest sample older than this makes /healthz report collectors as down.
 COLLECTOR_STALE_S = envint("YARDSTICK_COLLECTOR_STALE_S", 60, minimum=1)
+# Seconds between a node agent's reads of its serving deployments' metrics pages (`manage.py collect`, up's
+# collector; docs/serving.md); 0: none. The agent alone (python -m collector.agent) takes --serve-scrape.
+YARDSTICK_SERVE_SCRAPE_S = envint("YARDSTICK_SERVE_SCRAPE_S", 10, minimum=0)
 
 # A running job whose heartbeat is older than this is marked failed (its worker died).
 YARDSTICK_JOB_HEARTBEAT_LIMIT_S = envint("YARDSTICK_JOB_HEARTBEAT_LIMIT_S", 120, minimum=10)

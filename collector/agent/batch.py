@@ -51,6 +51,18 @@ class Holder:
     launcher_ids: dict = field(default_factory=dict)  # e.g. {"SLURM_JOB_ID": "4242"}; {} when none or unreadable
 
 
+@dataclass(frozen=True)
+class Served:
+    """One serving deployment's page at one scrape (serving.py): per model, what its counters gained since the last
+    scrape and its gauges now; or why the page could not be read (`error`)."""
+
+    deployment: str  # its name, as registered
+    ts: datetime
+    engine: str = ""  # the engine the page was read as; "" where it could not be read
+    error: str = ""  # "" where it was read
+    models: tuple = ()  # ((model, {field: value or None}), ...): model "" for an engine that names none
+
+
 @dataclass
 class Reading:
     """One device's values at one tick, as a source returns them."""
@@ -80,6 +92,7 @@ class Batch:
     # The IP addresses of the machine the batch's node is (sources.base.machine_addresses); [] where the source
     # reads another machine or none (dcgm, sim), which leaves a node's stored addresses as they are.
     addresses: list = field(default_factory=list)
+    served: list = field(default_factory=list)  # [Served]: the node's serving deployments, read every few ticks
 
     def __post_init__(self):
         # Rows made with the first fields only (an import, a benchmark): the rest are None.
@@ -97,6 +110,8 @@ class Batch:
             "interval_s": self.interval_s,
             "events": [[u, _to_us(ts), *rest] for u, ts, *rest in self.events],
             "addresses": list(self.addresses),
+            "served": [[s.deployment, _to_us(s.ts), s.engine, s.error, [[m, f] for m, f in s.models]]
+                       for s in self.served],
         }
 
     @classmethod
@@ -109,6 +124,8 @@ class Batch:
             interval_s=data.get("interval_s", 1.0),
             events=[(e[0], _from_us(e[1]), *e[2:]) for e in data.get("events", [])],  # none in an older spool
             addresses=data.get("addresses", []),  # none in an older spool
+            served=[Served(d, _from_us(us), engine, error, tuple((m, f) for m, f in models))
+                    for d, us, engine, error, models in data.get("served", [])],  # none in an older spool
         )
 
 

@@ -9,6 +9,7 @@ import sys
 import threading
 
 from .runner import DB_TIMEOUT_S, Agent
+from .serving import EVERY_S_DEFAULT, Scraper
 from .sources import SOURCES, SourceError, make_source
 from .spool import Spool, SpoolInUse
 
@@ -27,7 +28,8 @@ def spool_dir(opts, root=SPOOL_ROOT):
     return f"{root}/{opts['source']}-{re.sub(r'[^A-Za-z0-9._-]', '_', node)}"
 
 
-def add_arguments(parser, dsn_required=True):
+def add_arguments(parser, dsn_required=True, serve_scrape_s=EVERY_S_DEFAULT):
+    """The agent's flags; `serve_scrape_s`: --serve-scrape's default (`manage.py collect`: YARDSTICK_SERVE_SCRAPE_S)."""
     if dsn_required:
         parser.add_argument("--dsn", required=True, help="libpq connection string, e.g. postgresql://user@db/yardstick")
     parser.add_argument("--source", required=True, choices=SOURCES, help="where readings come from")
@@ -44,6 +46,10 @@ def add_arguments(parser, dsn_required=True):
         "--db-timeout", type=_positive_float, default=DB_TIMEOUT_S,
         help=f"seconds one write may take before it is abandoned and spooled (default {DB_TIMEOUT_S:g})",
     )
+    parser.add_argument(
+        "--serve-scrape", type=_non_negative_float, default=serve_scrape_s, metavar="SECONDS",
+        help="seconds between reads of this node's serving deployments' metrics pages, nvml and host sources only; 0: "
+             f"none (default {serve_scrape_s:g})")
     parser.add_argument("--ticks", type=_positive_int, default=None, help="stop after this many ticks (default: run until signalled)")
     host = parser.add_argument_group("host source")
     host.add_argument("--cpu-tdp-w", type=_positive_float, default=None, help="CPU TDP for the power estimate (default 10 W per CPU)")
@@ -62,6 +68,16 @@ def _positive_float(text):
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _non_negative_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
     return value
 
 
@@ -96,8 +112,13 @@ def run(options, dsn, out=None, spool_root=SPOOL_ROOT):
         spool.close()
         log.error("%s", exc)
         return 2
+    node = opts.get("node") or socket.gethostname()
+    every_s = opts.get("serve_scrape", EVERY_S_DEFAULT)
+    # The machine's own sources only: a sim fleet or a dcgm-exporter elsewhere beside `up`'s collector would read
+    # this node's deployments a second time.
+    scraper = Scraper(node, dsn, spool.dir, every_s) if every_s and opts["source"] in ("nvml", "host") else None
     agent = Agent(source, dsn, spool, interval_s=opts["interval"], labels=dict(opts.get("label") or []),
-                  db_timeout_s=opts.get("db_timeout", DB_TIMEOUT_S), phase_key=opts.get("node") or socket.gethostname())
+                  db_timeout_s=opts.get("db_timeout", DB_TIMEOUT_S), phase_key=node, serving=scraper)
     stop = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -108,6 +129,8 @@ def run(options, dsn, out=None, spool_root=SPOOL_ROOT):
     log.info(
         "collecting from %s every %gs; spool %s", opts["source"], opts["interval"], spool.dir
     )
+    if scraper is not None:
+        log.info("reading node %s's serving deployments every %gs", node, every_s)
     try:
         agent.run(stop, ticks=opts.get("ticks"))
     finally:

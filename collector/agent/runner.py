@@ -47,6 +47,8 @@ RECONNECT_MAX_S = 30.0
 DB_TIMEOUT_S = 15.0
 # How often the watchdog looks at the write in progress.
 WATCH_EVERY_S = 0.2
+# How long the end of a run waits for a scrape in progress (its pages' fetches are bounded by their timeout).
+FETCH_JOIN_S = 30.0
 # TCP keepalive: probe an idle connection after 10 s, every 5 s, give up after 3 misses.
 KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 
@@ -69,8 +71,9 @@ def first_phased_tick(offset_s, interval_s, wall, mono):
 
 class Agent:
     def __init__(self, source, dsn, spool, interval_s=1.0, labels=None, connect_timeout_s=3, db_timeout_s=DB_TIMEOUT_S,
-                 phase_key=None):
+                 phase_key=None, serving=None):
         self.source = source
+        self.serving = serving  # a serving.Scraper: the node's serving deployments, read on a thread of their own
         self.dsn = dsn
         self.spool = spool
         self.interval_s = interval_s
@@ -105,6 +108,10 @@ class Agent:
         self._threaded = True
         delivery.start()
         watchdog.start()
+        scraping, ending = None, threading.Event()  # ending: set as the run ends, however it ends
+        if self.serving is not None:
+            scraping = threading.Thread(target=self._scrape_loop, args=(ending,), name="agent-serving", daemon=True)
+            scraping.start()
         next_at = time.monotonic()
         try:
             while not stop.is_set():
@@ -120,6 +127,9 @@ class Agent:
                     next_at += math.ceil(behind / self.interval_s) * self.interval_s
                 stop.wait(next_at - time.monotonic())
         finally:
+            ending.set()
+            if scraping is not None:
+                scraping.join(timeout=FETCH_JOIN_S)
             with self._handoff:
                 done.set()
                 self._handoff.notify()
@@ -148,6 +158,29 @@ class Agent:
             events=[(r.device.uuid, ts, *e) for r in readings for e in r.events]
             + [(info.uuid, ts, *e) for info, events in orphans for e in events],
         )
+        self._submit(batch)
+
+    def scrape(self, ts=None):
+        """Read the node's serving deployments now and send what was counted (serving.Scraper)."""
+        served = self.serving.scrape(ts)
+        if served:
+            self._submit(Batch(devices=[], rows=[], labels=self.labels, interval_s=self.interval_s, served=served))
+        self.serving.saved()  # what was counted is written, handed over or on disk: the next scrape counts from here
+
+    def _scrape_loop(self, stop):
+        next_at = time.monotonic()
+        while not stop.is_set():
+            try:
+                self.scrape()
+            except Exception:  # noqa: BLE001 - a fault of the agent's own must not end the node's scrapes
+                log.exception("reading the serving deployments failed; trying again in %gs", self.serving.every_s)
+            next_at += self.serving.every_s
+            behind = time.monotonic() - next_at
+            if behind > 0:
+                next_at += math.ceil(behind / self.serving.every_s) * self.serving.every_s
+            stop.wait(next_at - time.monotonic())
+
+    def _submit(self, batch):
         if not self._threaded:  # called on its own (a benchmark, one tick): deliver here
             self.deliver(batch)
             return

@@ -157,6 +157,7 @@ class WriteResult:
     inserted: int = 0  # new samples stored
     duplicates: int = 0  # samples already stored, left as they were
     rejected_future: int = 0  # samples stamped more than FUTURE_LIMIT ahead
+    served: int = 0  # serving counts stored (one per deployment, model and scrape)
 
 
 class Writer:
@@ -260,6 +261,8 @@ class Writer:
                 cur.execute(_MARK[not self._have_latest.issuperset(device_ids)][len(marks) == 1], marks)
             if batch.holders:
                 self._store_holders(cur, batch.holders, ids, limit)
+            if batch.served:
+                result.served = _store_served(cur, batch.served)
             if batch.events:
                 cur.execute(_INSERT_EVENTS, [[ids[e[0]] for e in batch.events], *map(list, zip(*(e[1:] for e in batch.events)))])
         if rows and top_level:
@@ -365,6 +368,33 @@ class Writer:
                 [json.dumps(seen[k][4].launcher_ids, sort_keys=True) for k in keys],
             ],
         )
+
+
+# A serving deployment's counts of one read, per model (collector/agent/serving.py; collector.models.ServedCount):
+# once, whatever the replays. A target deleted since the read takes none.
+_SERVED_FIELDS = ("prompt_tokens", "generation_tokens", "requests", "cached_prompt_tokens", "prefill_seconds",
+                  "decode_seconds", "ttft_sum", "ttft_count", "itl_sum", "itl_count", "running", "waiting",
+                  "kv_cache_usage", "restarted")
+_INSERT_SERVED = (f"INSERT INTO collector_servedcount (target_id, ts, model, {', '.join(_SERVED_FIELDS)}) "
+                  f"SELECT t.id, %s, %s, {', '.join(['%s'] * len(_SERVED_FIELDS))} FROM collector_scrapetarget t "
+                  "WHERE t.name = %s ON CONFLICT (target_id, model, ts) DO NOTHING")
+# The page's outcome, newest scrape first: a replayed older one changes nothing.
+_SERVED_STATE = """UPDATE collector_scrapetarget SET checked_at = %(ts)s,
+    read_at = CASE WHEN %(error)s = '' THEN %(ts)s ELSE read_at END,
+    engine_read = CASE WHEN %(error)s = '' THEN %(engine)s ELSE engine_read END,
+    unreadable_since = CASE WHEN %(error)s = '' THEN NULL ELSE coalesce(unreadable_since, %(ts)s) END,
+    unreadable = %(error)s
+  WHERE name = %(name)s AND (checked_at IS NULL OR checked_at < %(ts)s)"""
+
+
+def _store_served(cur, served):
+    rows = [(s.ts, model, *(f.get(k) for k in _SERVED_FIELDS[:-1]), bool(f.get("restarted")), s.deployment)
+            for s in served for model, f in s.models]
+    if rows:
+        cur.executemany(_INSERT_SERVED, rows)
+    cur.executemany(_SERVED_STATE, [{"ts": s.ts, "error": s.error, "engine": s.engine, "name": s.deployment}
+                                    for s in served])
+    return len(rows)
 
 
 def _copy(cur, statement, rows, then=None):

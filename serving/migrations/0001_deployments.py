@@ -20,7 +20,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('name', models.CharField(max_length=100, unique=True)),
                 ('team', models.CharField(db_index=True, help_text='who pays for it', max_length=100)),
-                ('engine', models.CharField(help_text='an engine of serving.engines.ENGINES, or auto: found from the metric names its page gives', max_length=20)),
+                ('engine', models.CharField(help_text='an engine of collector.agent.engines.ENGINES, or auto: found from the metric names its page gives', max_length=20)),
                 ('metrics_url', models.CharField(help_text="the engine's Prometheus page, http(s)", max_length=1000)),
                 ('model', models.CharField(blank=True, default='', help_text="the model it serves, as the engine names it (vLLM's model_name); empty: every model its page counts", max_length=500)),
                 ('node', models.CharField(help_text='the node it runs on, whose collector agent reads it', max_length=255)),

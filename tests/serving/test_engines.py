@@ -1,4 +1,4 @@
-"""Engines' metrics pages (serving/engines.py, a pure core): each engine's page read to the figures worked out by hand
+"""Engines' metrics pages (collector/agent/engines.py, a pure core): each engine's page read to the figures worked out by hand
 from its fixture (tests/serving/data, README.md says where each comes from), renames across versions, what a scrape
 counted across restarts, Prometheus's histogram_quantile, and pages that cannot be read."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.engines import (
+from collector.agent.engines import (
     ENGINES,
     MAX_BYTES,
     Histogram,

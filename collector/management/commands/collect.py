@@ -29,7 +29,7 @@ class Command(BaseCommand):
     help = "Run the telemetry agent against this project's database until SIGTERM/SIGINT (same code as python -m collector.agent)."
 
     def add_arguments(self, parser):
-        cli.add_arguments(parser, dsn_required=False)
+        cli.add_arguments(parser, dsn_required=False, serve_scrape_s=settings.YARDSTICK_SERVE_SCRAPE_S)
 
     def handle(self, *args, **opts):
         cli.configure_logging(self.stdout._out if hasattr(self.stdout, "_out") else sys.stdout)

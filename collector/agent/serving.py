@@ -1,0 +1,160 @@
+"""The agent's reading of its node's serving deployments (docs/serving.md).
+
+Every `every_s` seconds (YARDSTICK_SERVE_SCRAPE_S, default 10) the agent
+lists the deployments registered on its node, fetches each one's metrics
+page, reads it (engines.read) and counts what each model's counters gained
+since the last reading (engines.delta: never negative; an engine restart
+counts from zero again). The counts, and each page's outcome (read, or why
+not), go into a Batch (`served`), through the agent's write path and spool
+like a sample: a database outage or a control-plane restart loses no token.
+
+The last reading of each deployment is kept in a file beside the spool, so an
+agent restart counts what was served while it was down, once; the list of
+deployments is kept there too, for a start while the database is away. A
+page that cannot be read (refused, timed out, not Prometheus text, over
+engines.MAX_BYTES) is reported on its deployment and breaks nothing else: the
+next page is read all the same.
+"""
+
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+import psycopg
+
+from . import engines
+from .batch import Served
+
+log = logging.getLogger("collector.agent")
+
+EVERY_S_DEFAULT = 10.0
+FETCH_TIMEOUT_S = 5.0
+STATE_FILE = "serving-state.json"
+_LIST = "SELECT name, engine, metrics_url, model FROM collector_scrapetarget WHERE node = %s ORDER BY name"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One deployment as the agent reads it."""
+
+    name: str
+    engine: str  # a key of engines.ENGINES, or "auto"
+    metrics_url: str
+    model: str  # "" for every model on its page
+
+
+def fetch(url, timeout_s=FETCH_TIMEOUT_S):
+    """The page's body (bytes, at most engines.MAX_BYTES + 1 of them), or engines.MetricsError saying why not."""
+    request = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4, */*;q=0.1"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - an admin's http(s) URL
+            return response.read(engines.MAX_BYTES + 1)
+    except urllib.error.HTTPError as e:
+        raise engines.MetricsError(f"the server answered HTTP {e.code} {e.reason}") from None
+    except urllib.error.URLError as e:
+        raise engines.MetricsError(f"could not connect: {e.reason}") from None
+    except TimeoutError:
+        raise engines.MetricsError(f"no answer in {timeout_s:g} s") from None
+    except OSError as e:  # a connection reset mid-body, ...
+        raise engines.MetricsError(f"the connection failed: {e}") from None
+
+
+class Scraper:
+    """Reads the deployments of `node` whose rows it finds through `dsn`; `state_dir`: where its last readings are
+    kept (the spool's directory)."""
+
+    def __init__(self, node, dsn, state_dir, every_s=EVERY_S_DEFAULT, connect_timeout_s=3, fetch=fetch):
+        self.node, self.dsn, self.every_s = node, dsn, every_s
+        self.connect_timeout_s = connect_timeout_s
+        self.fetch = fetch
+        self.path = os.path.join(state_dir, STATE_FILE)
+        self.targets, self.last = self._load()  # [Target]; {deployment: {model: ModelReading}}
+
+    def scrape(self, ts=None):
+        """Read every deployment of the node now; return a Batch-ready list of Served (one per deployment)."""
+        ts = ts or datetime.now(timezone.utc)
+        self.targets = self._list() or self.targets
+        served = [self._read(target, ts) for target in self.targets]
+        known = {t.name for t in self.targets}
+        self.last = {name: models for name, models in self.last.items() if name in known}
+        return served
+
+    def saved(self):
+        """Keep the last readings on disk: called once what was counted from them is spooled or handed over."""
+        state = {"targets": [asdict(t) for t in self.targets],
+                 "last": {name: {json.dumps(m): _reading_json(r) for m, r in models.items()}
+                          for name, models in self.last.items()}}
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(state, f)
+        os.replace(tmp, self.path)
+
+    def _read(self, target, ts):
+        started = time.monotonic()
+        try:
+            reading = engines.read(self.fetch(target.metrics_url), None if target.engine == "auto" else target.engine)
+        except engines.MetricsError as e:
+            return Served(target.name, ts, error=str(e))
+        models = {m: r for m, r in reading.models.items() if not target.model or m in (None, target.model)}
+        if target.model and not models:
+            names = ", ".join(sorted(str(m) for m in reading.models)) or "none"
+            return Served(target.name, ts, engine=reading.engine,
+                          error=f"the page counts no model {target.model!r}: it counts {names}")
+        before = self.last.get(target.name, {})
+        counted = tuple((m or "", _delta_fields(engines.delta(before.get(m), r), r)) for m, r in models.items())
+        self.last[target.name] = models
+        log.debug("read %s in %.2f s", target.name, time.monotonic() - started)
+        return Served(target.name, ts, engine=reading.engine, models=counted)
+
+    def _list(self):
+        """The node's deployments, or None when the database cannot say now (the last list serves)."""
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=self.connect_timeout_s) as conn:
+                return [Target(*row) for row in conn.execute(_LIST, (self.node,))]
+        except psycopg.Error as e:
+            log.debug("deployments not listed: %s", e)
+            return None
+
+    def _load(self):
+        try:
+            with open(self.path) as f:
+                state = json.load(f)
+            targets = [Target(**t) for t in state["targets"]]
+            last = {name: {json.loads(m): _reading(json.loads(m), r) for m, r in models.items()}
+                    for name, models in state["last"].items()}
+            return targets, last
+        except FileNotFoundError:
+            return [], {}
+        except (ValueError, KeyError, TypeError) as e:  # a file cut short by a crash: count from the next reading
+            log.warning("serving state %s unreadable (%s): counting from the next reading", self.path, e)
+            return [], {}
+
+
+def _delta_fields(d, reading):
+    """What a scrape stores of one model: its counts since the last (ModelDelta) and its gauges now."""
+    out = {f: getattr(d, f) for f in engines.COUNTERS}
+    for h in engines.HISTOGRAMS:
+        hist = getattr(d, h)
+        out[f"{h}_sum"], out[f"{h}_count"] = (None, None) if hist is None else (hist.sum, hist.count)
+    out.update({g: getattr(reading, g) for g in engines.GAUGES})
+    out["restarted"] = d.restarted
+    return out
+
+
+def _reading_json(r):
+    out = {f: getattr(r, f) for f in (*engines.COUNTERS, "created")}
+    for h in engines.HISTOGRAMS:
+        hist = getattr(r, h)
+        out[h] = None if hist is None else [[list(b) for b in hist.buckets], hist.sum, hist.count]
+    return out
+
+
+def _reading(model, data):
+    hists = {h: None if data.get(h) is None else engines.Histogram(tuple(tuple(b) for b in data[h][0]), *data[h][1:])
+             for h in engines.HISTOGRAMS}
+    return engines.ModelReading(model, **{f: data.get(f) for f in (*engines.COUNTERS, "created")}, **hists)
