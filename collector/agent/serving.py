@@ -57,7 +57,8 @@ def fetch(url, timeout_s=FETCH_TIMEOUT_S):
     except urllib.error.HTTPError as e:
         raise engines.MetricsError(f"the server answered HTTP {e.code} {e.reason}") from None
     except urllib.error.URLError as e:
-        raise engines.MetricsError(f"could not connect: {e.reason}") from None
+        reason = getattr(e.reason, "strerror", None) or e.reason  # "Connection refused", not "[Errno 111] ..."
+        raise engines.MetricsError(f"could not connect: {reason}") from None
     except TimeoutError:
         raise engines.MetricsError(f"no answer in {timeout_s:g} s") from None
     except OSError as e:  # a connection reset mid-body, ...

@@ -83,7 +83,7 @@ def counted(name, field="prompt_tokens"):
     return ServedCount.objects.filter(target__name=name).aggregate(n=Sum(field))["n"]
 
 
-def test_counts_reach_the_database_once_through_an_outage_and_restarts(pg_dsn, tmp_path, engines):
+def test_counts_reach_the_database_once_through_an_outage_and_restarts(pg_dsn, tmp_path, engines, client, viewer):
     llama, tgi = engines(vllm()), engines((DATA / "tgi.prom").read_text())
     Deployment.register({"name": "llama-8b", "team": "serve", "engine": "vllm", "metrics_url": llama.url,
                          "model": LLAMA, "node": "gpu-t"})
@@ -139,6 +139,9 @@ def test_counts_reach_the_database_once_through_an_outage_and_restarts(pg_dsn, t
     assert row.state == (f"metrics unreadable since {since}: the page is HTML, not Prometheus text "
                          "(starts '<!doctype html><html><body>Login</body><...')")
     assert ScrapeTarget.objects.get(name="tgi").read_at == T0 + timedelta(seconds=60), "the other is read all the same"
+    client.force_login(viewer)
+    page = client.get("/serving").content.decode()
+    assert f'<span\n      class="error metrics-state">metrics unreadable since {since}: the page is HTML' in page
 
     llama.status = 503
     llama.body = "overloaded"
@@ -162,7 +165,7 @@ def test_a_page_without_the_registered_model_or_a_dead_port_says_so(pg_dsn, tmp_
     agent.close()
     qwen, gone = ScrapeTarget.objects.get(name="qwen"), ScrapeTarget.objects.get(name="gone")
     assert qwen.unreadable == f"the page counts no model 'Qwen/Qwen3-8B': it counts {LLAMA}"
-    assert gone.unreadable.startswith("could not connect: ") and gone.unreadable_since == T0
+    assert (gone.unreadable, gone.unreadable_since) == ("could not connect: Connection refused", T0)
     assert not ServedCount.objects.exists()
 
 
@@ -190,7 +193,8 @@ def test_manage_py_collect_reads_its_nodes_deployments_and_the_api_says_what_it_
     assert {k: body["counted"][k] for k in ("prompt_tokens", "generation_tokens", "requests", "restarts")} == {
         "prompt_tokens": 1234.0, "generation_tokens": 56.0, "requests": 7.0, "restarts": 0}
     page = client.get("/serving").content.decode()
-    assert '<td class="num prompt-tokens">1,234</td>' in page and f"read at {timezone.localtime(row.target.read_at):%Y-%m-%d %H:%M}" in page
+    assert '<td class="num prompt-tokens">1,234</td>' in page and 'vLLM\n      <span class="hint">(found from its page)' in page
+    assert f"read at {timezone.localtime(row.target.read_at):%Y-%m-%d %H:%M}" in page
 
     settings.YARDSTICK_SERVE_SCRAPE_S = 0  # the flag's default comes from the setting
     from collector.management.commands.collect import Command
