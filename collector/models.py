@@ -358,6 +358,8 @@ class ScrapeTarget(models.Model):
     unreadable_since = models.DateTimeField(null=True, blank=True,
                                             help_text="the first failed read after the last that worked")
     unreadable = models.CharField(max_length=2000, blank=True, default="", help_text="why the newest read failed")
+    pid = models.IntegerField(null=True, blank=True, help_text="the process serving the page at the newest read, "
+                                                             "where its node's agent sees it")
 
     def __str__(self):
         return f"scrape target {self.name} on {self.node}"
@@ -419,3 +421,15 @@ class ServedCount(models.Model):
             out[r["target"]] = {f: r[f] for f in cls.SUMMED} | {
                 "restarts": r["restarts"], "first": r["first"].isoformat(), "last": r["last"].isoformat()}
         return out
+
+
+class TargetHold(models.Model):
+    """A GPU that a target's engine (the process serving its page, or one it started) held at one read of the page
+    (collector/agent/serving.py): what its dollars will be charged from."""
+
+    target = models.ForeignKey(ScrapeTarget, on_delete=models.CASCADE, related_name="holds")
+    ts = models.DateTimeField()
+    device = models.CharField(max_length=255, help_text="its UUID (collector.models.Device.uuid), as a stint names one")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["target", "device", "ts"], name="target_hold_once")]

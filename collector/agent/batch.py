@@ -61,6 +61,8 @@ class Served:
     engine: str = ""  # the engine the page was read as; "" where it could not be read
     error: str = ""  # "" where it was read
     models: tuple = ()  # ((model, {field: value or None}), ...): model "" for an engine that names none
+    pid: int | None = None  # the process serving the page on this machine, where the agent sees it
+    devices: tuple = ()  # the GPUs (uuids) that process, or one it started, held at the last tick
 
 
 @dataclass
@@ -110,8 +112,8 @@ class Batch:
             "interval_s": self.interval_s,
             "events": [[u, _to_us(ts), *rest] for u, ts, *rest in self.events],
             "addresses": list(self.addresses),
-            "served": [[s.deployment, _to_us(s.ts), s.engine, s.error, [[m, f] for m, f in s.models]]
-                       for s in self.served],
+            "served": [[s.deployment, _to_us(s.ts), s.engine, s.error, [[m, f] for m, f in s.models], s.pid,
+                        list(s.devices)] for s in self.served],
         }
 
     @classmethod
@@ -124,13 +126,18 @@ class Batch:
             interval_s=data.get("interval_s", 1.0),
             events=[(e[0], _from_us(e[1]), *e[2:]) for e in data.get("events", [])],  # none in an older spool
             addresses=data.get("addresses", []),  # none in an older spool
-            served=[Served(d, _from_us(us), engine, error, tuple((m, f) for m, f in models))
-                    for d, us, engine, error, models in data.get("served", [])],  # none in an older spool
+            served=[_served_from_json(s) for s in data.get("served", [])],  # none in an older spool
         )
 
 
 _DEVICE_FIELDS = ("uuid", "node", "index", "model", "source", "simulated", "power_estimated", "mem_total_mib", "arch",
                   "mig_mode", "power_scopes")
+
+
+def _served_from_json(item):
+    name, us, engine, error, models, *held = item
+    pid, devices = held if held else (None, ())
+    return Served(name, _from_us(us), engine, error, tuple((m, f) for m, f in models), pid, tuple(devices))
 
 
 def _holder_from_json(item):

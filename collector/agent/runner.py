@@ -74,6 +74,7 @@ class Agent:
                  phase_key=None, serving=None):
         self.source = source
         self.serving = serving  # a serving.Scraper: the node's serving deployments, read on a thread of their own
+        self.last_holders = ()  # ((device uuid, Holder), ...) of the last tick: who held each GPU
         self.dsn = dsn
         self.spool = spool
         self.interval_s = interval_s
@@ -145,6 +146,7 @@ class Agent:
         ts = ts or datetime.now(timezone.utc)
         readings = self.source.read(ts)
         self.ticks += 1
+        self.last_holders = tuple((r.device.uuid, h) for r in readings for h in r.holders)  # for the serving reads
         # Health events of devices the source could not read this tick: stored without a sample (the device
         # goes stale as it should).
         orphans = getattr(self.source, "orphans", ())
@@ -162,7 +164,7 @@ class Agent:
 
     def scrape(self, ts=None):
         """Read the node's serving deployments now and send what was counted (serving.Scraper)."""
-        served = self.serving.scrape(ts)
+        served = self.serving.scrape(ts, self.last_holders)
         if served:
             self._submit(Batch(devices=[], rows=[], labels=self.labels, interval_s=self.interval_s, served=served))
         self.serving.saved()  # what was counted is written, handed over or on disk: the next scrape counts from here

@@ -14,21 +14,34 @@ deployments is kept there too, for a start while the database is away. A
 page that cannot be read (refused, timed out, not Prometheus text, over
 engines.MAX_BYTES) is reported on its deployment and breaks nothing else: the
 next page is read all the same.
+
+The GPUs a deployment holds: where its page is served on this machine, the
+process listening on the page's port is the engine's server; each GPU whose
+NVML process list (the agent's last tick) shows that process, or a process
+it started (the holder's ancestors), is held by the deployment at that read.
+Each read says so (`Served.pid`, `Served.devices`); a page on another
+machine, or a listener this agent may not see (another user's, without
+root), holds none.
 """
 
+import ipaddress
 import json
 import logging
 import os
+import socket
 import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from urllib.parse import urlsplit
 
+import psutil
 import psycopg
 
 from . import engines
 from .batch import Served
+from .sources.base import machine_addresses
 
 log = logging.getLogger("collector.agent")
 
@@ -76,11 +89,13 @@ class Scraper:
         self.path = os.path.join(state_dir, STATE_FILE)
         self.targets, self.last = self._load()  # [Target]; {deployment: {model: ModelReading}}
 
-    def scrape(self, ts=None):
-        """Read every deployment of the node now; return a Batch-ready list of Served (one per deployment)."""
+    def scrape(self, ts=None, holders=()):
+        """Read every deployment of the node now; return a Batch-ready list of Served (one per deployment).
+        `holders`: the last tick's ((device uuid, Holder), ...), the GPUs' processes."""
         ts = ts or datetime.now(timezone.utc)
         self.targets = self._list() or self.targets
-        served = [self._read(target, ts) for target in self.targets]
+        listeners = _listeners() if self.targets else {}
+        served = [self._read(target, ts, listeners, holders) for target in self.targets]
         known = {t.name for t in self.targets}
         self.last = {name: models for name, models in self.last.items() if name in known}
         return served
@@ -95,22 +110,24 @@ class Scraper:
             json.dump(state, f)
         os.replace(tmp, self.path)
 
-    def _read(self, target, ts):
+    def _read(self, target, ts, listeners=None, holders=()):
         started = time.monotonic()
+        pid = _served_by(target.metrics_url, listeners or {})
+        devices = tuple(sorted({uuid for uuid, h in holders if pid and (h.pid == pid or pid in h.ancestors)}))
         try:
             reading = engines.read(self.fetch(target.metrics_url), None if target.engine == "auto" else target.engine)
         except engines.MetricsError as e:
-            return Served(target.name, ts, error=str(e))
+            return Served(target.name, ts, error=str(e), pid=pid, devices=devices)
         models = {m: r for m, r in reading.models.items() if not target.model or m in (None, target.model)}
         if target.model and not models:
             names = ", ".join(sorted(str(m) for m in reading.models)) or "none"
             return Served(target.name, ts, engine=reading.engine,
-                          error=f"the page counts no model {target.model!r}: it counts {names}")
+                          error=f"the page counts no model {target.model!r}: it counts {names}", pid=pid, devices=devices)
         before = self.last.get(target.name, {})
         counted = tuple((m or "", _delta_fields(engines.delta(before.get(m), r), r)) for m, r in models.items())
         self.last[target.name] = models
         log.debug("read %s in %.2f s", target.name, time.monotonic() - started)
-        return Served(target.name, ts, engine=reading.engine, models=counted)
+        return Served(target.name, ts, engine=reading.engine, models=counted, pid=pid, devices=devices)
 
     def _list(self):
         """The node's deployments, or None when the database cannot say now (the last list serves)."""
@@ -134,6 +151,37 @@ class Scraper:
         except (ValueError, KeyError, TypeError) as e:  # a file cut short by a crash: count from the next reading
             log.warning("serving state %s unreadable (%s): counting from the next reading", self.path, e)
             return [], {}
+
+
+def _listeners():
+    """{port: pid} of the TCP sockets listening on this machine that the agent may see ({} where it may see none)."""
+    try:
+        return {c.laddr.port: c.pid for c in psutil.net_connections(kind="tcp")
+                if c.status == psutil.CONN_LISTEN and c.pid}
+    except (psutil.AccessDenied, OSError):
+        return {}
+
+
+def _local(host):
+    if host in ("localhost", socket.gethostname()):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            address = ipaddress.ip_address(socket.gethostbyname(host))
+        except (OSError, ValueError):
+            return False
+    return address.is_loopback or address.is_unspecified or address.compressed in machine_addresses()
+
+
+def _served_by(url, listeners):
+    """The pid of the process serving `url` on this machine, or None (another machine's page, or not seen)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    if port not in listeners or not _local(parts.hostname or ""):
+        return None
+    return listeners[port]
 
 
 def _delta_fields(d, reading):

@@ -383,8 +383,13 @@ _SERVED_STATE = """UPDATE collector_scrapetarget SET checked_at = %(ts)s,
     read_at = CASE WHEN %(error)s = '' THEN %(ts)s ELSE read_at END,
     engine_read = CASE WHEN %(error)s = '' THEN %(engine)s ELSE engine_read END,
     unreadable_since = CASE WHEN %(error)s = '' THEN NULL ELSE coalesce(unreadable_since, %(ts)s) END,
-    unreadable = %(error)s
+    unreadable = %(error)s, pid = %(pid)s
   WHERE name = %(name)s AND (checked_at IS NULL OR checked_at < %(ts)s)"""
+
+
+# The GPUs a deployment's processes held at a read (collector.models.TargetHold), once whatever the replays.
+_INSERT_HOLDS = ("INSERT INTO collector_targethold (target_id, ts, device) SELECT t.id, %s, unnest(%s::text[]) "
+                 "FROM collector_scrapetarget t WHERE t.name = %s ON CONFLICT (target_id, device, ts) DO NOTHING")
 
 
 def _store_served(cur, served):
@@ -392,8 +397,11 @@ def _store_served(cur, served):
             for s in served for model, f in s.models]
     if rows:
         cur.executemany(_INSERT_SERVED, rows)
-    cur.executemany(_SERVED_STATE, [{"ts": s.ts, "error": s.error, "engine": s.engine, "name": s.deployment}
-                                    for s in served])
+    cur.executemany(_SERVED_STATE, [{"ts": s.ts, "error": s.error, "engine": s.engine, "name": s.deployment,
+                                     "pid": s.pid} for s in served])
+    held = [(s.ts, list(s.devices), s.deployment) for s in served if s.devices]
+    if held:
+        cur.executemany(_INSERT_HOLDS, held)
     return len(rows)
 
 

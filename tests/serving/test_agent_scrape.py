@@ -223,3 +223,32 @@ def test_what_the_agent_reads_follows_the_registration(db, client, admin_user):
     Deployment.register(body)
     assert client.post("/serving/llama-8b/delete").status_code == 302
     assert not ScrapeTarget.objects.exists()
+
+
+def test_a_read_says_which_gpus_the_process_serving_the_page_holds(pg_dsn, tmp_path, engines):
+    """The page is served here (this process listens on its port); the last tick's NVML process lists show this
+    process on one GPU and a process it started on another: the deployment holds those two at the read, not a GPU
+    of an unrelated process. A page on another machine holds none."""
+    import os
+
+    from collector.agent.batch import Holder
+    from collector.models import Device, TargetHold
+
+    llama = engines(vllm())
+    Deployment.register({"name": "llama-8b", "team": "serve", "metrics_url": llama.url, "node": "gpu-t"})
+    Deployment.register({"name": "remote", "team": "serve", "metrics_url": "http://10.255.255.1:8000/metrics",
+                         "node": "gpu-t"})
+    agent = Agent(SimSource(gpus=3), pg_dsn, Spool(tmp_path), serving=Scraper("gpu-t", pg_dsn, str(tmp_path)))
+    agent.tick(T0)  # registers the three GPUs
+    gpus = sorted(Device.objects.values_list("uuid", flat=True))
+    me = os.getpid()
+    agent.last_holders = ((gpus[0], Holder(f"pid:{me}", me)), (gpus[1], Holder("pid:4242", 4242, ancestors=(me, 1))),
+                          (gpus[2], Holder("pid:777", 777, ancestors=(1,))))
+    agent.scrape(T0 + timedelta(seconds=1))
+    agent.close()
+    held = TargetHold.objects.filter(target__name="llama-8b")
+    assert sorted(held.values_list("device", flat=True)) == gpus[:2]
+    assert set(held.values_list("ts", flat=True)) == {T0 + timedelta(seconds=1)}
+    assert ScrapeTarget.objects.get(name="llama-8b").pid == me
+    assert not TargetHold.objects.filter(target__name="remote").exists()
+    assert ScrapeTarget.objects.get(name="remote").pid is None
