@@ -170,8 +170,10 @@ class Agent:
         self.serving.saved()  # what was counted is written, handed over or on disk: the next scrape counts from here
 
     def _scrape_loop(self, stop):
+        """Read the deployments now (a run of a few ticks, ended before this thread got going, reads them once
+        all the same), then every serving.every_s until `stop`."""
         next_at = time.monotonic()
-        while not stop.is_set():
+        while True:
             try:
                 self.scrape()
             except Exception:  # noqa: BLE001 - a fault of the agent's own must not end the node's scrapes
@@ -180,7 +182,8 @@ class Agent:
             behind = time.monotonic() - next_at
             if behind > 0:
                 next_at += math.ceil(behind / self.serving.every_s) * self.serving.every_s
-            stop.wait(next_at - time.monotonic())
+            if stop.wait(next_at - time.monotonic()):
+                return
 
     def _submit(self, batch):
         if not self._threaded:  # called on its own (a benchmark, one tick): deliver here

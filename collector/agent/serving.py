@@ -130,7 +130,10 @@ class Scraper:
         return Served(target.name, ts, engine=reading.engine, models=counted, pid=pid, devices=devices)
 
     def _list(self):
-        """The node's deployments, or None when the database cannot say now (the last list serves)."""
+        """The node's deployments, or None when the database cannot say now (the last list serves) or there is no
+        database (`dsn` None: a benchmark gives its targets)."""
+        if self.dsn is None:
+            return None
         try:
             with psycopg.connect(self.dsn, autocommit=True, connect_timeout=self.connect_timeout_s) as conn:
                 return [Target(*row) for row in conn.execute(_LIST, (self.node,))]
