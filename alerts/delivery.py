@@ -40,9 +40,10 @@ def backoff_s(attempts):
 def body(event, channel):
     """The JSON a webhook channel receives: Slack's {"text"}, or the generic event with its alert and rule."""
     if channel.kind == Channel.Kind.SLACK:
-        return {"text": event.text()}
+        return {"text": event.text_with_link()}
     alert = event.alert
-    return {"event": event.kind, "at": event.at.isoformat(), "text": event.text(), "alert": alert.to_dict(),
+    return {"event": event.kind, "at": event.at.isoformat(), "text": event.text(), "url": alert.url,
+            "alert": alert.to_dict(),
             "rule": {"id": alert.rule_id, "name": alert.rule.name, "kind": alert.rule.kind,
                      "threshold": alert.rule.threshold, "duration": alert.rule.duration, "scope": alert.rule.scope}}
 
@@ -51,8 +52,9 @@ def send(event, channel):
     """Send one notification; raise on any failure (an HTTP status outside 2xx included)."""
     if channel.kind == Channel.Kind.EMAIL:
         alert = event.alert
+        link = f"open: {alert.url}\n" if alert.url else ""
         send_mail(event.text(), f"{event.text()}\n\nsubject: {alert.subject}\nrule: {alert.rule.describe()}\n"
-                                f"at: {event.at:%Y-%m-%d %H:%M:%S} UTC\n", settings.DEFAULT_FROM_EMAIL,
+                                f"at: {event.at:%Y-%m-%d %H:%M:%S} UTC\n{link}", settings.DEFAULT_FROM_EMAIL,
                   channel.addresses)
         return
     request = urllib.request.Request(channel.target, data=json.dumps(body(event, channel)).encode(),

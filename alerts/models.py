@@ -12,7 +12,7 @@ rule's channels (alerts/delivery.py sends them, retrying with back-off).
 """
 
 from datetime import timedelta
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -451,14 +451,45 @@ class Alert(models.Model):
     def announce(self):
         publish(TOPIC, "alert", self.to_dict())
 
+    @property
+    def path(self):
+        """The page of what is in breach (subject_path)."""
+        return subject_path(self.subject)
+
+    @property
+    def url(self):
+        """That page's whole address, from YARDSTICK_URL (which `up` gives every part it starts); None without it."""
+        return f"{settings.YARDSTICK_URL}{self.path}" if settings.YARDSTICK_URL else None
+
     def to_dict(self, now=None):
         return {
             "id": self.pk, "rule": self.rule_id, "rule_name": self.rule.name, "kind": self.rule.kind,
-            "subject": self.subject, "state": self.state, "fired_at": _iso(self.fired_at),
+            "subject": self.subject, "path": self.path, "url": self.url, "state": self.state, "fired_at": _iso(self.fired_at),
             "resolved_at": _iso(self.resolved_at), "value": self.value, "message": self.message,
             "acknowledged_by": self.acknowledged_by, "acknowledged_at": _iso(self.acknowledged_at),
             "silenced_until": _iso(self.silenced_until), "silenced": self.is_silenced(now),
         }
+
+
+# The page of each kind of subject; a subject of no page goes to the Alerts page.
+_SUBJECT_PAGES = {"job": "/jobs/{}", "node": "/nodes/{}", "sweep": "/sweeps/{}", "cluster": "/clusters/{}",
+                  "campaign": "/campaigns/{}"}
+
+
+def subject_path(subject):
+    """The path of the page that shows `subject`: "job:12" -> /jobs/12, "node:gpu-a" and "device:gpu-a/0" -> the
+    node's page, "sweep:7:stalled" -> /sweeps/7, "team:research" -> the Costs page by team; else /alerts."""
+    kind, _, rest = subject.partition(":")
+    if kind == "device":
+        kind, rest = "node", rest.rpartition("/")[0]
+    elif kind == "sweep":
+        rest = rest.partition(":")[0]
+    elif kind == "team":
+        return "/costs?group=team"
+    pattern = _SUBJECT_PAGES.get(kind)
+    if pattern is None or not rest:
+        return "/alerts"
+    return pattern.format(quote(rest, safe="/" if kind == "node" else ""))
 
 
 class AlertEvent(models.Model):
@@ -494,6 +525,11 @@ class AlertEvent(models.Model):
         alert = self.alert
         head = "FIRING" if self.kind == self.Kind.FIRED else self.kind.upper()
         return f"[{head}] {alert.rule.name}: {self.message or alert.message}"
+
+    def text_with_link(self):
+        """The line and the page to open, where the control plane's address is known (Slack, email)."""
+        url = self.alert.url
+        return f"{self.text()} {url}" if url else self.text()
 
     def to_dict(self):
         return {"id": self.pk, "alert": self.alert_id, "kind": self.kind, "at": _iso(self.at), "value": self.value,

@@ -111,3 +111,32 @@ def test_an_acknowledged_alert_sends_nothing_more_and_a_silence_carries_to_its_n
     send_due(now=T0 + timedelta(minutes=4))
     assert receiver.received == [] and failed_rule.alerts.count() == 3
     assert list(second.events.values_list("kind", flat=True)) == ["fired", "silenced", "resolved"]
+
+
+def test_each_notification_and_the_alerts_page_link_to_the_page_of_what_is_in_breach(rule, receiver, settings,
+                                                                                    client, viewer):
+    from alerts.models import subject_path
+
+    settings.YARDSTICK_URL = "https://yardstick.example.com"
+    hook = Channel.create(name="ops hook", kind="webhook", target=receiver.url + "/hook")
+    slack = Channel.create(name="ops slack", kind="slack", target=receiver.url + "/slack")
+    email = Channel.create(name="ops mail", kind="email", target="oncall@example.com")
+    rule("job_failed", channels=[hook, slack, email], name="jobs that fail")
+    job = b.job(name="doomed", status="failed")
+    evaluate(now=T0)
+    send_due(now=T0)
+    link = f"https://yardstick.example.com/jobs/{job.pk}"
+    (body,) = receiver.bodies("/hook")
+    assert (body["url"], body["alert"]["url"], body["alert"]["path"]) == (link, link, f"/jobs/{job.pk}")
+    assert receiver.bodies("/slack")[0]["text"].endswith(f"failed {link}")
+    assert f"open: {link}\n" in mail.outbox[0].body
+    client.force_login(viewer)
+    assert f'<a href="/jobs/{job.pk}" class="alert-subject"><code>job:{job.pk}</code></a>' in client.get(
+        "/alerts").content.decode()
+
+    assert [subject_path(s) for s in ("node:gpu-a", "device:gpu a/3", "sweep:7:stalled", "cluster:ray-1",
+                                      "team:research", "campaign:4", "something:else", "job:")] == [
+        "/nodes/gpu-a", "/nodes/gpu%20a", "/sweeps/7", "/clusters/ray-1", "/costs?group=team", "/campaigns/4",
+        "/alerts", "/alerts"]
+    settings.YARDSTICK_URL = ""
+    assert Alert.objects.get().url is None
