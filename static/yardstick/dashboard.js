@@ -149,7 +149,8 @@
         draw(f);
       }
       if (f.spec.range_ms) return slide(f, xs, ys, idx);
-      if (el.layout.annotations && el.layout.annotations.length) Plotly.relayout(el, { annotations: [] }); // "no data yet"
+      // "no data yet" goes with the first value; points without one ("not reported by this device") keep the note
+      if (el.layout.annotations && el.layout.annotations.length && anyValue(ys)) Plotly.relayout(el, { annotations: [] });
       Plotly.extendTraces(el, { x: xs, y: ys }, idx);
     });
   }
@@ -171,8 +172,12 @@
       update.text.push(Array.isArray(t.text) ? t.text.slice(cut) : t.text);  // hover texts stay with their points
       all.push(i);
     });
-    Plotly.update(el, update,
-      { "xaxis.range": [new Date(start).toISOString(), new Date(end).toISOString()], annotations: [] }, all);
+    const layout = { "xaxis.range": [new Date(start).toISOString(), new Date(end).toISOString()] };
+    if (anyValue(ys)) layout.annotations = [];  // a chart of a figure its devices do not report keeps saying so
+    Plotly.update(el, update, layout, all);
+  }
+  function anyValue(ys) {
+    return ys.some(function (y) { return y.some(function (v) { return v !== null && v !== undefined; }); });
   }
 
   // The job resumed from an earlier checkpoint: drop queued points past step k (job.js redraws the rest).

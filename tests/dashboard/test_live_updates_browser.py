@@ -36,6 +36,25 @@ def text_is(page, selector, expected):  # noqa: F811 - a page, not the fixture
     page.wait_for_function("([s, t]) => document.querySelector(s)?.textContent.trim() === t", arg=[selector, expected])
 
 
+def ticker(source):
+    """tick(ago_s): `source` read as of ago_s seconds ago, written through the agent's writer on the test's
+    connection (the broadcaster inside Daphne sends the newest sample to the page)."""
+    from django.db import connection
+
+    from collector.agent.batch import Batch
+    from collector.agent.writer import Writer
+
+    connection.ensure_connection()
+    writer = Writer(connection.connection)
+
+    def tick(ago_s):
+        ts = datetime.now(UTC) - timedelta(seconds=ago_s)
+        readings = source.read(ts)
+        writer.write(Batch([r.device for r in readings], [(r.device.uuid, ts, *r.values) for r in readings]))
+
+    return tick
+
+
 def priced_running_job(name):
     """A running job that held its GPU, at $0.10 a device-minute, for the last closed minutes of today:
     (job, its open stint, (start, count, end) of those minutes)."""
@@ -499,6 +518,29 @@ def test_stop_and_resume_follow_the_status_events_can_stop_and_can_resume_not_th
         p.wait_for_selector(scope + "form.job-resume-form", state="visible")
 
 
+def test_a_cpu_nodes_charts_of_what_it_does_not_report_keep_saying_so_as_samples_arrive(  # noqa: F811
+        live_web, page, django_user_model):
+    """This machine's CPU as the host source reads it (no SM activity): the SM chart says "not reported by this
+    device", and keeps saying it when the next samples arrive live (they cleared the note: a blank box)."""
+    from collector.agent.sources.host import HostSource
+
+    tick = ticker(HostSource("cpu-live"))
+    tick(3)
+    tick(2)
+    user_in_role(django_user_model, "cai", "viewer", subprocess=True)
+    log_in(page, live_web.url, "cai", "/")
+    loaded = open_live(page, live_web.url, "/nodes/cpu-live")
+    note = "(document.querySelector('[data-fig=\"sm\"]').layout.annotations || []).map(a => a.text)"
+    assert page.evaluate(note) == ["SM activity: not reported by this device"]
+    points = "document.querySelector('[data-fig=\"util\"]').data[0].x.length"
+    before = page.evaluate(points)
+    tick(0)  # the broadcaster inside Daphne sends it
+    page.wait_for_function(f"{points} > {before}")
+    page.wait_for_timeout(500)  # the SM chart's null points are drawn in the same flush
+    assert page.evaluate(note) == ["SM activity: not reported by this device"]
+    assert page.evaluate(LOADED_AT) == loaded
+
+
 def test_the_node_page_grows_its_nvlink_total_power_limit_and_clock_reasons_timeline_live(  # noqa: F811
         live_web, page, django_user_model, output_dir, request):
     """Samples written by the real NVML source (over the fake pynvml's Hopper profile) and the agent's writer; the
@@ -506,25 +548,17 @@ def test_the_node_page_grows_its_nvlink_total_power_limit_and_clock_reasons_time
     import sys
     from pathlib import Path
 
-    from django.db import connection
-
-    from collector.agent.batch import Batch
     from collector.agent.sources.nvml import NvmlSource
-    from collector.agent.writer import Writer
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "collector"))
     import fake_pynvml
     from fake_pynvml import FakeGpu, FakeNvml
 
     gpus = [FakeGpu.hopper("GPU-live-0"), FakeGpu.hopper("GPU-live-1")]
-    source = NvmlSource("hgx-live", nvml=FakeNvml(gpus))
-    connection.ensure_connection()
-    writer = Writer(connection.connection)
+    write = ticker(NvmlSource("hgx-live", nvml=FakeNvml(gpus)))
 
     def tick(ago_s):
-        ts = datetime.now(UTC) - timedelta(seconds=ago_s)
-        readings = source.read(ts)
-        writer.write(Batch([r.device for r in readings], [(r.device.uuid, ts, *r.values) for r in readings]))
+        write(ago_s)
         for g in gpus:
             g.clock_us += 1_000_000
             g.nvlink_tx_kib += 1024
