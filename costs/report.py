@@ -5,16 +5,21 @@
 `Report`; `to_json`, `to_csv`, `to_text` render the same rows, so the API, the
 CSV and `manage.py cost_report` agree to the cent.
 
-Rounding, so that jobs + idle = fleet holds to the cent in every response:
-every row has four unrounded money cells (jobs' device cost, jobs' energy
-cost, idle device cost, idle energy cost). All cells of the table are rounded
-together by the largest-remainder method: each becomes its value rounded down
-or up to the cent, and together they add up exactly to the fleet's unrounded
-total rounded half-up. Every other money figure is a sum of these cells: a
-row's attributed = its job cells, idle = its idle cells, total = attributed +
-idle; the totals row sums the rows. So attributed + idle = fleet exactly,
-the fleet total is the exact total rounded to the cent, and each cell is
-within a cent of its unrounded value.
+Rounding: the money columns that people add up, attributed to jobs, idle and
+total, are each rounded to the cent on their own by the largest-remainder
+method: each row's amount becomes its value rounded down or up to the cent,
+and the column adds up exactly to its unrounded total rounded half-up,
+whatever the rows are. So the totals row's attributed, idle and fleet total
+(the page's cards, the CSV's and text's totals) are those exact totals
+rounded: the same in every grouping (team, job, node, day), never a cent off
+their own unrounded figures, and every column adds up to its total. A row's
+total is its own amount rounded the same way, so it, like the fleet total,
+can be a cent off its attributed + idle (each rounded apart). Each row's
+attributed and idle are split into device and energy cost (device: its own
+amount rounded, within the cell; energy: the rest). (Rounding all four cells
+of every row together, as before, let many small rows move dollars between
+columns: a hundred rows of $0.007 attributed and $0.004 idle read $1.00
+attributed for $0.70 charged, and the totals changed with the grouping.)
 
 Intelligence per dollar is never computed from those cents: a job row's IPD is
 its gain over its unrounded cost, which the row also carries to the
@@ -166,7 +171,7 @@ class Row:
     power_estimated: bool = False
     example_prices: bool = False
     unpriced: bool = False
-    cells: dict = field(default_factory=dict)  # rounded: the MONEY_CELLS to the cent, device_hours, energy_kwh
+    cells: dict = field(default_factory=dict)  # rounded (round_cells): the MONEY_CELLS to the cent, hours, kWh
     phases: dict = field(default_factory=lambda: dict.fromkeys(PHASE_COLUMNS, Decimal(0)))  # unrounded
 
     def add(self, u):
@@ -225,7 +230,7 @@ class Row:
             "device_hours": c["device_hours"], "energy_kwh": c["energy_kwh"],
             "device_cost_usd": c["job_device_usd"] + c["idle_device_usd"],
             "energy_cost_usd": c["job_energy_usd"] + c["idle_energy_usd"],
-            "attributed_usd": attributed, "idle_usd": idle, "total_usd": attributed + idle,
+            "attributed_usd": attributed, "idle_usd": idle, "total_usd": c["total_usd"],
             "attributed_exact_usd": exact_usd(exact_jobs),
             "gain_points": None if self.gain_points is None else round(self.gain_points, 4),
             "ipd_points_per_usd": None if points_per_usd is None else round(float(points_per_usd), 6),
@@ -326,12 +331,16 @@ def _new_row(u, group, key, label, jobs):
 
 
 def round_cells(rows):
-    """Fill each row's `cells`: all money cells of the table rounded together to the cent, hours and kWh
-    each as a column (largest remainder: the rounded cells add up to the rounded exact totals)."""
-    cents = iter(round_column([r.exact[c] for r in rows for c in MONEY_CELLS]))
-    for row in rows:
-        for col in MONEY_CELLS:
-            row.cells[col] = next(cents)
+    """Fill each row's `cells`: attributed and idle each rounded to the cent as a column of its own (largest
+    remainder: each column adds up to its exact total rounded, whatever the rows are), each row's attributed and
+    idle then split into device and energy (device: its own amount rounded, within what the cell holds; energy:
+    the rest); hours and kWh as columns too."""
+    for kind, exact in (("job", lambda r: r.jobs_exact_usd), ("idle", lambda r: r.idle_exact_usd)):
+        for row, cents in zip(rows, round_column([exact(r) for r in rows])):
+            device = min(max(row.exact[f"{kind}_device_usd"].quantize(CENT, ROUND_HALF_UP), Decimal(0)), cents)
+            row.cells[f"{kind}_device_usd"], row.cells[f"{kind}_energy_usd"] = device, cents - device
+    for row, cents in zip(rows, round_column([r.jobs_exact_usd + r.idle_exact_usd for r in rows])):
+        row.cells["total_usd"] = cents
     for row, hours in zip(rows, round_column([r.exact["device_s"] / 3600 for r in rows], HOURS_Q)):
         row.cells["device_hours"] = hours
     for row, kwh in zip(rows, round_column([r.exact["energy_j"] / 3_600_000 for r in rows], KWH_Q)):
@@ -339,12 +348,14 @@ def round_cells(rows):
 
 
 def totals(rows, values):
-    """The totals row: sums of the rounded cells (so attributed + idle = fleet to the cent), the exact
-    sums to the micro-dollar, and a flag where any row has it."""
+    """The totals row: sums of the rounded cells (attributed, idle and fleet each its exact total rounded to the
+    cent), the exact sums to the micro-dollar, and a flag where any row has it."""
     quanta = {"device_hours": HOURS_Q, "energy_kwh": KWH_Q}
+    # Sums of the rows: attributed and idle are each its own exact total rounded to the cent (round_cells), the
+    # same in every grouping.
     out = {k: sum((v[k] for v in values), Decimal(0)).quantize(quanta.get(k, CENT)) for k in (
         "device_hours", "energy_kwh", "device_cost_usd", "energy_cost_usd", "attributed_usd", "idle_usd")}
-    out["fleet_usd"] = out["attributed_usd"] + out["idle_usd"]
+    out["fleet_usd"] = sum((v["total_usd"] for v in values), Decimal(0)).quantize(CENT)  # its exact total, rounded
     attributed_exact = sum((r.jobs_exact_usd for r in rows), Decimal(0))
     idle_exact = sum((r.idle_exact_usd for r in rows), Decimal(0))
     out.update({
@@ -477,7 +488,8 @@ def to_text(report):
             lines.append("  ".join("-" * w for w in widths))
         lines.append("  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(r, widths)).rstrip())
     t = report.totals
-    lines.append(f"attributed ${t['attributed_usd']} + idle ${t['idle_usd']} = fleet ${t['fleet_usd']}")
+    lines.append(f"attributed ${t['attributed_usd']}, idle ${t['idle_usd']}, fleet ${t['fleet_usd']} (each its exact "
+                 "total rounded to the cent)")
     if report.example_prices:
         lines.append(f"NOTE: {EXAMPLE_PRICES_NOTE}")
     if report.read_at:

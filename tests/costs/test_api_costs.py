@@ -70,7 +70,7 @@ def test_the_api_the_csv_and_the_command_agree(fleet, client, viewer, group):
         for col in ("total_usd", "attributed_usd", "idle_usd", "device_hours", "energy_kwh", "simulated"):
             assert r[col] == (str(j[col]).lower() if isinstance(j[col], bool) else j[col]), col
     assert totals["key"] == "TOTAL" and totals["total_usd"] == body["totals"]["fleet_usd"] == "15.21"
-    assert "attributed $9.18 + idle $6.03 = fleet $15.21" in text.getvalue()
+    assert "attributed $9.18, idle $6.03, fleet $15.21 (each its exact total rounded to the cent)" in text.getvalue()
     for r in body["rows"]:
         assert r["total_usd"] in text.getvalue()
 
