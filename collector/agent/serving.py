@@ -86,25 +86,28 @@ class Scraper:
         self.node, self.dsn, self.every_s = node, dsn, every_s
         self.connect_timeout_s = connect_timeout_s
         self.fetch = fetch
+        self._unlisted = None  # why the last listing failed, said once
         self.path = os.path.join(state_dir, STATE_FILE)
-        self.targets, self.last = self._load()  # [Target]; {deployment: {model: ModelReading}}
+        self.targets, self.last = self._load()  # [Target]; {deployment: (its page's URL, {model: ModelReading})}
 
     def scrape(self, ts=None, holders=()):
         """Read every deployment of the node now; return a Batch-ready list of Served (one per deployment).
         `holders`: the last tick's ((device uuid, Holder), ...), the GPUs' processes."""
         ts = ts or datetime.now(timezone.utc)
-        self.targets = self._list() or self.targets
+        listed = self._list()
+        if listed is not None:  # None: the database cannot say now, and the last list serves
+            self.targets = listed
         listeners = _listeners() if self.targets else {}
         served = [self._read(target, ts, listeners, holders) for target in self.targets]
         known = {t.name for t in self.targets}
-        self.last = {name: models for name, models in self.last.items() if name in known}
+        self.last = {name: kept for name, kept in self.last.items() if name in known}
         return served
 
     def saved(self):
         """Keep the last readings on disk: called once what was counted from them is spooled or handed over."""
         state = {"targets": [asdict(t) for t in self.targets],
-                 "last": {name: {json.dumps(m): _reading_json(r) for m, r in models.items()}
-                          for name, models in self.last.items()}}
+                 "last": {name: [url, {json.dumps(m): _reading_json(r) for m, r in models.items()}]
+                          for name, (url, models) in self.last.items()}}
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(state, f)
@@ -123,9 +126,11 @@ class Scraper:
             names = ", ".join(sorted(str(m) for m in reading.models)) or "none"
             return Served(target.name, ts, engine=reading.engine,
                           error=f"the page counts no model {target.model!r}: it counts {names}", pid=pid, devices=devices)
-        before = self.last.get(target.name, {})
+        url, before = self.last.get(target.name, (None, {}))
+        if url != target.metrics_url:  # registered again with another page: a first look at that one
+            before = {}
         counted = tuple((m or "", _delta_fields(engines.delta(before.get(m), r), r)) for m, r in models.items())
-        self.last[target.name] = models
+        self.last[target.name] = (target.metrics_url, models)
         log.debug("read %s in %.2f s", target.name, time.monotonic() - started)
         return Served(target.name, ts, engine=reading.engine, models=counted, pid=pid, devices=devices)
 
@@ -136,18 +141,24 @@ class Scraper:
             return None
         try:
             with psycopg.connect(self.dsn, autocommit=True, connect_timeout=self.connect_timeout_s) as conn:
-                return [Target(*row) for row in conn.execute(_LIST, (self.node,))]
+                listed = [Target(*row) for row in conn.execute(_LIST, (self.node,))]
         except psycopg.Error as e:
-            log.debug("deployments not listed: %s", e)
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if reason != self._unlisted:  # once per cause, not every few seconds of an outage
+                log.warning("serving deployments not listed (%s); reading the last list: %s", reason,
+                            ", ".join(t.name for t in self.targets) or "none")
+            self._unlisted = reason
             return None
+        self._unlisted = None
+        return listed
 
     def _load(self):
         try:
             with open(self.path) as f:
                 state = json.load(f)
             targets = [Target(**t) for t in state["targets"]]
-            last = {name: {json.loads(m): _reading(json.loads(m), r) for m, r in models.items()}
-                    for name, models in state["last"].items()}
+            last = {name: (url, {json.loads(m): _reading(json.loads(m), r) for m, r in models.items()})
+                    for name, (url, models) in state["last"].items()}
             return targets, last
         except FileNotFoundError:
             return [], {}
@@ -161,7 +172,7 @@ def _listeners():
     try:
         return {c.laddr.port: c.pid for c in psutil.net_connections(kind="tcp")
                 if c.status == psutil.CONN_LISTEN and c.pid}
-    except (psutil.AccessDenied, OSError):
+    except (psutil.Error, OSError):  # denied, or a process gone while the table was read
         return {}
 
 

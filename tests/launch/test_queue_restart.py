@@ -99,6 +99,8 @@ def test_a_job_whose_message_left_with_a_restarted_worker_is_sent_again_and_keep
         assert requeue_orphans() == []
         for job in (stranded, later):
             folder = settings.DATA_DIR / "launched" / f"job-{job.pk}"
+            # running (claimed) before its command has made its directory: under load, a moment before
+            wait_for(folder.is_dir, what=f"job {job.pk}'s output directory")
             (folder / "finish").write_text("")
         wait_for(lambda: set(Job.objects.filter(pk__in=[stranded.pk, later.pk]).values_list("status", flat=True))
                  == {Status.COMPLETED}, what="both to complete")

@@ -180,10 +180,12 @@ def test_manage_py_collect_reads_its_nodes_deployments_and_the_api_says_what_it_
     call_command("collect", "--source", "sim", "--node", "gpu-t", "--interval", "0.05", "--ticks", "2",
                  "--spool-dir", str(tmp_path / "sim"))
     assert ScrapeTarget.objects.get().checked_at is None
-    call_command("collect", "--source", "host", "--node", "gpu-t", "--interval", "0.05", "--ticks", "3",
+    call_command("collect", "--source", "host", "--node", "gpu-t", "--interval", "0.05", "--ticks", "10",
                  "--serve-scrape", "0.05", "--spool-dir", str(tmp_path / "host"))
     row = Deployment.objects.get()
-    assert row.target.engine_read == "vllm" and row.target.read_at is not None and ServedCount.objects.filter(target=row.target).exists()
+    t = row.target
+    assert (t.engine_read, t.unreadable, t.read_at is not None) == ("vllm", "", True), (t.checked_at, t.unreadable)
+    assert ServedCount.objects.filter(target=row.target).exists()
 
     ServedCount.objects.create(target=row.target, ts=row.target.read_at + timedelta(seconds=10), model=LLAMA, prompt_tokens=1234.0,
                          generation_tokens=56.0, requests=7.0)
@@ -252,3 +254,20 @@ def test_a_read_says_which_gpus_the_process_serving_the_page_holds(pg_dsn, tmp_p
     assert ScrapeTarget.objects.get(name="llama-8b").pid == me
     assert not TargetHold.objects.filter(target__name="remote").exists()
     assert ScrapeTarget.objects.get(name="remote").pid is None
+
+
+def test_a_page_registered_anew_is_a_first_look_and_the_last_deployment_deleted_is_read_no_more(
+        pg_dsn, tmp_path, engines):
+    old, new = engines(vllm(prompt=(500000, 0))), engines(vllm(prompt=(1000, 0)))
+    Deployment.register({"name": "llama-8b", "team": "serve", "metrics_url": old.url, "node": "gpu-t"})
+    agent = Agent(SimSource(gpus=1), pg_dsn, Spool(tmp_path), serving=Scraper("gpu-t", pg_dsn, str(tmp_path)))
+    agent.scrape(T0)
+    Deployment.register({"name": "llama-8b", "team": "serve", "metrics_url": new.url, "node": "gpu-t"})
+    agent.scrape(T0 + timedelta(seconds=10))
+    assert counted("llama-8b") == 0, "another engine's counters are no delta of the old one's"
+    new.body = vllm(prompt=(1700, 0))
+    agent.scrape(T0 + timedelta(seconds=20))
+    assert counted("llama-8b") == 700
+    Deployment.objects.get().delete()
+    assert agent.serving.scrape(T0 + timedelta(seconds=30)) == [], "deleted: read no more"
+    agent.close()
