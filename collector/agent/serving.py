@@ -47,6 +47,8 @@ log = logging.getLogger("collector.agent")
 
 EVERY_S_DEFAULT = 10.0
 FETCH_TIMEOUT_S = 5.0
+MODEL_MAX = 500  # collector.models.ServedCount.model
+ERROR_MAX = 2000  # collector.models.ScrapeTarget.unreadable
 STATE_FILE = "serving-state.json"
 _LIST = "SELECT name, engine, metrics_url, model FROM collector_scrapetarget WHERE node = %s ORDER BY name"
 
@@ -120,16 +122,20 @@ class Scraper:
         try:
             reading = engines.read(self.fetch(target.metrics_url), None if target.engine == "auto" else target.engine)
         except engines.MetricsError as e:
-            return Served(target.name, ts, error=str(e), pid=pid, devices=devices)
+            return Served(target.name, ts, error=_cut(str(e)), pid=pid, devices=devices)
         models = {m: r for m, r in reading.models.items() if not target.model or m in (None, target.model)}
         if target.model and not models:
             names = ", ".join(sorted(str(m) for m in reading.models)) or "none"
             return Served(target.name, ts, engine=reading.engine,
-                          error=f"the page counts no model {target.model!r}: it counts {names}", pid=pid, devices=devices)
+                          error=_cut(f"the page counts no model {target.model!r}: it counts {names}"), pid=pid,
+                          devices=devices)
         url, before = self.last.get(target.name, (None, {}))
         if url != target.metrics_url:  # registered again with another page: a first look at that one
             before = {}
-        counted = tuple((m or "", _delta_fields(engines.delta(before.get(m), r), r)) for m, r in models.items())
+        # A model's name as stored: at most MODEL_MAX characters (a label longer than any model's would otherwise
+        # refuse the whole write, every deployment's counts with it).
+        counted = tuple(((m or "")[:MODEL_MAX], _delta_fields(engines.delta(before.get(m), r), r))
+                        for m, r in models.items())
         self.last[target.name] = (target.metrics_url, models)
         log.debug("read %s in %.2f s", target.name, time.monotonic() - started)
         return Served(target.name, ts, engine=reading.engine, models=counted, pid=pid, devices=devices)
@@ -165,6 +171,10 @@ class Scraper:
         except (ValueError, KeyError, TypeError) as e:  # a file cut short by a crash: count from the next reading
             log.warning("serving state %s unreadable (%s): counting from the next reading", self.path, e)
             return [], {}
+
+
+def _cut(error):
+    return error if len(error) <= ERROR_MAX else error[:ERROR_MAX - 3] + "..."
 
 
 def _listeners():

@@ -271,3 +271,21 @@ def test_a_page_registered_anew_is_a_first_look_and_the_last_deployment_deleted_
     Deployment.objects.get().delete()
     assert agent.serving.scrape(T0 + timedelta(seconds=30)) == [], "deleted: read no more"
     agent.close()
+
+
+def test_a_page_with_a_huge_model_label_or_many_models_breaks_no_write(pg_dsn, tmp_path, engines):
+    """Labels past what the columns hold are cut, not refused: a refused write would take every deployment's
+    counts of that read with it."""
+    long_name = "m" * 700
+    many = "\n".join(f'vllm:prompt_tokens_total{{model_name="model-{i:04d}-{"x" * 40}"}} 1.0' for i in range(100))
+    huge = engines(vllm().replace(LLAMA, long_name))
+    crowded = engines("# TYPE vllm:prompt_tokens_total counter\n" + many + "\n")
+    Deployment.register({"name": "huge", "team": "serve", "engine": "vllm", "metrics_url": huge.url, "node": "gpu-t"})
+    Deployment.register({"name": "crowded", "team": "serve", "engine": "vllm", "metrics_url": crowded.url,
+                         "model": "absent", "node": "gpu-t"})
+    agent = Agent(SimSource(gpus=1), pg_dsn, Spool(tmp_path), serving=Scraper("gpu-t", pg_dsn, str(tmp_path)))
+    agent.scrape(T0)
+    agent.close()
+    assert ServedCount.objects.get(target__name="huge").model == "m" * 500
+    unreadable = ScrapeTarget.objects.get(name="crowded").unreadable
+    assert len(unreadable) == 2000 and unreadable.startswith("the page counts no model 'absent'")
