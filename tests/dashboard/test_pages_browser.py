@@ -354,3 +354,32 @@ def test_it_draws_every_chart_and_shows_names_that_look_like_markup_literally(
     assert set(NODE_NAMES) <= set(rows) and page.locator("main b").count() == 0
     assert all(name in page.inner_text("main") for name in NODE_NAMES)
     shot(page, output_dir, request, "fleet")
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.mark.parametrize("path", ["/", "/jobs", "/costs", "/serving", "/sweeps", "/alerts"],
+                         ids=["fleet", "jobs", "costs", "serving", "sweeps", "alerts"])
+def test_on_a_phone_the_nav_wraps_inside_the_header_and_no_page_is_wider_than_the_screen(  # noqa: F811
+        live_server, page, transactional_db, django_user_model, output_dir, request, path):
+    """At 390 px the twelve links ran off the dark header (white on the page) and pushed the page to 781 px."""
+    b.job(name="a job with a long enough name to wrap", status="running")
+    user_in_role(django_user_model, "pia", "admin")
+    page.set_viewport_size(PHONE)
+    log_in(page, live_server.url, "pia", path)
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"], "the page scrolls sideways"
+    header = page.evaluate("(() => { const r = document.querySelector('header.top').getBoundingClientRect();"
+                           " return [r.left, r.right, r.top, r.bottom]; })()")
+    links = page.evaluate("[...document.querySelectorAll('nav a')].map(a => { const r = a.getBoundingClientRect();"
+                          " return [a.textContent, r.left, r.right, r.top, r.bottom]; })")
+    assert len(links) == 12  # Fleet ... Clusters and Admin
+    outside = [name for name, left, right, top, bottom in links
+               if left < header[0] or right > header[1] or top < header[2] or bottom > header[3]]
+    assert outside == [], "links outside the dark header: white on the page"
+    if path == "/jobs":  # the list keeps its key columns in view, not only its first
+        cells = page.evaluate("[...document.querySelectorAll('#jobs-table tbody tr:first-child > *')]"
+                              ".filter(c => c.offsetParent !== null).map(c => c.getBoundingClientRect().right)")
+        assert len(cells) == 4 and max(cells) <= PHONE["width"], cells  # job, status, cost, Stop
+        assert page.is_visible("#jobs-table tbody .job-status") and page.is_visible("#jobs-table tbody .job-cost")
+    shot(page, output_dir, request, "phone")
