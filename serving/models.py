@@ -82,7 +82,6 @@ class Deployment(models.Model):
             row.save()
         return row, outcome
 
-
     def to_dict(self, counted=None):
         """The deployment and, given `counted` (ServedCount.totals by target id), what its agent has read."""
         t = self.target

@@ -33,7 +33,9 @@ def open_live(page, url, path):  # noqa: F811 - a page, not the fixture
 
 
 def text_is(page, selector, expected):  # noqa: F811 - a page, not the fixture
-    page.wait_for_function("([s, t]) => document.querySelector(s)?.textContent.trim() === t", arg=[selector, expected])
+    # Polled on a timer, not on animation frames: a page behind another tab may get no frames (CI timed out so).
+    page.wait_for_function("([s, t]) => document.querySelector(s)?.textContent.trim() === t", arg=[selector, expected],
+                           polling=100)
 
 
 def ticker(source):
@@ -349,7 +351,7 @@ def test_the_workers_phase_shows_beside_the_status_and_follows_it_live(live_web,
     assert in_thread(send_now, "jobs", "status", {"id": job.pk, "status": "completed", "phase": "", "steps_done": 100,
                                                   "steps": 100})
     for p, selector in ((listing, cell), (one, "#job-phase")):
-        p.wait_for_function("(s) => document.querySelector(s).hidden", arg=selector)
+        p.wait_for_function("(s) => document.querySelector(s).hidden", arg=selector, polling=100)  # see text_is
         assert p.evaluate(LOADED_AT) == stamps[p]
 
 
