@@ -34,8 +34,19 @@ def open_live(page, url, path):  # noqa: F811 - a page, not the fixture
 
 def text_is(page, selector, expected):  # noqa: F811 - a page, not the fixture
     # Polled on a timer, not on animation frames: a page behind another tab may get no frames (CI timed out so).
-    page.wait_for_function("([s, t]) => document.querySelector(s)?.textContent.trim() === t", arg=[selector, expected],
-                           polling=100)
+    waited(page, "([s, t]) => document.querySelector(s)?.textContent.trim() === t", [selector, expected])
+
+
+def waited(page, condition, arg):  # noqa: F811 - a page, not the fixture
+    """page.wait_for_function(condition, arg), polled every 100 ms; on a timeout the failure says the last live
+    events the page handled (was the event lost, or its handling wrong?)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(condition, arg=arg, polling=100)
+    except PlaywrightTimeout:
+        seen = page.evaluate("JSON.stringify((window.__events || []).slice(-8).map(e => [e.topic, e.kind, e.data]))")
+        raise AssertionError(f"{condition} never held for {arg!r}; the page's last live events: {seen[:3000]}") from None
 
 
 def ticker(source):
@@ -351,7 +362,7 @@ def test_the_workers_phase_shows_beside_the_status_and_follows_it_live(live_web,
     assert in_thread(send_now, "jobs", "status", {"id": job.pk, "status": "completed", "phase": "", "steps_done": 100,
                                                   "steps": 100})
     for p, selector in ((listing, cell), (one, "#job-phase")):
-        p.wait_for_function("(s) => document.querySelector(s).hidden", arg=selector, polling=100)  # see text_is
+        waited(p, "(s) => document.querySelector(s).hidden", selector)
         assert p.evaluate(LOADED_AT) == stamps[p]
 
 
