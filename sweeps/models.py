@@ -388,10 +388,12 @@ class Sweep(models.Model):
         it cannot resume (no checkpoint yet, a recipe without resume arguments), its parameters run again as a new
         trial. One that cannot be placed now (no launch worker has reported since the restart) waits for the next
         pass. Return True when one went on."""
+        if not any(f.to_resume for f in figs) or self._no_launch_worker_now():  # one look, not one per trial
+            return False
         changed = False
         number = len(figs)
         for f in figs:
-            if not f.to_resume or self._no_launch_worker_now():
+            if not f.to_resume:
                 continue
             job = f.trial.job
             why = job.interrupted_by
